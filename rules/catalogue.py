@@ -1,0 +1,124 @@
+"""The fact catalogue: every name a rule may use, its type and meaning, per subject.
+
+A rule looks at one flat fact. Derived values (team.used_after, pool.free, gpu.idle_for) are
+computed by rules.facts before evaluation, so conditions never join or compute.
+Durations are carried as minutes (float) and written in rules as 90m, 6h, 2d or 1h30m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rules.domain import Subject
+
+
+class FactType(StrEnum):
+    NUMBER = "number"
+    DURATION = "duration"
+    STRING = "string"
+    BOOLEAN = "boolean"
+
+
+@dataclass(frozen=True)
+class FactSpec:
+    name: str
+    type: FactType
+    meaning: str
+
+
+N, D, S, B = FactType.NUMBER, FactType.DURATION, FactType.STRING, FactType.BOOLEAN
+
+_REQUEST = [
+    ("request.kind", S, "`borrow` or `extend`"),
+    ("request.gpus", N, "GPUs asked for (for an extension: the lease's GPUs)"),
+    ("request.pool", S, "pool asked for"),
+    ("request.duration", D, "how long (for an extension: the extra time asked for)"),
+    ("request.priority", S, "`low`, `normal` or `high`"),
+    ("request.priority_rank", N, "0 for low, 1 for normal, 2 for high"),
+    ("request.has_reason", B, "the requester said why (`because ...`)"),
+    ("user.id", S, "Slack user id of the requester"),
+    ("user.team", S, "the requester's team"),
+    ("user.is_manager", B, "the requester manages that team"),
+    ("user.is_admin", B, "the requester is a gpubot admin"),
+    ("team.nominal", N, "the team's guaranteed GPUs in this pool"),
+    ("team.borrowing_limit", N, "most GPUs the team may take beyond nominal"),
+    ("team.lending_limit", N, "most of its unused nominal the team lends to others"),
+    ("team.limit", N, "nominal + borrowing_limit: the most the team may hold"),
+    ("team.used", N, "GPUs the team holds in this pool now"),
+    ("team.used_after", N, "team.used + request.gpus (extensions: team.used)"),
+    ("team.borrowed_after", N, "how much of team.used_after lies beyond nominal"),
+    ("pool.size", N, "GPUs in the pool"),
+    ("pool.free", N, "GPUs free, healthy and not drained right now"),
+    ("pool.lendable", N, "unused nominal that other teams lend, within their lending limits"),
+    ("pool.protected", B, "the pool is protected (never reclaimed automatically)"),
+    ("pool.queued", N, "requests already waiting for GPUs in this pool"),
+    ("lease.extensions", N, "extensions the lease already had (0 for a borrow)"),
+    ("lease.extended", D, "total extra time the lease already got (0m for a borrow)"),
+    ("lease.extended_after", D, "lease.extended + request.duration for an extension (else 0m)"),
+    ("limits.max_gpus_per_request", N, "policy limit for one request in this pool"),
+    ("limits.max_duration", D, "policy limit for one borrow in this pool"),
+    ("limits.max_extensions", N, "how many extensions one lease may have"),
+    ("limits.max_extension_total", D, "total extra time one lease may get"),
+]
+
+_LEASE = [
+    ("lease.id", N, "the lease number"),
+    ("lease.pool", S, "the lease's pool"),
+    ("lease.team", S, "the holder's team"),
+    ("lease.gpus", N, "GPUs in the lease"),
+    ("lease.priority", S, "`low`, `normal` or `high`"),
+    ("lease.protected", B, "the lease or its pool is protected"),
+    ("lease.age", D, "time since the lease was granted"),
+    ("lease.time_left", D, "time until expiry (0m once expired)"),
+    ("lease.overdue", D, "time since expiry (0m before it)"),
+    ("lease.expired", B, "the expiry time has passed"),
+    ("lease.expiry_warning_due", B, "a configured expiry lead time was crossed, not yet warned"),
+    ("lease.warned.expiry", B, "an expiry warning was delivered"),
+    ("lease.warned.idle", B, "an idle warning was delivered and still stands"),
+    ("lease.since_warned.expiry", D, "time since the last expiry warning was delivered"),
+    ("lease.since_warned.idle", D, "time since the idle warning was delivered"),
+    ("lease.idle", B, "every GPU of the lease is idle, with enough samples to be sure"),
+    ("lease.idle_for", D, "how long the lease's GPUs have all been idle"),
+    ("lease.snoozed", B, "the holder said Still using and the snooze still runs"),
+    ("lease.unhealthy", B, "a GPU of the lease is unhealthy (lost, XID, ECC)"),
+    ("telemetry.fresh", B, "every GPU of the subject has recent, successful samples"),
+    ("limits.idle_threshold", D, "how long idle before a warning"),
+    ("limits.grace", D, "how long after a delivered warning before reclaim"),
+]
+
+_GPU = [
+    ("gpu.node", S, "host name"),
+    ("gpu.index", N, "device index on the host"),
+    ("gpu.model", S, "model name"),
+    ("gpu.pool", S, "the GPU's pool"),
+    ("gpu.leased", B, "an active lease covers this GPU"),
+    ("gpu.util_pct", N, "latest utilization in percent"),
+    ("gpu.memory_used_mib", N, "latest memory used in MiB"),
+    ("gpu.processes", N, "compute processes running on it"),
+    ("gpu.unreserved", B, "processes run on it but no lease covers it"),
+    ("gpu.healthy", B, "no lost-GPU, XID or ECC error"),
+    ("gpu.health", S, "`ok`, `lost`, `xid` or `ecc`"),
+    ("gpu.idle_for", D, "how long the GPU has been idle"),
+    ("gpu.drained", B, "an admin drained its node"),
+    ("telemetry.fresh", B, "the GPU has recent, successful samples"),
+]
+
+CATALOGUE: dict[Subject, dict[str, FactSpec]] = {
+    subject: {name: FactSpec(name, kind, meaning) for name, kind, meaning in specs}
+    for subject, specs in (
+        (Subject.REQUEST, _REQUEST),
+        (Subject.LEASE, _LEASE),
+        (Subject.GPU, _GPU),
+    )
+}
+
+
+def markdown() -> str:
+    """The catalogue as the Markdown tables of rules/README.md (a test keeps them in step)."""
+    lines: list[str] = []
+    for subject, specs in CATALOGUE.items():
+        lines += [f"### `on: {subject}`", "", "| fact | type | meaning |", "|---|---|---|"]
+        lines += [f"| `{s.name}` | {s.type} | {s.meaning} |" for s in specs.values()]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+"""The shape of one rule file, as pydantic models: what keys exist and what each holds.
+
+Cross-file meaning (known teams and pools, quotas adding up, expressions) is checked in
+rules.policy; this module only says what a well-formed file looks like.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+
+from rules.expr import parse_duration
+
+SlackId = Annotated[
+    str, StringConstraints(pattern=r"^[UWB][A-Z0-9]{2,}$"), Field(description="a Slack user id")
+]
+ChannelId = Annotated[str, StringConstraints(pattern=r"^[CG][A-Z0-9]{2,}$")]
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+
+
+def _duration(value: object) -> object:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        minutes = parse_duration(value)
+        if minutes is None:
+            raise ValueError(f"expected a duration like 90m, 6h or 2d, got {value!r}")
+        return timedelta(minutes=minutes)
+    raise ValueError(f"expected a duration like 90m, 6h or 2d, got {value!r}")
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+Count = Annotated[int, Field(ge=0, strict=True)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ApprovalChannel(_Strict):
+    channel: ChannelId
+
+
+class TeamSpec(_Strict):
+    managers: list[SlackId] = Field(min_length=1)
+    members: list[SlackId] = Field(default_factory=list)
+    approval: Literal["managers"] | ApprovalChannel = "managers"
+
+
+class QuotaSpec(_Strict):
+    nominal: Count
+    borrowing_limit: Count = 0
+    lending_limit: Count | None = None  # None: lends all its unused nominal
+
+
+class LimitsSpec(_Strict):
+    max_gpus_per_request: Annotated[int, Field(ge=1, strict=True)] = 8
+    max_duration: Duration = timedelta(days=3)
+    max_extensions: Count = 2
+    max_extension_total: Duration = timedelta(days=1)
+    default_duration: Duration = timedelta(hours=4)
+
+
+class LimitsOverride(_Strict):
+    max_gpus_per_request: Annotated[int, Field(ge=1, strict=True)] | None = None
+    max_duration: Duration | None = None
+    max_extensions: Count | None = None
+    max_extension_total: Duration | None = None
+    default_duration: Duration | None = None
+
+
+class PoolSpec(_Strict):
+    model: str = ""
+    protected: bool = False
+    nodes: dict[Name, Annotated[int, Field(ge=1, le=64, strict=True)]] = Field(min_length=1)
+    quotas: dict[Name, QuotaSpec] = Field(default_factory=dict)
+    limits: LimitsOverride = LimitsOverride()
+
+
+class WarningsSpec(_Strict):
+    expiry_leads: list[Duration] = Field(
+        default_factory=lambda: [timedelta(minutes=60), timedelta(minutes=10)]
+    )
+    idle_threshold: Duration = timedelta(minutes=90)
+    grace: Duration = timedelta(minutes=30)
+    snooze: Duration = timedelta(hours=2)
+    max_snoozes: Count = 2
+    stale_after: Duration = timedelta(minutes=3)
+
+
+class DefaultSpec(_Strict):
+    then: Literal["approve", "queue", "ask", "ask managers", "ask admins", "deny"] = "ask"
+    because: str = "no rule matched, so a manager decides"
+
+
+class RuleSpec(_Strict):
+    id: Name
+    on: Literal["request", "lease", "gpu"]
+    when: str
+    then: str
+    because: str = ""
+    mode: Literal["enforce", "observe"] = "enforce"
+
+
+class CaseSpec(_Strict):
+    name: str
+    on: Literal["request", "lease", "gpu"] = "request"
+    facts: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    expect: str | list[str]
+    deciding: str | None = None
+
+
+class PolicyFile(_Strict):
+    """Every section is optional in one file; together the files must hold a whole policy."""
+
+    admins: list[SlackId] | None = None
+    accounts: dict[str, SlackId] | None = None
+    teams: dict[Name, TeamSpec] | None = None
+    pools: dict[Name, PoolSpec] | None = None
+    limits: LimitsSpec | None = None
+    warnings: WarningsSpec | None = None
+    automation: Literal["active", "paused"] | None = None
+    default: DefaultSpec | None = None
+    rules: list[RuleSpec] | None = None
+
+
+class CaseFile(_Strict):
+    defaults: dict[Literal["request", "lease", "gpu"], dict[str, bool | int | float | str]] = Field(
+        default_factory=dict
+    )
+    cases: list[CaseSpec] = Field(min_length=1)

@@ -1,0 +1,66 @@
+"""Request facts are derived in Python: used_after, borrowed_after and what others lend."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from rules.catalogue import CATALOGUE
+from rules.domain import Priority, RequestKind, Subject
+from rules.engine import check_facts
+from rules.facts import PoolUsage, lendable, request_facts
+from tests.builders import default_policy
+
+
+def test_a_borrow_beyond_nominal_counts_what_would_be_borrowed() -> None:
+    """vision holds 7 of its nominal 8 and asks for 3: 10 after, 2 borrowed."""
+    facts = request_facts(
+        default_policy(),
+        kind=RequestKind.BORROW,
+        user="U0ALICE01",
+        team="vision",
+        pool="a100",
+        gpus=3,
+        duration=timedelta(hours=6),
+        priority=Priority.HIGH,
+        has_reason=False,
+        usage=PoolUsage(held={"vision": 7, "nlp": 1}, free=8, queued=1),
+    )
+    check_facts(Subject.REQUEST, facts)
+    assert CATALOGUE[Subject.REQUEST].keys() == facts.keys()
+    assert (10, 2, 12) == (
+        facts["team.used_after"],
+        facts["team.borrowed_after"],
+        facts["team.limit"],
+    )
+    assert 360.0 == facts["request.duration"]
+    assert 2 == facts["request.priority_rank"]
+    # nlp lends min(4, 6 - 1) = 4, platform lends min(2, 2 - 0) = 2
+    assert 6 == facts["pool.lendable"]
+
+
+def test_an_extension_adds_no_gpus_and_totals_the_extra_time() -> None:
+    """Extensions keep team.used_after at team.used and add up the extension time."""
+    facts = request_facts(
+        default_policy(),
+        kind=RequestKind.EXTEND,
+        user="U0ALICE01",
+        team="vision",
+        pool="a100",
+        gpus=2,
+        duration=timedelta(hours=2),
+        priority=Priority.NORMAL,
+        has_reason=True,
+        usage=PoolUsage(held={"vision": 2}, free=10),
+        lease_extensions=1,
+        lease_extended=timedelta(hours=3),
+    )
+    assert 2 == facts["team.used_after"]
+    assert (180.0, 300.0) == (facts["lease.extended"], facts["lease.extended_after"])
+
+
+def test_lending_stops_at_each_lenders_lending_limit_and_unused_nominal() -> None:
+    """A team over its nominal lends nothing; a team lends at most its lending_limit."""
+    policy = default_policy()
+    assert 0 == lendable(policy, "a100", "vision", {"nlp": 7, "platform": 2})
+    assert 2 == lendable(policy, "a100", "vision", {"nlp": 6})
+    assert 0 == lendable(policy, "inference", "vision", {})
