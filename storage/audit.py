@@ -1,0 +1,278 @@
+"""The audit log: append-only, hash-chained rows proving every decision and state change.
+
+Each row's hash covers the previous row's hash and all of its own columns, so an edited,
+deleted or inserted row breaks the chain that `verify` walks (invariant 6).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, col, select
+
+from storage.db import lock_for_update
+from storage.tables import AuditHeadRow, AuditRow
+
+ExportFormat = Literal["csv", "jsonl"]
+
+GENESIS_HASH = "0" * 64
+_HEAD_ID = 1
+
+#: The columns a row's hash covers, in no particular order (the JSON keys are sorted).
+#: A new audit column must be added here deliberately: it changes what old rows hash to.
+HASHED_COLUMNS = (
+    "id",
+    "at",
+    "actor",
+    "tag",
+    "subject",
+    "outcome",
+    "deciding_rule",
+    "matching_rules",
+    "facts",
+    "detail",
+    "revision",
+    "engine",
+    "prev_hash",
+)
+EXPORT_COLUMNS = (*HASHED_COLUMNS, "hash")
+_JSON_COLUMNS = frozenset({"matching_rules", "facts", "detail"})
+
+_audit = AuditRow.__table__  # type: ignore[attr-defined]  # SQLModel sets it at class creation
+_head = AuditHeadRow.__table__  # type: ignore[attr-defined]
+
+
+# Built once: compiled once per dialect and reused, with only parameters changing per append.
+_HEAD_QUERY = sa.select(_head.c.last_id, _head.c.last_hash).where(_head.c.id == _HEAD_ID)
+_INSERT_ROW = sa.insert(_audit)
+_ADVANCE_HEAD = (
+    sa.update(_head)
+    .where(_head.c.id == _HEAD_ID)
+    .values(last_id=sa.bindparam("new_id"), last_hash=sa.bindparam("new_hash"))
+)
+
+
+class AuditChainError(RuntimeError):
+    """The chain cannot be extended safely (its head is gone while rows remain)."""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """What a caller wants recorded; `append` adds the id, time and chain hashes."""
+
+    actor: str
+    tag: str  # subject:action, e.g. lease:granted
+    subject: str  # e.g. lease:12, request:7, rules
+    outcome: str = ""
+    deciding_rule: str = ""
+    matching_rules: tuple[str, ...] = ()
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    revision: str = ""
+    engine: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    ok: bool
+    checked: int
+    first_bad_id: int | None = None
+    problem: str = ""
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    raise TypeError(f"{type(value).__name__} cannot go into the audit log: {value!r}")
+
+
+def canonical_json(value: object) -> str:
+    """The one serialisation hashes are computed over: sorted keys, no spaces, UTF-8 as is."""
+    return json.dumps(
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_json_default,
+    )
+
+
+def chain_hash(prev_hash: str, content: Mapping[Any, Any]) -> str:
+    """sha256 over the previous hash and the canonical JSON of a row's hashed columns."""
+    body = {name: content[name] for name in HASHED_COLUMNS}
+    body["at"] = body["at"].astimezone(UTC).isoformat()
+    return hashlib.sha256((prev_hash + canonical_json(body)).encode()).hexdigest()
+
+
+def _plain(value: object) -> Any:
+    # Store exactly what will be hashed and read back: tuples, sets, dates and non-str keys
+    # become what JSON makes of them, so the row read from the database hashes the same.
+    # (Not sorted here: keys of mixed types cannot be sorted before they are strings.)
+    return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default))
+
+
+def _locked_head(session: Session) -> tuple[int, str]:
+    query = lock_for_update(session, _HEAD_QUERY)
+    head = session.execute(query).first()
+    if head is not None:
+        return head.last_id, head.last_hash
+    # Two first appenders may race here: the loser's insert waits for the winner's commit and
+    # then does nothing, and the loser goes on to extend the winner's chain.
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    # RETURNING says whether this insert made the row (psycopg reports rowcount -1 here).
+    created = session.execute(
+        insert(_head)
+        .values(id=_HEAD_ID, last_id=0, last_hash=GENESIS_HASH)
+        .on_conflict_do_nothing(index_elements=["id"])
+        .returning(_head.c.id)
+    ).first()
+    # Only the creator checks for orphaned rows: it holds the new head, so no append can be
+    # in flight, and rows without a head mean the head was deleted, not that it is new.
+    if created is not None and session.execute(sa.select(_audit.c.id).limit(1)).first():
+        raise AuditChainError("the audit head row is missing while audit rows exist")
+    head = session.execute(query).one()
+    return head.last_id, head.last_hash
+
+
+def append(session: Session, entry: AuditEntry, *, at: datetime) -> AuditRow:
+    """Append `entry` inside the caller's transaction, which commits it with its state change.
+
+    Returns a detached copy of the new row.
+    """
+    if at.tzinfo is None:
+        raise ValueError("audit times must be aware UTC datetimes")
+    last_id, last_hash = _locked_head(session)
+    values: dict[str, Any] = {
+        "id": last_id + 1,
+        "at": at.astimezone(UTC),
+        "actor": entry.actor,
+        "tag": entry.tag,
+        "subject": entry.subject,
+        "outcome": entry.outcome,
+        "deciding_rule": entry.deciding_rule,
+        "matching_rules": _plain(list(entry.matching_rules)),
+        "facts": _plain(entry.facts),
+        "detail": _plain(entry.detail),
+        "revision": entry.revision,
+        "engine": entry.engine,
+        "prev_hash": last_hash,
+    }
+    values["hash"] = chain_hash(last_hash, values)
+    # Core statements: the ORM unit of work costs more than the hashing does.
+    session.execute(_INSERT_ROW, values)
+    session.execute(_ADVANCE_HEAD, {"new_id": values["id"], "new_hash": values["hash"]})
+    return AuditRow(**values)
+
+
+def _chronological(
+    session: Session, since: datetime | None = None
+) -> Generator[sa.RowMapping, None, None]:
+    query = sa.select(_audit).order_by(_audit.c.id)
+    if since is not None:
+        query = query.where(_audit.c.at >= since)
+    # Plain rows, streamed: a million-row log never sits in memory or in the identity map.
+    result = session.execute(query.execution_options(yield_per=1000))
+    try:
+        for row in result:
+            yield row._mapping
+    finally:
+        # A reader that stops early must not leave PostgreSQL's server-side cursor open.
+        result.close()
+
+
+def verify(session: Session) -> VerifyReport:
+    """Walk the chain in id order and report the first row that does not hold up."""
+    if session.get_bind().dialect.name == "postgresql" and not session.in_transaction():
+        # The rows and the head must come from one snapshot, or a concurrent append between
+        # the two reads would look like tampering.
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+    checked = 0
+    last_id, last_hash = 0, GENESIS_HASH
+    with closing(_chronological(session)) as rows:
+        for row in rows:
+            row_id = row["id"]
+            if row_id != last_id + 1:
+                return _broken(checked, last_id + 1, f"audit row {last_id + 1} is missing")
+            if row["prev_hash"] != last_hash:
+                problem = f"audit row {row_id} does not follow row {last_id}"
+                return _broken(checked, row_id, problem)
+            if chain_hash(last_hash, row) != row["hash"]:
+                return _broken(checked, row_id, f"audit row {row_id} was altered")
+            checked += 1
+            last_id, last_hash = row_id, row["hash"]
+    head = session.execute(sa.select(_head).where(_head.c.id == _HEAD_ID)).first()
+    if head is None:
+        if checked:
+            return _broken(checked, last_id, "the audit head row is missing")
+        return VerifyReport(ok=True, checked=0)
+    if head.last_id != last_id:
+        return _broken(
+            checked,
+            min(head.last_id, last_id) + 1,
+            f"the audit head points at row {head.last_id} but the last row is {last_id}",
+        )
+    if head.last_hash != last_hash:
+        return _broken(checked, last_id, f"the audit head hash does not match row {last_id}")
+    return VerifyReport(ok=True, checked=checked)
+
+
+def _broken(checked: int, bad_id: int, problem: str) -> VerifyReport:
+    return VerifyReport(ok=False, checked=checked, first_bad_id=bad_id, problem=problem)
+
+
+def _export_record(row: sa.RowMapping) -> dict[str, Any]:
+    record = {name: row[name] for name in EXPORT_COLUMNS}
+    record["at"] = record["at"].isoformat()
+    return record
+
+
+def export(session: Session, fmt: ExportFormat, since: datetime | None = None) -> Iterator[str]:
+    """The log (rows at or after `since`) as lines of CSV with a header, or of JSON."""
+    if fmt == "jsonl":
+        with closing(_chronological(session, since)) as rows:
+            for row in rows:
+                yield canonical_json(_export_record(row)) + "\n"
+        return
+    if fmt != "csv":
+        raise ValueError(f"unknown audit export format {fmt!r}; use csv or jsonl")
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+
+    def line(cells: list[Any]) -> str:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(cells)
+        return buffer.getvalue()
+
+    yield line(list(EXPORT_COLUMNS))
+    with closing(_chronological(session, since)) as rows:
+        for row in rows:
+            record = _export_record(row)
+            cells = [
+                canonical_json(record[name]) if name in _JSON_COLUMNS else record[name]
+                for name in EXPORT_COLUMNS
+            ]
+            yield line(cells)
+
+
+def history(session: Session, subject: str) -> list[AuditRow]:
+    """Every row about `subject` (e.g. `lease:12`), oldest first."""
+    query = select(AuditRow).where(AuditRow.subject == subject).order_by(col(AuditRow.id))
+    return list(session.exec(query))
+
+
+def get(session: Session, audit_id: int) -> AuditRow | None:
+    return session.get(AuditRow, audit_id)

@@ -1,0 +1,147 @@
+"""The database handle: one SQLAlchemy engine per URL, and the sessions and transactions on it.
+
+SQLite (the embedded default) and PostgreSQL (production) are both first-class.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+from sqlmodel import Session, SQLModel
+
+import storage.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+_S = TypeVar("_S", bound=sa.Select[Any])
+
+#: Execution option carried by the write engine; the SQLite `begin` hook reads it.
+_WRITE_OPTION = "gpubot_write"
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalise_url(url: str) -> sa.URL:
+    """Parse `url`, sending every PostgreSQL spelling to the psycopg 3 driver."""
+    parsed = sa.make_url(url)
+    if parsed.drivername in ("postgres", "postgresql"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _is_memory(url: sa.URL) -> bool:
+    return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+
+
+class Database:
+    """Owns the engine for one database URL and hands out sessions.
+
+    `write()` is one transaction: committed when the block ends, rolled back when it raises.
+    On SQLite it starts with BEGIN IMMEDIATE, so a read-then-write transaction takes the write
+    lock up front and waits (busy timeout) instead of failing with "database is locked" when
+    another writer got there first. An in-memory SQLite database has a single connection,
+    so its sessions take turns across threads and must not be nested.
+    """
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = normalise_url(url)
+        self._turns: threading.RLock | None = None
+        if self.url.get_backend_name() == "sqlite":
+            self.engine = self._sqlite_engine(echo)
+        else:
+            # A connection the server dropped (restart, idle timeout) is replaced, not raised.
+            self.engine = sa.create_engine(self.url, echo=echo, pool_pre_ping=True)
+        self._writer = self.engine.execution_options(**{_WRITE_OPTION: True})
+
+    def _sqlite_engine(self, echo: bool) -> Engine:
+        memory = _is_memory(self.url)
+        if memory:
+            # One connection is the whole database; StaticPool keeps it alive for every thread.
+            self._turns = threading.RLock()
+            engine = sa.create_engine(
+                self.url,
+                echo=echo,
+                poolclass=StaticPool,
+                connect_args={"check_same_thread": False},
+            )
+        else:
+            engine = sa.create_engine(self.url, echo=echo)
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+            # pysqlite's own transaction handling would issue a deferred BEGIN lazily;
+            # take it over so `_on_begin` decides how each transaction starts.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+                cursor.execute("PRAGMA foreign_keys = ON")
+                if not memory:
+                    cursor.execute("PRAGMA journal_mode = WAL")
+                    # In WAL mode NORMAL survives an application crash and skips the fsync per
+                    # commit that would otherwise cap us at a few hundred transactions a second;
+                    # only an OS crash or power cut can lose the last commits.
+                    cursor.execute("PRAGMA synchronous = NORMAL")
+            finally:
+                cursor.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            if connection.get_execution_options().get(_WRITE_OPTION):
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                connection.exec_driver_sql("BEGIN")
+
+        return engine
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self.engine.dialect.name
+
+    def _turn(self) -> AbstractContextManager[Any]:
+        return self._turns if self._turns is not None else nullcontext()
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session inside one write transaction: commit on success, rollback on exception."""
+        with (
+            self._turn(),
+            Session(self._writer, expire_on_commit=False) as session,
+            session.begin(),
+        ):
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reads; whatever it did is rolled back when the block ends."""
+        with self._turn(), Session(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A Core connection in one write transaction (migrations, bulk maintenance)."""
+        with self._turn(), self._writer.begin() as connection:
+            yield connection
+
+    def create_all(self) -> None:
+        """Create every table straight from the models (tests; production uses migrations)."""
+        with self.begin() as connection:
+            SQLModel.metadata.create_all(connection)
+
+    def dispose(self) -> None:
+        """Close every pooled connection (an in-memory database is gone afterwards)."""
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"Database({self.url.render_as_string(hide_password=True)!r})"
+
+
+def lock_for_update(session: Session, stmt: _S) -> _S:
+    """Add FOR UPDATE where it means something: PostgreSQL. SQLite writers are already serial."""
+    if session.get_bind().dialect.name == "postgresql":
+        return stmt.with_for_update()
+    return stmt

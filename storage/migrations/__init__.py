@@ -1,0 +1,1 @@
+"""Alembic migrations for gpubot's schema; run them through `storage.migrate`, not alembic.ini."""

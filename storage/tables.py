@@ -1,0 +1,209 @@
+"""The SQLModel tables. Every class ends in `Row` so the storage boundary shows in imports.
+
+All datetimes are timezone-aware UTC (`UtcDateTime` stores them as such on SQLite too).
+Invariant 1 lives here: `ix_lease_gpu_active` is a partial unique index over the GPUs of active
+leases, so the database itself refuses a GPU in two active leases.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp that refuses naive datetimes and always comes back aware (UTC)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; use aware UTC datetimes")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _ts(*, nullable: bool = False, index: bool = False) -> Any:
+    return Field(default=None, sa_column=sa.Column(UtcDateTime(), nullable=nullable, index=index))
+
+
+def _json(*, nullable: bool = False) -> Any:
+    return Field(
+        default_factory=dict, sa_column=sa.Column(sa.JSON(), nullable=nullable, default=dict)
+    )
+
+
+class PoolRow(SQLModel, table=True):
+    __tablename__ = "pool"
+
+    name: str = Field(primary_key=True, max_length=64)
+    model: str = Field(default="", max_length=128)
+    protected: bool = False
+
+
+class NodeRow(SQLModel, table=True):
+    __tablename__ = "node"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, max_length=128)
+    pool: str = Field(foreign_key="pool.name", max_length=64, index=True)
+    drained: bool = False
+
+
+class GpuRow(SQLModel, table=True):
+    __tablename__ = "gpu"
+    __table_args__ = (sa.UniqueConstraint("node_id", "index", name="uq_gpu_node_index"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    node_id: int = Field(foreign_key="node.id", index=True)
+    index: int
+    uuid: str | None = Field(default=None, max_length=96, unique=True)
+    model: str = Field(default="", max_length=128)
+    memory_mib: int = 0
+    pool: str = Field(foreign_key="pool.name", max_length=64, index=True)
+    # ok | unhealthy | unknown | drained (rules.domain.GpuState)
+    state: str = Field(default="ok", max_length=16)
+
+
+class RequestRow(SQLModel, table=True):
+    """A borrow or extend request as a person asked for it, and how it was settled."""
+
+    __tablename__ = "request"
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=16)  # borrow | extend
+    requester: str = Field(max_length=64, index=True)
+    team: str = Field(max_length=64, index=True)
+    pool: str = Field(max_length=64, index=True)
+    gpus: int
+    duration_s: int
+    priority: str = Field(default="normal", max_length=16)
+    reason: str = Field(default="", max_length=2000)
+    # pending | queued | approved | denied | cancelled (rules.domain.RequestState)
+    state: str = Field(max_length=16, index=True)
+    outcome: str = Field(max_length=16)  # what the rules said
+    approvers: list[str] = Field(
+        default_factory=list, sa_column=sa.Column(sa.JSON(), nullable=False)
+    )
+    approval_route: str = Field(default="", max_length=128)  # channel id or "managers"
+    lease_id: int | None = Field(default=None, foreign_key="lease.id")
+    audit_id: int | None = None  # the audit row holding the decision's explanation
+    created_at: datetime = _ts(index=True)
+    decided_at: datetime | None = _ts(nullable=True)
+    decided_by: str | None = Field(default=None, max_length=64)
+
+
+class ApprovalRow(SQLModel, table=True):
+    """One person's verdict on one request. Unique per request: exactly one decision wins."""
+
+    __tablename__ = "approval"
+
+    id: int | None = Field(default=None, primary_key=True)
+    request_id: int = Field(foreign_key="request.id", unique=True)
+    approver: str = Field(max_length=64)
+    verdict: str = Field(max_length=16)  # approve | deny
+    reason: str = Field(default="", max_length=2000)
+    at: datetime = _ts()
+
+
+class LeaseRow(SQLModel, table=True):
+    __tablename__ = "lease"
+
+    id: int | None = Field(default=None, primary_key=True)
+    holder: str = Field(max_length=64, index=True)
+    team: str = Field(max_length=64, index=True)
+    pool: str = Field(max_length=64, index=True)
+    gpus: int
+    priority: str = Field(default="normal", max_length=16)
+    protected: bool = False
+    reason: str = Field(default="", max_length=2000)
+    # active | released | reclaimed | expired ... (rules.domain.LeaseState)
+    state: str = Field(max_length=16, index=True)
+    granted_at: datetime = _ts()
+    expires_at: datetime = _ts(index=True)
+    ended_at: datetime | None = _ts(nullable=True)
+    end_reason: str = Field(default="", max_length=64)
+    extensions: int = 0
+    extended_s: int = 0
+    # When each kind of warning was delivered (Slack answered ok), keyed by reason.
+    warnings: dict[str, Any] = _json()
+    snoozes: int = 0
+    snoozed_until: datetime | None = _ts(nullable=True)
+
+
+class LeaseGpuRow(SQLModel, table=True):
+    """The GPUs of a lease. `active` is cleared when the lease ends; see ix_lease_gpu_active."""
+
+    __tablename__ = "lease_gpu"
+    __table_args__ = (
+        sa.Index(
+            "ix_lease_gpu_active",
+            "gpu_id",
+            unique=True,
+            sqlite_where=sa.text("active"),
+            postgresql_where=sa.text("active"),
+        ),
+    )
+
+    lease_id: int = Field(foreign_key="lease.id", primary_key=True)
+    gpu_id: int = Field(foreign_key="gpu.id", primary_key=True)
+    active: bool = True
+
+
+class AuditRow(SQLModel, table=True):
+    """One decision or state change. Append-only; `hash` chains each row to the one before."""
+
+    __tablename__ = "audit"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = _ts(index=True)
+    actor: str = Field(max_length=64)
+    tag: str = Field(max_length=64, index=True)  # subject:action, e.g. lease:granted
+    subject: str = Field(max_length=64, index=True)  # e.g. lease:12, request:7, rules
+    outcome: str = Field(default="", max_length=32)
+    deciding_rule: str = Field(default="", max_length=128)
+    matching_rules: list[str] = Field(
+        default_factory=list, sa_column=sa.Column(sa.JSON(), nullable=False)
+    )
+    facts: dict[str, Any] = _json()
+    detail: dict[str, Any] = _json()
+    revision: str = Field(default="", max_length=80)
+    engine: str = Field(default="", max_length=16)
+    prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64, unique=True)
+
+
+class AuditHeadRow(SQLModel, table=True):
+    """The chain's head, one row, locked by every appender so the chain never forks."""
+
+    __tablename__ = "audit_head"
+
+    id: int = Field(default=1, primary_key=True)
+    last_id: int = 0
+    last_hash: str = Field(max_length=64)
+
+
+class SettingRow(SQLModel, table=True):
+    """Runtime switches admins flip from Slack (the automation kill switch, drains)."""
+
+    __tablename__ = "setting"
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(max_length=256)
+    updated_at: datetime = _ts()
+    updated_by: str = Field(max_length=64)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

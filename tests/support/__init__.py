@@ -1,0 +1,1 @@
+"""Test infrastructure shared by every test layer (servers, builders), kept out of conftest."""

@@ -1,0 +1,108 @@
+"""`Database`: URLs, transactions that commit or roll back whole, SQLite tuned for many writers."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import func, select
+
+from storage.db import Database, lock_for_update, normalise_url
+from storage.tables import PoolRow, SettingRow
+
+NOW = datetime(2025, 3, 14, 9, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://gpubot:pw@db:5432/gpubot",
+        "postgresql://gpubot:pw@db:5432/gpubot",
+        "postgresql+psycopg://gpubot:pw@db:5432/gpubot",
+    ],
+)
+def test_every_postgres_spelling_uses_psycopg(url: str) -> None:
+    """Heroku-style and plain PostgreSQL URLs are sent to the psycopg 3 driver."""
+    assert "postgresql+psycopg" == normalise_url(url).drivername
+
+
+def test_the_dialect_is_named(database: Database) -> None:
+    """`dialect` says which backend the URL selected."""
+    assert database.dialect in ("sqlite", "postgresql")
+
+
+def test_a_write_block_commits_when_it_ends(database: Database) -> None:
+    """Rows added in `write()` are there for the next reader."""
+    with database.write() as session:
+        session.add(PoolRow(name="a100"))
+    with database.read() as session:
+        assert ["a100"] == list(session.exec(select(PoolRow.name)))
+
+
+def test_a_write_block_rolls_back_when_it_raises(database: Database) -> None:
+    """An exception inside `write()` leaves nothing behind and propagates."""
+
+    def add_then_fail() -> None:
+        with database.write() as session:
+            session.add(PoolRow(name="a100"))
+            session.flush()
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        add_then_fail()
+    with database.read() as session:
+        assert [] == list(session.exec(select(PoolRow.name)))
+
+
+def test_lock_for_update_locks_rows_only_on_postgres(database: Database) -> None:
+    """FOR UPDATE is added on PostgreSQL; SQLite already serialises its writers."""
+    with database.read() as session:
+        stmt = lock_for_update(session, select(PoolRow))
+    rendered = str(stmt.compile(dialect=sa.create_engine("postgresql+psycopg://").dialect))
+    assert (database.dialect == "postgresql") == ("FOR UPDATE" in rendered)
+
+
+def test_a_sqlite_file_is_opened_in_wal_mode_with_foreign_keys(tmp_path: Path) -> None:
+    """A file database gets WAL, NORMAL sync, a 30 s busy timeout and enforced foreign keys."""
+    database = Database(f"sqlite:///{tmp_path / 'gpubot.db'}")
+    try:
+        with database.read() as session:
+            pragmas = [
+                session.execute(sa.text(f"PRAGMA {name}")).scalar_one()
+                for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+            ]
+    finally:
+        database.dispose()
+    assert ["wal", 1, 30_000, 1] == pragmas
+
+
+def test_concurrent_read_then_write_transactions_all_succeed_on_a_sqlite_file(
+    tmp_path: Path,
+) -> None:
+    """BEGIN IMMEDIATE makes writers queue instead of failing with "database is locked"."""
+    database = Database(f"sqlite:///{tmp_path / 'gpubot.db'}")
+    database.create_all()
+
+    def count_then_insert(worker: int) -> None:
+        for turn in range(20):
+            with database.write() as session:
+                seen = session.exec(select(func.count()).select_from(SettingRow)).one()
+                session.add(
+                    SettingRow(
+                        key=f"{worker}-{turn}", value=str(seen), updated_at=NOW, updated_by="U"
+                    )
+                )
+
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for done in [pool.submit(count_then_insert, worker) for worker in range(8)]:
+                done.result()
+        with database.read() as session:
+            seen_counts = sorted(int(value) for value in session.exec(select(SettingRow.value)))
+    finally:
+        database.dispose()
+    # Each writer saw every earlier commit: the transactions ran one after another.
+    assert list(range(160)) == seen_counts
