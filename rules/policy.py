@@ -173,22 +173,19 @@ def _split(template: str) -> tuple[str, ...]:
 
 
 def fill(parts: tuple[str, ...], facts: Mapping[str, Any]) -> str:
-    out = []
-    for i, part in enumerate(parts):
-        if not i % 2:
-            out.append(part)
-            continue
-        value = facts.get(part)
-        spec = _ANY_SPEC.get(part)
-        if spec is not None and spec.type == FactType.DURATION and isinstance(value, int | float):
-            out.append(format_duration(timedelta(minutes=value)))
-        elif isinstance(value, bool):
-            out.append("yes" if value else "no")
-        elif isinstance(value, float) and value.is_integer():
-            out.append(str(int(value)))
-        else:
-            out.append(str(value))
-    return "".join(out)
+    return "".join(show(part, facts.get(part)) if i % 2 else part for i, part in enumerate(parts))
+
+
+def show(name: str, value: Any) -> str:
+    """One fact value as a person reads it: durations as 6h, booleans as yes/no."""
+    spec = _ANY_SPEC.get(name)
+    if spec is not None and spec.type == FactType.DURATION and isinstance(value, int | float):
+        return format_duration(timedelta(minutes=value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 _ANY_SPEC = {name: spec for specs in CATALOGUE.values() for name, spec in specs.items()}

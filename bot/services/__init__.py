@@ -1,0 +1,134 @@
+"""The use cases, behind one facade the adapters (Slack, CLI, scheduler) call.
+
+No Slack here: every method takes plain values and returns views or a `Refused`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from bot.services import borrowing, explain, leases
+from bot.services.borrowing import BorrowAsk
+from bot.services.context import Context, record, utcnow
+from bot.services.inventory import sync_inventory
+from bot.services.queries import list_leases, list_requests
+from bot.services.views import (
+    BorrowResult,
+    Explanation,
+    ExtendResult,
+    LeaseView,
+    Refused,
+    ReleaseResult,
+    RequestView,
+    SettleResult,
+)
+from rules.engine.live import EngineName, LivePolicy
+from rules.errors import PolicyError
+from rules.policy import Policy
+from storage.db import Database
+
+__all__ = ["BorrowAsk", "Refused", "Services"]
+
+
+class Services:
+    """Borrow, approve, deny, cancel, extend, release, why; plus rules reload and inventory."""
+
+    def __init__(
+        self,
+        db: Database,
+        live: LivePolicy,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.ctx = Context(db, live, clock)
+
+    @classmethod
+    def open(
+        cls,
+        db: Database,
+        sources: Mapping[str, str],
+        *,
+        engine: EngineName = "durable",
+        clock: Callable[[], datetime] = utcnow,
+    ) -> Services:
+        """Load the rules (refusing broken ones), then bring the inventory in step with them."""
+        services = cls(db, LivePolicy(sources, engine), clock)
+        services.sync_inventory()
+        return services
+
+    @property
+    def policy(self) -> Policy:
+        return self.ctx.policy
+
+    @property
+    def db(self) -> Database:
+        return self.ctx.db
+
+    def borrow(self, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
+        return borrowing.borrow(self.ctx, user, ask)
+
+    def approve(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
+        return borrowing.settle(self.ctx, user, request_id, approve=True, reason=reason)
+
+    def deny(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
+        return borrowing.settle(self.ctx, user, request_id, approve=False, reason=reason)
+
+    def cancel(self, user: str, request_id: int) -> RequestView | Refused:
+        return borrowing.cancel(self.ctx, user, request_id)
+
+    def extend(
+        self, user: str, lease_id: int, by: timedelta, reason: str = ""
+    ) -> ExtendResult | Refused:
+        return leases.extend(self.ctx, user, lease_id, by, reason)
+
+    def release(self, user: str, lease_id: int | None = None) -> ReleaseResult | Refused:
+        return leases.release(self.ctx, user, lease_id)
+
+    def why(self, user: str, ref: str) -> Explanation | Refused:
+        return explain.why(self.ctx, user, ref)
+
+    def leases(self, holder: str | None = None, *, active_only: bool = True) -> list[LeaseView]:
+        with self.db.read() as session:
+            return list_leases(session, holder=holder, active_only=active_only)
+
+    def requests(self, requester: str | None = None) -> list[RequestView]:
+        with self.db.read() as session:
+            return list_requests(session, requester=requester)
+
+    def sync_inventory(self, actor: str = borrowing.SYSTEM) -> list[str]:
+        with self.db.write() as session:
+            return sync_inventory(session, self.policy, at=self.ctx.now(), actor=actor)
+
+    def reload_rules(self, actor: str, sources: Mapping[str, str]) -> Policy:
+        """Swap in new rule files if they load and pass their cases; audit either way.
+
+        Raises PolicyError (with every problem located) and keeps the rules in force.
+        """
+        before = self.policy.revision
+        now = self.ctx.now()
+        try:
+            policy = self.ctx.live.reload(sources)
+        except PolicyError as exc:
+            with self.db.write() as session:
+                record(
+                    session,
+                    at=now,
+                    actor=actor,
+                    tag="rules:rejected",
+                    subject="rules",
+                    outcome="rejected",
+                    detail={"in_force": before, "problems": [str(p) for p in exc.problems]},
+                )
+            raise
+        with self.db.write() as session:
+            record(
+                session,
+                at=now,
+                actor=actor,
+                tag="rules:reloaded",
+                subject="rules",
+                outcome="reloaded",
+                detail={"from": before, "to": policy.revision, "files": list(policy.files)},
+            )
+            sync_inventory(session, policy, at=now, actor=actor)
+        return policy

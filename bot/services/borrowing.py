@@ -1,0 +1,396 @@
+"""Borrowing: a person asks, the rules decide, and a manager settles what the rules left open.
+
+Each use case is one database transaction; its audit rows are written in that transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from bot.services.context import Context, record
+from bot.services.queries import free_gpus, gpu_ids, lease_view, pool_usage, request_view
+from bot.services.views import BorrowResult, LeaseView, Refused, RequestView, SettleResult
+from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
+from rules.engine import Decision
+from rules.facts import request_facts
+from rules.placement import place
+from rules.policy import Policy
+from storage.db import lock_for_update
+from storage.tables import ApprovalRow, LeaseGpuRow, LeaseRow, PoolRow, RequestRow
+
+SYSTEM = "gpubot"  # the actor of what the bot does on its own
+
+
+@dataclass(frozen=True)
+class BorrowAsk:
+    """What a person asked for; a missing duration takes the pool's default."""
+
+    pool: str
+    gpus: int
+    duration: timedelta | None = None
+    priority: Priority = Priority.NORMAL
+    reason: str = ""
+
+
+def approvers_for(policy: Policy, team: str, who: str) -> list[str]:
+    managers = sorted(policy.teams[team].managers) if who == "managers" else []
+    return managers + sorted(a for a in policy.admins if a not in managers)
+
+
+def route_for(policy: Policy, team: str, who: str) -> str:
+    channel = policy.teams[team].approval_channel
+    return (
+        channel if who == "managers" and channel else "managers" if who == "managers" else "admins"
+    )
+
+
+def check_ask(policy: Policy, user: str, ask: BorrowAsk) -> Refused | None:
+    """What no rule needs to weigh: unknown pools, impossible counts, people in no team."""
+    if policy.team_of(user) is None:
+        return Refused(
+            f"<@{user}> is not a member of any team in the rule files, so there is no quota "
+            "to borrow from. Ask an admin to add you to a team.",
+            code="no-team",
+        )
+    if ask.pool not in policy.pools:
+        pools = ", ".join(sorted(policy.pools))
+        return Refused(f"There is no pool called `{ask.pool}`. Pools: {pools}.", "no-pool")
+    if ask.gpus < 1:
+        return Refused("Ask for at least one GPU, e.g. `2 a100 for 6h`.", "bad-count")
+    if ask.duration is not None and ask.duration <= timedelta(0):
+        return Refused("The duration must be positive, e.g. `for 6h`.", "bad-duration")
+    return None
+
+
+def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
+    """Decide a borrow: approve places GPUs at once, ask waits for a manager, queue waits for
+    GPUs, deny says why. Everything, the audit rows too, commits together or not at all."""
+    policy = ctx.policy
+    refused = check_ask(policy, user, ask)
+    if refused is not None:
+        return refused
+    team = policy.team_of(user)
+    assert team is not None
+    duration = ask.duration or policy.pools[ask.pool].limits.default_duration
+    now = ctx.now()
+    with ctx.db.write() as session:
+        _lock_pool(session, ask.pool)
+        usage = pool_usage(session, ask.pool)
+        facts = request_facts(
+            policy,
+            kind=RequestKind.BORROW,
+            user=user,
+            team=team.name,
+            pool=ask.pool,
+            gpus=ask.gpus,
+            duration=duration,
+            priority=ask.priority,
+            has_reason=bool(ask.reason.strip()),
+            usage=usage,
+        )
+        decision = ctx.live.decide(Subject.REQUEST, facts)
+        assert decision.verdict is not None
+        assert decision.verdict.outcome is not None
+        outcome = decision.verdict.outcome
+        approvers = decision.verdict.approvers or "managers"
+        request = RequestRow(
+            kind=RequestKind.BORROW,
+            requester=user,
+            team=team.name,
+            pool=ask.pool,
+            gpus=ask.gpus,
+            duration_s=int(duration.total_seconds()),
+            priority=ask.priority,
+            reason=ask.reason.strip(),
+            state=_STATE_OF[outcome],
+            outcome=str(decision.verdict),
+            approvers=approvers_for(policy, team.name, approvers) if outcome == Outcome.ASK else [],
+            approval_route=route_for(policy, team.name, approvers)
+            if outcome == Outcome.ASK
+            else "",
+            created_at=now,
+        )
+        if outcome in (Outcome.APPROVE, Outcome.DENY):
+            request.decided_at, request.decided_by = now, SYSTEM
+        session.add(request)
+        session.flush()
+        row = record(
+            session,
+            at=now,
+            actor=user,
+            tag=f"borrow:{_TAG_OF[outcome]}",
+            subject=f"request:{request.id}",
+            decision=decision,
+            detail={"gpus": ask.gpus, "pool": ask.pool, "duration_s": request.duration_s},
+        )
+        request.audit_id = row.id
+        lease = None
+        if outcome == Outcome.APPROVE:
+            lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
+            if lease is None:  # the rules saw free GPUs, placement found none: wait for them
+                request.state, request.outcome = RequestState.QUEUED, Outcome.QUEUE.value
+                outcome = Outcome.QUEUE
+        session.add(request)
+        session.flush()
+        view = request_view(request)
+    return BorrowResult(outcome, view, decision.because, decision.deciding, lease)
+
+
+_STATE_OF = {
+    Outcome.APPROVE: RequestState.APPROVED,
+    Outcome.ASK: RequestState.PENDING,
+    Outcome.QUEUE: RequestState.QUEUED,
+    Outcome.DENY: RequestState.DENIED,
+}
+_TAG_OF = {
+    Outcome.APPROVE: "approved",
+    Outcome.ASK: "asked",
+    Outcome.QUEUE: "queued",
+    Outcome.DENY: "denied",
+}
+
+
+def _lock_pool(session: Session, pool: str) -> None:
+    """Serialise decisions in one pool: quota and free GPUs are read, then changed."""
+    session.exec(lock_for_update(session, select(PoolRow).where(PoolRow.name == pool))).one()
+
+
+def _grant(
+    ctx: Context,
+    session: Session,
+    request: RequestRow,
+    now: datetime,
+    *,
+    actor: str,
+    decision: Decision | None,
+) -> LeaseView | None:
+    """Place the request's GPUs best-fit and create the active lease; None if they don't fit."""
+    slots = place(free_gpus(session, request.pool), request.gpus)
+    if slots is None:
+        return None
+    pool = ctx.policy.pools[request.pool]
+    lease = LeaseRow(
+        holder=request.requester,
+        team=request.team,
+        pool=request.pool,
+        gpus=request.gpus,
+        priority=request.priority,
+        protected=pool.protected,
+        reason=request.reason,
+        state=LeaseState.ACTIVE,
+        granted_at=now,
+        expires_at=now + timedelta(seconds=request.duration_s),
+    )
+    session.add(lease)
+    session.flush()
+    assert lease.id is not None
+    for gpu_id in gpu_ids(session, slots):
+        session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=True))
+    session.flush()  # the partial unique index refuses a GPU already in an active lease here
+    request.lease_id = lease.id
+    view = lease_view(session, lease)
+    record(
+        session,
+        at=now,
+        actor=actor,
+        tag="lease:granted",
+        subject=f"lease:{lease.id}",
+        outcome="active",
+        detail={
+            "request": request.id,
+            "holder": lease.holder,
+            "gpus": [f"{s.node}:{s.index}" for s in view.gpus],
+            "expires_at": lease.expires_at.isoformat(),
+            "revision": decision.revision if decision else ctx.policy.revision,
+        },
+    )
+    return view
+
+
+def _load_request(session: Session, request_id: int) -> RequestRow | None:
+    stmt = select(RequestRow).where(RequestRow.id == request_id)
+    return session.exec(lock_for_update(session, stmt)).first()
+
+
+def settle(
+    ctx: Context, user: str, request_id: int, *, approve: bool, reason: str = ""
+) -> SettleResult | Refused:
+    """A manager's (or admin's) Approve or Deny. Exactly one settles a request; repeated
+    clicks answer with what already happened and change nothing."""
+    policy = ctx.policy
+    now = ctx.now()
+    verdict = "approve" if approve else "deny"
+    try:
+        with ctx.db.write() as session:
+            request = _load_request(session, request_id)
+            if request is None:
+                return Refused(f"There is no request R{request_id}.", "no-request")
+            if request.state != RequestState.PENDING:
+                return _already(session, request)
+            refusal = _may_settle(policy, user, request)
+            if refusal is not None:
+                record(
+                    session,
+                    at=now,
+                    actor=user,
+                    tag="approval:refused",
+                    subject=f"request:{request.id}",
+                    outcome="refused",
+                    detail={"verdict": verdict, "why": refusal},
+                )
+                return Refused(refusal, "not-allowed")
+            session.add(
+                ApprovalRow(
+                    request_id=request_id, approver=user, verdict=verdict, reason=reason, at=now
+                )
+            )
+            session.flush()  # one approval per request: a concurrent second one fails here
+            request.decided_at, request.decided_by = now, user
+            if not approve:
+                return _deny(session, request, user, reason, now=now)
+            return _approve(ctx, session, request, user, reason, now=now)
+    except IntegrityError:
+        with ctx.db.read() as session:
+            request = session.get(RequestRow, request_id)
+            assert request is not None
+            return _already(session, request)
+
+
+def _may_settle(policy: Policy, user: str, request: RequestRow) -> str | None:
+    if user == request.requester:
+        return "Nobody approves or denies their own request; a manager or an admin will."
+    if user not in request.approvers:
+        who = ", ".join(f"<@{a}>" for a in request.approvers) or "an admin"
+        return f"You may not settle R{request.id}; it waits for {who}."
+    return None
+
+
+def _already(session: Session, request: RequestRow) -> SettleResult:
+    lease = None
+    if request.lease_id is not None:
+        row = session.get(LeaseRow, request.lease_id)
+        lease = lease_view(session, row) if row else None
+    by = f" by <@{request.decided_by}>" if request.decided_by else ""
+    message = f"R{request.id} was already settled{by}: it is {request.state}."
+    return SettleResult(request_view(request), lease, message, already_settled=True)
+
+
+def _deny(
+    session: Session, request: RequestRow, user: str, reason: str, *, now: datetime
+) -> SettleResult:
+    request.state = RequestState.DENIED
+    session.add(request)
+    record(
+        session,
+        at=now,
+        actor=user,
+        tag=f"{request.kind}:denied",
+        subject=f"request:{request.id}",
+        outcome="deny",
+        detail={"reason": reason, "by": user},
+    )
+    message = f"<@{user}> denied R{request.id}" + (f": {reason}" if reason else ".")
+    return SettleResult(request_view(request), None, message)
+
+
+def _approve(
+    ctx: Context, session: Session, request: RequestRow, user: str, reason: str, *, now: datetime
+) -> SettleResult:
+    """An approval answers `ask`; the rules are asked again so a deny or a full pool still
+    holds (quotas may have moved since the request was made)."""
+    if request.kind == RequestKind.EXTEND:
+        from bot.services.leases import apply_extension  # noqa: PLC0415 - mutual use cases
+
+        lease = apply_extension(ctx, session, request, actor=user, now=now)
+        request.state = RequestState.APPROVED
+        session.add(request)
+        return SettleResult(request_view(request), lease, f"<@{user}> approved R{request.id}.")
+    _lock_pool(session, request.pool)
+    decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, request))
+    assert decision.verdict is not None
+    outcome = decision.verdict.outcome
+    detail = {"reason": reason, "by": user, "rules_now": str(decision.verdict)}
+    if outcome == Outcome.DENY:
+        request.state = RequestState.DENIED
+        session.add(request)
+        record(
+            session,
+            at=now,
+            actor=user,
+            tag="borrow:denied",
+            subject=f"request:{request.id}",
+            decision=decision,
+            detail=detail,
+        )
+        message = f"R{request.id} can no longer be granted: {decision.because}"
+        return SettleResult(request_view(request), None, message)
+    record(
+        session,
+        at=now,
+        actor=user,
+        tag="borrow:approved",
+        subject=f"request:{request.id}",
+        decision=decision,
+        outcome="approve",
+        detail=detail,
+    )
+    granted = _grant(ctx, session, request, now, actor=user, decision=decision)
+    if granted is None:
+        request.state = RequestState.QUEUED
+        session.add(request)
+        message = f"<@{user}> approved R{request.id}; it waits for free GPUs."
+        return SettleResult(request_view(request), None, message)
+    request.state = RequestState.APPROVED
+    session.add(request)
+    return SettleResult(request_view(request), granted, f"<@{user}> approved R{request.id}.")
+
+
+def _facts_again(ctx: Context, session: Session, request: RequestRow) -> dict[str, object]:
+    return request_facts(
+        ctx.policy,
+        kind=RequestKind.BORROW,
+        user=request.requester,
+        team=request.team,
+        pool=request.pool,
+        gpus=request.gpus,
+        duration=timedelta(seconds=request.duration_s),
+        priority=Priority(request.priority),
+        has_reason=bool(request.reason),
+        usage=pool_usage(session, request.pool),
+    )
+
+
+def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:
+    """The requester (or an admin) withdraws a request still waiting for a person or GPUs."""
+    now = ctx.now()
+    with ctx.db.write() as session:
+        request = _load_request(session, request_id)
+        if request is None:
+            return Refused(f"There is no request R{request_id}.", "no-request")
+        if user != request.requester and not ctx.policy.is_admin(user):
+            return Refused(f"R{request_id} is <@{request.requester}>'s to cancel.", "not-yours")
+        if not RequestState(request.state).is_open:
+            return Refused(f"R{request_id} is already {request.state}.", "settled")
+        request.state, request.decided_at, request.decided_by = RequestState.CANCELLED, now, user
+        session.add(request)
+        record(
+            session,
+            at=now,
+            actor=user,
+            tag="request:cancelled",
+            subject=f"request:{request.id}",
+            outcome="cancelled",
+        )
+        return request_view(request)
+
+
+def open_requests_for(session: Session, user: str) -> list[RequestRow]:
+    stmt = select(RequestRow).where(
+        RequestRow.requester == user,
+        col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]),
+    )
+    return list(session.exec(stmt).all())

@@ -1,0 +1,144 @@
+"""`why`: the stored explanation of any decision, rebuilt from the audit log alone."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from sqlmodel import Session, select
+
+from bot.services.context import Context
+from bot.services.views import Explanation, Refused
+from rules.domain import format_duration
+from rules.policy import show
+from storage import audit
+from storage.tables import AuditRow, LeaseRow, RequestRow
+
+_REF = re.compile(r"^\s*(?:(?P<kind>[RrLlAa#])\s*)?(?P<id>\d+)\s*$")
+# The facts worth showing a person; the audit row keeps them all.
+_KEY_FACTS = (
+    "request.gpus",
+    "request.pool",
+    "request.duration",
+    "team.used",
+    "team.used_after",
+    "team.nominal",
+    "team.limit",
+    "pool.free",
+    "pool.lendable",
+)
+
+
+def why(ctx: Context, user: str, ref: str) -> Explanation | Refused:
+    """Explain R<n> (a request), L<n> (a lease) or A<n> (one audit row) to those allowed."""
+    m = _REF.match(ref)
+    if not m:
+        return Refused(
+            f"`{ref}` is not an id. Use R12 for a request, L7 for a lease, A31 for an audit entry.",
+            "bad-ref",
+        )
+    kind, number = (m.group("kind") or "").upper(), int(m.group("id"))
+    if not kind:
+        return Refused(
+            f"Say which {number} you mean: R{number} (request) or L{number} (lease).", "ambiguous"
+        )
+    with ctx.db.read() as session:
+        if kind == "R":
+            return _request(ctx, session, user, number)
+        if kind == "L":
+            return _lease(ctx, session, user, number)
+        return _audit_row(ctx, session, user, number)
+
+
+def may_see(ctx: Context, user: str, owner: str, team: str) -> bool:
+    """The person concerned, their team's managers and admins."""
+    policy = ctx.policy
+    managers = policy.teams[team].managers if team in policy.teams else frozenset()
+    return user == owner or user in managers or policy.is_admin(user)
+
+
+def _request(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
+    request = session.get(RequestRow, number)
+    if request is None:
+        return Refused(f"There is no request R{number}.", "no-request")
+    if not may_see(ctx, user, request.requester, request.team):
+        return Refused(
+            f"R{number} is <@{request.requester}>'s; only they, their managers and "
+            "admins may see why.",
+            "not-allowed",
+        )
+    length = format_duration(timedelta(seconds=request.duration_s))
+    size = f"{request.gpus} {request.pool} for {length}"
+    summary = (
+        f"R{number}: <@{request.requester}> asked for {size} ({request.kind}); "
+        f"it is {request.state}."
+    )
+    rows = audit.history(session, f"request:{number}")
+    if request.lease_id is not None:
+        rows += audit.history(session, f"lease:{request.lease_id}")
+    return Explanation(f"R{number}", summary, tuple(_lines(sorted(rows, key=_order))))
+
+
+def _lease(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
+    lease = session.get(LeaseRow, number)
+    if lease is None:
+        return Refused(f"There is no lease L{number}.", "no-lease")
+    if not may_see(ctx, user, lease.holder, lease.team):
+        return Refused(
+            f"L{number} is <@{lease.holder}>'s; only they, their managers and admins may see why.",
+            "not-allowed",
+        )
+    summary = (
+        f"L{number}: {lease.gpus} {lease.pool} GPUs held by <@{lease.holder}>; it is {lease.state}."
+    )
+    rows = audit.history(session, f"lease:{number}")
+    requests = session.exec(select(RequestRow.id).where(RequestRow.lease_id == number)).all()
+    for request_id in requests:
+        rows += audit.history(session, f"request:{request_id}")
+    return Explanation(f"L{number}", summary, tuple(_lines(sorted(rows, key=_order))))
+
+
+def _audit_row(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
+    row = audit.get(session, number)
+    if row is None:
+        return Refused(f"There is no audit entry A{number}.", "no-audit")
+    if not ctx.policy.is_admin(user) and row.actor != user:
+        return Refused("Only admins may read audit entries about others.", "not-allowed")
+    return Explanation(f"A{number}", f"A{number}: {row.tag} on {row.subject}", tuple(_lines([row])))
+
+
+def _order(row: AuditRow) -> int:
+    return row.id or 0
+
+
+def _lines(rows: list[AuditRow]) -> list[str]:
+    out = []
+    for row in rows:
+        when = row.at.strftime("%Y-%m-%d %H:%M UTC")
+        head = (
+            f"A{row.id} {when} `{row.tag}` by <@{row.actor}>"
+            if row.actor != "gpubot"
+            else (f"A{row.id} {when} `{row.tag}` by gpubot")
+        )
+        because = str(row.detail.get("because", "")) if row.detail else ""
+        if row.deciding_rule:
+            rule = (
+                "no rule matched (default)"
+                if row.deciding_rule == "default"
+                else (f"rule `{row.deciding_rule}`")
+            )
+            head += f": {row.outcome} by {rule}"
+            if because:
+                head += f", because {because}"
+            others = [r for r in row.matching_rules if r != row.deciding_rule]
+            if others:
+                head += f"; also matched: {', '.join(others)}"
+            seen = ", ".join(f"{k}={show(k, row.facts[k])}" for k in _KEY_FACTS if k in row.facts)
+            if seen:
+                head += f" (saw {seen}; rules {row.revision}, {row.engine})"
+            for would in row.detail.get("would_have", []) if row.detail else []:
+                head += f"; observe-only rule `{would['rule']}` would have said {would['then']}"
+        elif row.detail.get("reason"):
+            head += f": {row.detail['reason']}"
+        out.append(head)
+    return out

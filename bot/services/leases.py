@@ -1,0 +1,217 @@
+"""Extending and releasing leases: only the holder or an admin may do either."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlmodel import Session, col, select, update
+
+from bot.services.borrowing import approvers_for, open_requests_for, route_for
+from bot.services.context import Context, record
+from bot.services.queries import lease_view, pool_usage, request_view
+from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult
+from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
+from rules.facts import request_facts
+from storage.db import lock_for_update
+from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
+
+
+def _load_lease(session: Session, lease_id: int) -> LeaseRow | None:
+    stmt = select(LeaseRow).where(LeaseRow.id == lease_id)
+    return session.exec(lock_for_update(session, stmt)).first()
+
+
+def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
+    if user != lease.holder and not ctx.policy.is_admin(user):
+        return Refused(
+            f"L{lease.id} is held by <@{lease.holder}>; only they or an admin may change it.",
+            "not-yours",
+        )
+    if lease.state != LeaseState.ACTIVE:
+        return Refused(f"L{lease.id} is {lease.state}, no longer active.", "not-active")
+    return None
+
+
+def extend(
+    ctx: Context, user: str, lease_id: int, by: timedelta, reason: str = ""
+) -> ExtendResult | Refused:
+    """Ask the rules for more time: approve extends at once, ask waits for a manager."""
+    if by <= timedelta(0):
+        return Refused("Extend by a positive duration, e.g. `+2h`.", "bad-duration")
+    policy = ctx.policy
+    now = ctx.now()
+    with ctx.db.write() as session:
+        lease = _load_lease(session, lease_id)
+        if lease is None:
+            return Refused(f"There is no lease L{lease_id}.", "no-lease")
+        refused = _mine(ctx, user, lease)
+        if refused is not None:
+            return refused
+        if lease.team not in policy.teams or lease.pool not in policy.pools:
+            return Refused(f"L{lease_id}'s team or pool left the rule files; ask an admin.")
+        facts = request_facts(
+            policy,
+            kind=RequestKind.EXTEND,
+            user=lease.holder,
+            team=lease.team,
+            pool=lease.pool,
+            gpus=lease.gpus,
+            duration=by,
+            priority=Priority(lease.priority),
+            has_reason=bool(reason.strip()) or bool(lease.reason),
+            usage=pool_usage(session, lease.pool),
+            lease_extensions=lease.extensions,
+            lease_extended=timedelta(seconds=lease.extended_s),
+        )
+        decision = ctx.live.decide(Subject.REQUEST, facts)
+        assert decision.verdict is not None
+        assert decision.verdict.outcome is not None
+        outcome = decision.verdict.outcome
+        # An extension cannot wait for GPUs it already holds: "queue" means "not now".
+        state = {
+            Outcome.APPROVE: RequestState.APPROVED,
+            Outcome.ASK: RequestState.PENDING,
+        }.get(outcome, RequestState.DENIED)
+        who = decision.verdict.approvers or "managers"
+        request = RequestRow(
+            kind=RequestKind.EXTEND,
+            requester=user,
+            team=lease.team,
+            pool=lease.pool,
+            gpus=lease.gpus,
+            duration_s=int(by.total_seconds()),
+            priority=lease.priority,
+            reason=reason.strip(),
+            state=state,
+            outcome=str(decision.verdict),
+            approvers=approvers_for(policy, lease.team, who)
+            if state == RequestState.PENDING
+            else [],
+            approval_route=route_for(policy, lease.team, who)
+            if state == RequestState.PENDING
+            else "",
+            lease_id=lease.id,
+            created_at=now,
+        )
+        if state != RequestState.PENDING:
+            request.decided_at, request.decided_by = now, "gpubot"
+        session.add(request)
+        session.flush()
+        tag = {RequestState.APPROVED: "approved", RequestState.PENDING: "asked"}.get(
+            state, "denied"
+        )
+        row = record(
+            session,
+            at=now,
+            actor=user,
+            tag=f"extend:{tag}",
+            subject=f"request:{request.id}",
+            decision=decision,
+            detail={"lease": lease.id, "by_s": request.duration_s},
+        )
+        request.audit_id = row.id
+        session.add(request)
+        view = lease_view(session, lease)
+        if state == RequestState.APPROVED:
+            view = apply_extension(ctx, session, request, actor="gpubot", now=now)
+        if outcome == Outcome.QUEUE:
+            outcome = Outcome.DENY
+        return ExtendResult(
+            outcome, view, decision.because, decision.deciding, request_view(request)
+        )
+
+
+def apply_extension(
+    ctx: Context, session: Session, request: RequestRow, *, actor: str, now: datetime
+) -> LeaseView:
+    """Move the expiry, count the extension and clear the expiry warnings it made moot."""
+    assert request.lease_id is not None
+    lease = _load_lease(session, request.lease_id)
+    assert lease is not None
+    before = lease.expires_at
+    lease.expires_at = max(lease.expires_at, now) + timedelta(seconds=request.duration_s)
+    lease.extensions += 1
+    lease.extended_s += request.duration_s
+    lease.warnings = {k: v for k, v in lease.warnings.items() if not k.startswith("expiry")}
+    session.add(lease)
+    session.flush()
+    record(
+        session,
+        at=now,
+        actor=actor,
+        tag="lease:extended",
+        subject=f"lease:{lease.id}",
+        outcome="active",
+        detail={
+            "request": request.id,
+            "from": before.isoformat(),
+            "to": lease.expires_at.isoformat(),
+            "extensions": lease.extensions,
+        },
+    )
+    return lease_view(session, lease)
+
+
+def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResult | Refused:
+    """Give GPUs back: one lease, or (lease_id None) every lease and open request of `user`."""
+    now = ctx.now()
+    with ctx.db.write() as session:
+        if lease_id is not None:
+            lease = _load_lease(session, lease_id)
+            if lease is None:
+                return Refused(f"There is no lease L{lease_id}.", "no-lease")
+            refused = _mine(ctx, user, lease)
+            if refused is not None:
+                return refused
+            leases = [lease]
+            requests: list[RequestRow] = []
+        else:
+            stmt = select(LeaseRow).where(
+                LeaseRow.holder == user, LeaseRow.state == LeaseState.ACTIVE
+            )
+            leases = list(session.exec(lock_for_update(session, stmt)).all())
+            requests = open_requests_for(session, user)
+            if not leases and not requests:
+                return Refused("You hold no active lease and have no open request.", "nothing")
+        released = [
+            end_lease(session, lease, LeaseState.RELEASED, "released", actor=user, now=now)
+            for lease in leases
+        ]
+        for request in requests:
+            request.state, request.decided_at, request.decided_by = (
+                RequestState.CANCELLED,
+                now,
+                user,
+            )
+            session.add(request)
+            record(
+                session,
+                at=now,
+                actor=user,
+                tag="request:cancelled",
+                subject=f"request:{request.id}",
+                outcome="cancelled",
+            )
+        return ReleaseResult(tuple(released), tuple(request_view(r) for r in requests))
+
+
+def end_lease(
+    session: Session, lease: LeaseRow, state: LeaseState, why: str, *, actor: str, now: datetime
+) -> LeaseView:
+    """End a lease and free its GPUs in one step (the active-GPU index is released too)."""
+    lease.state, lease.ended_at, lease.end_reason = state, now, why
+    session.add(lease)
+    session.exec(
+        update(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == lease.id).values(active=False)
+    )
+    session.flush()
+    record(
+        session,
+        at=now,
+        actor=actor,
+        tag=f"lease:{state.value}",
+        subject=f"lease:{lease.id}",
+        outcome=state.value,
+        detail={"why": why},
+    )
+    return lease_view(session, lease)

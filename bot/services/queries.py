@@ -1,0 +1,139 @@
+"""Reads the use cases share: rows to views, pool usage, free GPUs by node."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from bot.services.views import GpuSlot, LeaseView, RequestView
+from rules.domain import GpuState, LeaseState, RequestState
+from rules.facts import PoolUsage
+from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, RequestRow
+
+
+def lease_view(session: Session, lease: LeaseRow) -> LeaseView:
+    """A lease with its GPUs (the GPUs it holds, or held once it ended)."""
+    assert lease.id is not None
+    slots = session.exec(
+        select(NodeRow.name, GpuRow.index)
+        .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
+        .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
+        .where(LeaseGpuRow.lease_id == lease.id)
+    ).all()
+    return LeaseView(
+        id=lease.id,
+        holder=lease.holder,
+        team=lease.team,
+        pool=lease.pool,
+        gpus=tuple(sorted(GpuSlot(node, index) for node, index in slots)),
+        state=lease.state,
+        priority=lease.priority,
+        protected=lease.protected,
+        reason=lease.reason,
+        granted_at=lease.granted_at,
+        expires_at=lease.expires_at,
+        extensions=lease.extensions,
+        extended=timedelta(seconds=lease.extended_s),
+        ended_at=lease.ended_at,
+        end_reason=lease.end_reason,
+    )
+
+
+def request_view(request: RequestRow) -> RequestView:
+    assert request.id is not None
+    return RequestView(
+        id=request.id,
+        kind=request.kind,
+        requester=request.requester,
+        team=request.team,
+        pool=request.pool,
+        gpus=request.gpus,
+        duration=timedelta(seconds=request.duration_s),
+        priority=request.priority,
+        reason=request.reason,
+        state=request.state,
+        outcome=request.outcome,
+        approvers=tuple(request.approvers),
+        approval_route=request.approval_route,
+        lease_id=request.lease_id,
+        created_at=request.created_at,
+        decided_at=request.decided_at,
+        decided_by=request.decided_by,
+    )
+
+
+def list_leases(
+    session: Session, *, active_only: bool = True, holder: str | None = None
+) -> list[LeaseView]:
+    """Leases, newest first; by default only the active ones."""
+    stmt = select(LeaseRow).order_by(col(LeaseRow.id).desc())
+    if active_only:
+        stmt = stmt.where(LeaseRow.state == LeaseState.ACTIVE)
+    if holder is not None:
+        stmt = stmt.where(LeaseRow.holder == holder)
+    return [lease_view(session, row) for row in session.exec(stmt).all()]
+
+
+def list_requests(
+    session: Session, *, open_only: bool = True, requester: str | None = None
+) -> list[RequestView]:
+    stmt = select(RequestRow).order_by(col(RequestRow.id))
+    if open_only:
+        stmt = stmt.where(col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]))
+    if requester is not None:
+        stmt = stmt.where(RequestRow.requester == requester)
+    return [request_view(row) for row in session.exec(stmt).all()]
+
+
+def pool_usage(session: Session, pool: str) -> PoolUsage:
+    """GPUs held per team, free GPUs and waiting requests in one pool, right now."""
+    held = dict(
+        session.exec(
+            select(LeaseRow.team, sa.func.sum(LeaseRow.gpus))
+            .where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+            .group_by(col(LeaseRow.team))
+        ).all()
+    )
+    queued = session.exec(
+        select(sa.func.count())
+        .select_from(RequestRow)
+        .where(RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED)
+    ).one()
+    free = sum(len(v) for v in free_gpus(session, pool).values())
+    return PoolUsage(held={k: int(v) for k, v in held.items()}, free=free, queued=int(queued))
+
+
+def free_gpus(session: Session, pool: str) -> dict[str, list[int]]:
+    """{node: free GPU indices}: healthy, on an undrained node, in no active lease."""
+    busy = select(LeaseGpuRow.gpu_id).where(col(LeaseGpuRow.active).is_(True))
+    rows = session.exec(
+        select(NodeRow.name, GpuRow.index)
+        .join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
+        .where(
+            GpuRow.pool == pool,
+            GpuRow.state == GpuState.OK,
+            col(NodeRow.drained).is_(False),
+            col(GpuRow.id).not_in(busy),
+        )
+    ).all()
+    out: dict[str, list[int]] = defaultdict(list)
+    for node, index in rows:
+        out[node].append(index)
+    return dict(out)
+
+
+def gpu_ids(session: Session, slots: list[tuple[str, int]]) -> list[int]:
+    """Database ids of (node, index) slots, in the same order."""
+    ids = []
+    for node, index in slots:
+        gpu_id = session.exec(
+            select(GpuRow.id)
+            .join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
+            .where(NodeRow.name == node, GpuRow.index == index)
+        ).one()
+        assert gpu_id is not None
+        ids.append(gpu_id)
+    return ids

@@ -1,0 +1,128 @@
+"""What the use cases hand back: plain, immutable views of leases, requests and results.
+
+Expected "no" answers are values (`Refused`, a denied outcome), never exceptions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from rules.domain import Outcome
+
+
+@dataclass(frozen=True, order=True)
+class GpuSlot:
+    node: str
+    index: int
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    id: int
+    holder: str
+    team: str
+    pool: str
+    gpus: tuple[GpuSlot, ...]
+    state: str
+    priority: str
+    protected: bool
+    reason: str
+    granted_at: datetime
+    expires_at: datetime
+    extensions: int
+    extended: timedelta
+    ended_at: datetime | None = None
+    end_reason: str = ""
+
+    @property
+    def code(self) -> str:
+        return f"L{self.id}"
+
+    @property
+    def by_node(self) -> dict[str, list[int]]:
+        """GPU indices per host, the shape CUDA_VISIBLE_DEVICES wants."""
+        nodes: dict[str, list[int]] = defaultdict(list)
+        for slot in sorted(self.gpus):
+            nodes[slot.node].append(slot.index)
+        return dict(nodes)
+
+    def cuda_visible_devices(self, node: str) -> str:
+        return ",".join(str(i) for i in self.by_node.get(node, []))
+
+
+@dataclass(frozen=True)
+class RequestView:
+    id: int
+    kind: str
+    requester: str
+    team: str
+    pool: str
+    gpus: int
+    duration: timedelta
+    priority: str
+    reason: str
+    state: str
+    outcome: str
+    approvers: tuple[str, ...]
+    approval_route: str  # a channel id, or "managers" for DMs
+    lease_id: int | None
+    created_at: datetime
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+
+    @property
+    def code(self) -> str:
+        return f"R{self.id}"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The use case did nothing; `message` tells the person why and how to go on."""
+
+    message: str
+    code: str = "refused"
+
+
+@dataclass(frozen=True)
+class BorrowResult:
+    outcome: Outcome
+    request: RequestView
+    because: str
+    deciding: str
+    lease: LeaseView | None = None
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    """A manager's approve or deny: what became of the request, and of its lease if any."""
+
+    request: RequestView
+    lease: LeaseView | None
+    message: str
+    already_settled: bool = False
+
+
+@dataclass(frozen=True)
+class ExtendResult:
+    outcome: Outcome
+    lease: LeaseView
+    because: str
+    deciding: str
+    request: RequestView | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    released: tuple[LeaseView, ...]
+    cancelled: tuple[RequestView, ...] = ()
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The stored reasons behind a request or a lease, newest last."""
+
+    subject: str
+    summary: str
+    lines: tuple[str, ...] = field(default=())

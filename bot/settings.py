@@ -1,0 +1,34 @@
+"""Settings, read once from the environment (and an optional .env file).
+
+Slack's standard names (SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN, SLACK_API_URL)
+and a GPUBOT_ prefix for the rest. Secrets are SecretStr so they never reach a log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_RULES_DIR = Path(__file__).resolve().parent.parent / "rules" / "policies"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GPUBOT_", env_file=".env", extra="ignore", populate_by_name=True
+    )
+
+    database_url: str = Field(
+        default="sqlite:///gpubot.db",
+        description="SQLAlchemy URL: sqlite:///path.db (default) or postgresql://user@host/db",
+    )
+    rules_dir: Path = Field(default=DEFAULT_RULES_DIR, description="directory of rule files")
+    rules_engine: Literal["durable", "reference"] = Field(
+        default="durable", description="durable (default) or the pure-Python reference"
+    )
+    slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")

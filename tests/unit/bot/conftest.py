@@ -1,0 +1,47 @@
+"""Fixtures for the use cases: the shipped rules on a fresh database, and a clock tests move."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bot.services import Services
+from storage.db import Database
+from tests.builders import default_sources
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday morning
+
+ALICE, BOB = "U0ALICE01", "U0BOB0001"  # vision members
+CAROL = "U0CAROL01"  # nlp member
+ERIN = "U0ERIN001"  # platform member
+VICTOR = "U0VMGR001"  # vision manager
+NADIA = "U0NMGR001"  # nlp manager
+ADA = "U0ADMIN01"  # admin
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, by: timedelta) -> None:
+        self.now += by
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def services(database: Database, clock: Clock) -> Iterator[Services]:
+    """The use cases on the shipped rules, on SQLite and on PostgreSQL."""
+    svc = Services.open(database, default_sources(), clock=clock)
+    yield svc
+    svc.ctx.live.close()

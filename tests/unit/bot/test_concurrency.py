@@ -1,0 +1,111 @@
+"""Fifty people borrow at once: no GPU is ever in two active leases, no team passes its limit."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, col, select
+
+from bot.services import BorrowAsk, Services, borrowing, queries
+from bot.services.views import BorrowResult, SettleResult
+from rules.domain import Outcome
+from rules.facts import PoolUsage
+from storage.db import Database
+from storage.tables import LeaseGpuRow, LeaseRow
+from tests.builders import default_sources
+from tests.support import postgres
+from tests.unit.bot.conftest import ADA
+
+PEOPLE = [
+    "U0ALICE01",
+    "U0BOB0001",
+    "U0VMGR001",
+    "U0CAROL01",
+    "U0DAVE001",
+    "U0NMGR001",
+    "U0ERIN001",
+    "U0PMGR001",
+]
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite-file", id="sqlite-file"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A database many connections share: a SQLite file (not :memory:) or PostgreSQL."""
+    if request.param == "sqlite-file":
+        db = Database(f"sqlite:///{tmp_path / 'race.db'}")
+        db.create_all()
+    else:
+        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+        db = server.database_with_schema()
+    yield db
+    db.dispose()
+
+
+def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(
+    shared_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Borrows and approvals race; the database and the rules hold every invariant."""
+    services = Services.open(shared_db, default_sources())
+    read_usage = queries.pool_usage
+
+    def slow_usage(session: Session, pool: str) -> PoolUsage:
+        # Widen the window between reading usage and writing the lease, where races live.
+        usage = read_usage(session, pool)
+        time.sleep(0.003)
+        return usage
+
+    monkeypatch.setattr(borrowing, "pool_usage", slow_usage)
+    rng = random.Random(7)
+    # Most of the crowd is one team, so stale reads would push it past its limit.
+    crowd = [*PEOPLE, *PEOPLE[:3] * 4]
+    plans = [(crowd[i % len(crowd)], rng.choice([1, 2, 2, 3])) for i in range(50)]
+    results: list[BorrowResult | SettleResult] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(50)
+
+    def one(user: str, gpus: int) -> None:
+        try:
+            start.wait()
+            result = services.borrow(user, BorrowAsk("a100", gpus))
+            assert isinstance(result, BorrowResult), result
+            results.append(result)
+            if result.outcome == Outcome.ASK:  # an admin clicks Approve right away
+                settled = services.approve(ADA, result.request.id)
+                assert isinstance(settled, SettleResult), settled
+                results.append(settled)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=plan) for plan in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [] == errors
+    with shared_db.read() as session:
+        active = session.exec(select(LeaseRow).where(LeaseRow.state == "active")).all()
+        gpu_ids = session.exec(
+            select(LeaseGpuRow.gpu_id).where(col(LeaseGpuRow.active).is_(True))
+        ).all()
+    assert len(gpu_ids) == len(set(gpu_ids)), "a GPU is in two active leases"
+    assert sum(lease.gpus for lease in active) == len(gpu_ids) <= 16
+    held = Counter[str]()
+    for lease in active:
+        held[lease.team] += lease.gpus
+    quotas = services.policy.pools["a100"].quotas
+    for team, gpus in held.items():
+        assert gpus <= quotas[team].nominal + quotas[team].borrowing_limit, (team, gpus)
+    granted = [r for r in results if r.lease is not None]
+    assert len(granted) == len(active) > 0
+    services.ctx.live.close()
