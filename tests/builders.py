@@ -6,7 +6,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rules.policy import Policy, load_policy
+from rules.loader import load_policy
+from rules.policy import Policy
 
 POLICIES = Path(__file__).resolve().parent.parent / "rules" / "policies"
 

@@ -12,7 +12,8 @@ from rules.domain import Subject
 from rules.engine import Decision, RevisionRetiredError, RuleEngine, decide, run_cases
 from rules.engine.reference import ReferenceEngine
 from rules.errors import PolicyError, Problem
-from rules.policy import Policy, load_policy
+from rules.loader import load_policy
+from rules.policy import Policy
 
 EngineName = Literal["durable", "reference"]
 

@@ -9,7 +9,7 @@ from rules.domain import Action, Outcome, Reason, Subject
 from rules.engine import decide, run_cases
 from rules.engine.live import EngineName, build_engine
 from rules.errors import FactError
-from rules.policy import load_policy
+from rules.loader import load_policy
 from tests.builders import a_gpu, a_lease, a_request, default_policy, default_sources
 
 ENGINES: list[EngineName] = ["durable", "reference"]

@@ -12,7 +12,7 @@ from rules.catalogue import CATALOGUE, FactType
 from rules.domain import Subject
 from rules.engine.durable import DurableEngine
 from rules.engine.reference import ReferenceEngine
-from rules.policy import load_policy
+from rules.loader import load_policy
 from tests.builders import default_policy, default_sources
 
 STRINGS = [

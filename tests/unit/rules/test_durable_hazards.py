@@ -16,7 +16,7 @@ from rules.engine.durable import DurableEngine
 from rules.engine.live import LivePolicy
 from rules.engine.reference import ReferenceEngine
 from rules.errors import PolicyError
-from rules.policy import load_policy
+from rules.loader import load_policy
 from tests.builders import a_lease, a_request, default_policy, default_sources
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from rules.domain import Outcome, Subject
 from rules.errors import PolicyError
-from rules.policy import load_policy, revision_of
+from rules.loader import load_policy, revision_of
 from tests.builders import default_sources
 
 
