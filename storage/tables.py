@@ -207,3 +207,28 @@ class SettingRow(SQLModel, table=True):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class OutboxRow(SQLModel, table=True):
+    """A message owed to someone, written in the transaction of the decision that owes it.
+
+    The delivery worker renders and sends it, records where it landed (channel, ts) and when,
+    and retries with backoff while the chat service fails: nothing decided is ever unsaid.
+    """
+
+    __tablename__ = "outbox"
+
+    id: int | None = Field(default=None, primary_key=True)
+    created_at: datetime = _ts(index=True)
+    kind: str = Field(max_length=32)  # approval_card, card_settled, request_decided, ...
+    subject: str = Field(max_length=64, index=True)  # request:12, lease:7
+    recipient: str = Field(max_length=64)  # a channel id or a user id (a DM)
+    data: dict[str, Any] = _json()
+    # pending | delivered | dropped (dropped: nothing left to say, e.g. the card was deleted)
+    state: str = Field(default="pending", max_length=16, index=True)
+    attempts: int = 0
+    next_attempt_at: datetime = _ts(index=True)
+    last_error: str = Field(default="", max_length=500)
+    delivered_at: datetime | None = _ts(nullable=True)
+    channel: str | None = Field(default=None, max_length=32)  # where it landed
+    ts: str | None = Field(default=None, max_length=32)

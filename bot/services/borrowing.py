@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.queries import free_gpus, gpu_ids, lease_view, pool_usage, request_view
 from bot.services.views import BorrowResult, LeaseView, Refused, RequestView, SettleResult
@@ -128,6 +129,8 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
             detail={"gpus": ask.gpus, "pool": ask.pool, "duration_s": request.duration_s},
         )
         request.audit_id = row.id
+        if outcome == Outcome.ASK:
+            notices.approval_cards(session, request, at=now)
         lease = None
         if outcome == Outcome.APPROVE:
             lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
@@ -192,6 +195,7 @@ def _grant(
         session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=True))
     session.flush()  # the partial unique index refuses a GPU already in an active lease here
     request.lease_id = lease.id
+    notices.granted(session, lease, at=now)
     view = lease_view(session, lease)
     record(
         session,
@@ -284,6 +288,7 @@ def _deny(
 ) -> SettleResult:
     request.state = RequestState.DENIED
     session.add(request)
+    notices.settled(session, request, by=user, verdict="deny", reason=reason, at=now)
     record(
         session,
         at=now,
@@ -308,6 +313,7 @@ def _approve(
         lease = apply_extension(ctx, session, request, actor=user, now=now)
         request.state = RequestState.APPROVED
         session.add(request)
+        notices.settled(session, request, by=user, verdict="approve", reason=reason, at=now)
         return SettleResult(request_view(request), lease, f"<@{user}> approved R{request.id}.")
     _lock_pool(session, request.pool)
     decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, request))
@@ -327,6 +333,7 @@ def _approve(
             detail=detail,
         )
         message = f"R{request.id} can no longer be granted: {decision.because}"
+        notices.settled(session, request, by=user, verdict="deny", reason=message, at=now)
         return SettleResult(request_view(request), None, message)
     record(
         session,
@@ -341,12 +348,22 @@ def _approve(
     granted = _grant(ctx, session, request, now, actor=user, decision=decision)
     if granted is None:
         request.state = RequestState.QUEUED
-        session.add(request)
         message = f"<@{user}> approved R{request.id}; it waits for free GPUs."
-        return SettleResult(request_view(request), None, message)
-    request.state = RequestState.APPROVED
+    else:
+        request.state = RequestState.APPROVED
+        message = f"<@{user}> approved R{request.id}."
     session.add(request)
-    return SettleResult(request_view(request), granted, f"<@{user}> approved R{request.id}.")
+    # A grant's own DM tells the requester; only a wait needs its own word.
+    notices.settled(
+        session,
+        request,
+        by=user,
+        verdict="approve",
+        reason=reason,
+        at=now,
+        tell_requester=granted is None,
+    )
+    return SettleResult(request_view(request), granted, message)
 
 
 def _facts_again(ctx: Context, session: Session, request: RequestRow) -> dict[str, object]:
@@ -375,8 +392,13 @@ def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:
             return Refused(f"R{request_id} is <@{request.requester}>'s to cancel.", "not-yours")
         if not RequestState(request.state).is_open:
             return Refused(f"R{request_id} is already {request.state}.", "settled")
+        was_pending = request.state == RequestState.PENDING
         request.state, request.decided_at, request.decided_by = RequestState.CANCELLED, now, user
         session.add(request)
+        if was_pending:  # its approval cards must stop offering buttons
+            notices.settled(
+                session, request, by=user, verdict="cancel", reason="", at=now, tell_requester=False
+            )
         record(
             session,
             at=now,

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, select, update
 
+from bot.services import notices
 from bot.services.borrowing import approvers_for, open_requests_for, route_for
 from bot.services.context import Context, record
 from bot.services.queries import lease_view, pool_usage, request_view
@@ -111,6 +112,8 @@ def extend(
         )
         request.audit_id = row.id
         session.add(request)
+        if state == RequestState.PENDING:
+            notices.approval_cards(session, request, at=now)
         view = lease_view(session, lease)
         if state == RequestState.APPROVED:
             view = apply_extension(ctx, session, request, actor="gpubot", now=now)
@@ -173,11 +176,24 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
             requests = open_requests_for(session, user)
             if not leases and not requests:
                 return Refused("You hold no active lease and have no open request.", "nothing")
-        released = [
-            end_lease(session, lease, LeaseState.RELEASED, "released", actor=user, now=now)
-            for lease in leases
-        ]
+        released = []
+        for lease in leases:
+            released.append(
+                end_lease(session, lease, LeaseState.RELEASED, "released", actor=user, now=now)
+            )
+            if user != lease.holder:
+                notices.ended_by_other(session, lease, by=user, at=now)
         for request in requests:
+            if request.state == RequestState.PENDING:
+                notices.settled(
+                    session,
+                    request,
+                    by=user,
+                    verdict="cancel",
+                    reason="",
+                    at=now,
+                    tell_requester=False,
+                )
             request.state, request.decided_at, request.decided_by = (
                 RequestState.CANCELLED,
                 now,

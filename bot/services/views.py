@@ -126,3 +126,63 @@ class Explanation:
     subject: str
     summary: str
     lines: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ModelCount:
+    """GPUs of one model in a pool, by state."""
+
+    model: str
+    free: int
+    leased: int
+    unhealthy: int  # unhealthy, unknown or drained: out of service
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    name: str
+    protected: bool
+    size: int
+    models: tuple[ModelCount, ...]
+    queued: int
+
+    @property
+    def free(self) -> int:
+        return sum(m.free for m in self.models)
+
+    @property
+    def leased(self) -> int:
+        return sum(m.leased for m in self.models)
+
+    @property
+    def unhealthy(self) -> int:
+        return sum(m.unhealthy for m in self.models)
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    """One team in one pool: what it is guaranteed, may borrow, lends, and holds now."""
+
+    team: str
+    pool: str
+    nominal: int
+    borrowing_limit: int
+    lending_limit: int
+    used: int
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.used - self.nominal)
+
+
+@dataclass(frozen=True)
+class Home:
+    """What a person sees on the bot's App Home tab."""
+
+    user: str
+    team: str | None
+    leases: tuple[LeaseView, ...]
+    requests: tuple[RequestView, ...]
+    quotas: tuple[QuotaUse, ...]
+    pools: tuple[PoolStatus, ...]
+    paused: bool = False

@@ -289,3 +289,42 @@ def test_a_cancelled_request_cannot_be_approved(services: Services) -> None:
     assert isinstance(late, SettleResult)
     assert late.already_settled
     assert late.lease is None
+
+
+def owed(services: Services) -> list[tuple[str, str, str]]:
+    from storage.tables import OutboxRow
+
+    with services.db.read() as session:
+        rows = session.exec(select(OutboxRow).order_by(col(OutboxRow.id))).all()
+    return [(r.kind, r.subject, r.recipient) for r in rows]
+
+
+def test_decisions_owe_their_messages_in_the_same_transaction(services: Services) -> None:
+    """ask owes cards to the approval channel; approval owes the card update and the grant DM."""
+    first = borrowed(services, ALICE, BorrowAsk("a100", 8))
+    assert first.lease is not None
+    asked = borrowed(services, BOB, BorrowAsk("a100", 2))
+    services.approve(VICTOR, asked.request.id)
+    granted = services.leases(BOB)[0]
+    assert [
+        ("lease_granted", f"lease:{first.lease.id}", ALICE),
+        ("approval_card", f"request:{asked.request.id}", "C0VAPPROV"),
+        ("lease_granted", f"lease:{granted.id}", BOB),
+        ("card_settled", f"request:{asked.request.id}", "cards"),
+    ] == owed(services)
+
+
+def test_a_dm_route_owes_one_card_per_approver(services: Services) -> None:
+    """The platform team routes approvals to its managers' DMs; admins get one too."""
+    borrowed(services, ERIN, BorrowAsk("a100", 2))
+    asked = borrowed(services, ERIN, BorrowAsk("a100", 2))
+    assert Outcome.ASK == asked.outcome
+    cards = [o for o in owed(services) if o[0] == "approval_card"]
+    assert [("U0PMGR001",), (ADA,)] == [(c[2],) for c in cards]
+
+
+def test_a_refused_request_owes_nothing(services: Services) -> None:
+    """Nothing is owed when nothing was decided."""
+    services.borrow("U0STRANGE", BorrowAsk("a100", 1))
+    borrowed(services, ALICE, BorrowAsk("a100", 13))
+    assert [] == owed(services)

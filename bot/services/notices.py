@@ -1,0 +1,56 @@
+"""The messages a decision owes people, written to the outbox in the decision's transaction.
+
+Kinds (the Slack adapter renders each from the database when it delivers):
+    approval_card    a request waits for a person: to the approval channel, or each approver's DM
+    card_settled     update every approval card of a request in place (recipient "cards")
+    request_decided  tell the requester what a person decided
+    lease_granted    the holder's DM: hosts, GPU indices, CUDA_VISIBLE_DEVICES, expiry, buttons
+    lease_ended      tell the holder someone else ended their lease
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlmodel import Session
+
+from storage.outbox import Owed, owe
+from storage.tables import LeaseRow, RequestRow
+
+CARDS = "cards"  # the recipient of card_settled: wherever the request's cards landed
+
+
+def approval_cards(session: Session, request: RequestRow, *, at: datetime) -> None:
+    """A channel route gets one card; a DM route gets one per approver."""
+    subject = f"request:{request.id}"
+    route = request.approval_route
+    recipients = [route] if route.startswith(("C", "G")) else list(request.approvers)
+    for recipient in recipients:
+        owe(session, Owed("approval_card", subject, recipient, {"request": request.id}), at=at)
+
+
+def settled(
+    session: Session,
+    request: RequestRow,
+    *,
+    by: str,
+    verdict: str,
+    reason: str,
+    at: datetime,
+    tell_requester: bool = True,
+) -> None:
+    subject = f"request:{request.id}"
+    data = {"request": request.id, "by": by, "verdict": verdict, "reason": reason}
+    owe(session, Owed("card_settled", subject, CARDS, data), at=at)
+    if tell_requester:
+        owe(session, Owed("request_decided", subject, request.requester, data), at=at)
+
+
+def granted(session: Session, lease: LeaseRow, *, at: datetime) -> None:
+    data = {"lease": lease.id}
+    owe(session, Owed("lease_granted", f"lease:{lease.id}", lease.holder, data), at=at)
+
+
+def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
+    data = {"lease": lease.id, "by": by}
+    owe(session, Owed("lease_ended", f"lease:{lease.id}", lease.holder, data), at=at)
