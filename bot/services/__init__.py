@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
-from bot.services import borrowing, explain, leases
+from bot.services import admin, borrowing, explain, leases, overview
 from bot.services.borrowing import BorrowAsk
 from bot.services.context import Context, record, utcnow
 from bot.services.inventory import sync_inventory
@@ -17,7 +17,10 @@ from bot.services.views import (
     BorrowResult,
     Explanation,
     ExtendResult,
+    Home,
     LeaseView,
+    PoolStatus,
+    QuotaUse,
     Refused,
     ReleaseResult,
     RequestView,
@@ -94,6 +97,44 @@ class Services:
     def requests(self, requester: str | None = None) -> list[RequestView]:
         with self.db.read() as session:
             return list_requests(session, requester=requester)
+
+    def audit(self, user: str, ref: str) -> Explanation | Refused:
+        return explain.audit_trail(self.ctx, user, ref)
+
+    def status(self) -> list[PoolStatus]:
+        with self.db.read() as session:
+            return overview.pool_status(session, self.ctx)
+
+    def quota(self, team: str) -> list[QuotaUse] | Refused:
+        if team not in self.policy.teams:
+            teams = ", ".join(sorted(self.policy.teams))
+            return Refused(f"There is no team `{team}`. Teams: {teams}.", "no-team")
+        with self.db.read() as session:
+            return overview.quota_use(session, self.ctx, team)
+
+    def queue(self) -> list[RequestView]:
+        with self.db.read() as session:
+            return overview.queue(session)
+
+    def home(self, user: str) -> Home:
+        with self.db.read() as session:
+            return overview.home(session, self.ctx, user, paused=admin.is_paused(session, self.ctx))
+
+    def paused(self) -> bool:
+        with self.db.read() as session:
+            return admin.is_paused(session, self.ctx)
+
+    def pause(self, user: str) -> str | Refused:
+        return admin.set_paused(self.ctx, user, paused=True)
+
+    def resume(self, user: str) -> str | Refused:
+        return admin.set_paused(self.ctx, user, paused=False)
+
+    def drain(self, user: str, node: str) -> str | Refused:
+        return admin.set_drained(self.ctx, user, node, drained=True)
+
+    def undrain(self, user: str, node: str) -> str | Refused:
+        return admin.set_drained(self.ctx, user, node, drained=False)
 
     def sync_inventory(self, actor: str = borrowing.SYSTEM) -> list[str]:
         with self.db.write() as session:

@@ -50,6 +50,25 @@ def why(ctx: Context, user: str, ref: str) -> Explanation | Refused:
         return _audit_row(ctx, session, user, number)
 
 
+def audit_trail(ctx: Context, user: str, ref: str) -> Explanation | Refused:
+    """Every audit row of a request or lease, with its hash, for those allowed to see it."""
+    found = why(ctx, user, ref)
+    if isinstance(found, Refused):
+        return found
+    with ctx.db.read() as session:
+        rows: list[AuditRow] = []
+        for line in found.lines:
+            row = audit.get(session, int(line.split(" ", 1)[0][1:]))
+            if row is not None:
+                rows.append(row)
+    lines = tuple(
+        f"A{r.id} {r.at:%Y-%m-%d %H:%M:%S} UTC {r.tag} by {r.actor} outcome={r.outcome or '-'} "
+        f"rule={r.deciding_rule or '-'} hash={r.hash[:12]}"
+        for r in rows
+    )
+    return Explanation(found.subject, f"Audit trail of {found.subject}", lines)
+
+
 def may_see(ctx: Context, user: str, owner: str, team: str) -> bool:
     """The person concerned, their team's managers and admins."""
     policy = ctx.policy

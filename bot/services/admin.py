@@ -1,0 +1,62 @@
+"""Admin switches: the automation kill switch and node drains, audited like everything else."""
+
+from __future__ import annotations
+
+from sqlmodel import Session, select
+
+from bot.services.context import Context, record
+from bot.services.views import Refused
+from storage.tables import GpuRow, NodeRow, SettingRow
+
+PAUSED = "automation.paused"
+
+
+def is_paused(session: Session, ctx: Context) -> bool:
+    """Paused by an admin in Slack, or by `automation: paused` in the rule files."""
+    row = session.get(SettingRow, PAUSED)
+    return ctx.policy.automation_paused or (row is not None and row.value == "true")
+
+
+def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
+    if not ctx.policy.is_admin(user):
+        return Refused("Only admins may pause or resume automation.", "not-admin")
+    now = ctx.now()
+    with ctx.db.write() as session:
+        row = session.get(SettingRow, PAUSED) or SettingRow(
+            key=PAUSED, value="false", updated_at=now, updated_by=user
+        )
+        row.value, row.updated_at, row.updated_by = ("true" if paused else "false"), now, user
+        session.add(row)
+        tag = "automation:paused" if paused else "automation:resumed"
+        record(session, at=now, actor=user, tag=tag, subject="automation", outcome=row.value)
+        if not paused and ctx.policy.automation_paused:
+            return "Resumed here, but the rule files still say `automation: paused`."
+    return (
+        "Automation is paused: every automatic action is recorded as “would have” instead."
+        if paused
+        else "Automation resumed."
+    )
+
+
+def set_drained(ctx: Context, user: str, node_name: str, drained: bool) -> str | Refused:
+    """A drained node's GPUs leave the pool for new leases; running leases keep them."""
+    if not ctx.policy.is_admin(user):
+        return Refused("Only admins may drain or undrain nodes.", "not-admin")
+    now = ctx.now()
+    with ctx.db.write() as session:
+        node = session.exec(select(NodeRow).where(NodeRow.name == node_name)).first()
+        if node is None:
+            names = ", ".join(sorted(n for p in ctx.policy.pools.values() for n in p.nodes))
+            return Refused(f"There is no node `{node_name}`. Nodes: {names}.", "no-node")
+        if node.drained == drained:
+            return f"`{node_name}` is already {'drained' if drained else 'in service'}."
+        node.drained = drained
+        session.add(node)
+        if not drained:  # an undrain also returns GPUs an admin took out by hand
+            for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
+                if gpu.state == "drained":
+                    gpu.state = "ok"
+                    session.add(gpu)
+        tag = "node:drained" if drained else "node:undrained"
+        record(session, at=now, actor=user, tag=tag, subject=f"node:{node_name}")
+    return f"`{node_name}` is {'drained' if drained else 'back in service'}."

@@ -1,0 +1,81 @@
+"""Read-only answers: pool status, quota use, the queue, and a person's App Home."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlmodel import Session, col, select
+
+from bot.services.context import Context
+from bot.services.queries import list_leases, list_requests, pool_usage
+from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestView
+from rules.domain import GpuState, RequestState
+from storage.tables import GpuRow, LeaseGpuRow, NodeRow, RequestRow
+
+
+def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
+    """Every pool of the rules: free, leased and out-of-service GPUs by model."""
+    leased_ids = set(
+        session.exec(select(LeaseGpuRow.gpu_id).where(col(LeaseGpuRow.active).is_(True))).all()
+    )
+    counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
+    rows = session.exec(
+        select(GpuRow, NodeRow.drained).join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
+    ).all()
+    for gpu, drained in rows:
+        slot = counts[gpu.pool][gpu.model or "GPU"]
+        if gpu.id in leased_ids:
+            slot[1] += 1
+        elif drained or gpu.state != GpuState.OK:
+            slot[2] += 1
+        else:
+            slot[0] += 1
+    out = []
+    for name, pool in ctx.policy.pools.items():
+        models = tuple(
+            ModelCount(model, free, leased, down)
+            for model, (free, leased, down) in sorted(counts[name].items())
+        )
+        queued = pool_usage(session, name).queued
+        out.append(PoolStatus(name, pool.protected, pool.size, models, queued))
+    return out
+
+
+def quota_use(session: Session, ctx: Context, team: str) -> list[QuotaUse]:
+    """The team's quota and use in every pool where it has a quota."""
+    out = []
+    for name, pool in ctx.policy.pools.items():
+        quota = pool.quotas.get(team)
+        if quota is None:
+            continue
+        used = pool_usage(session, name).held.get(team, 0)
+        out.append(
+            QuotaUse(team, name, quota.nominal, quota.borrowing_limit, quota.lending_limit, used)
+        )
+    return out
+
+
+def queue(session: Session) -> list[RequestView]:
+    """Requests waiting for GPUs, in the order they will be served: priority, then arrival."""
+    rank = {"high": 0, "normal": 1, "low": 2}
+    waiting = [r for r in list_requests(session) if r.state == RequestState.QUEUED]
+    return sorted(waiting, key=lambda r: (r.pool, rank.get(r.priority, 1), r.created_at, r.id))
+
+
+def home(session: Session, ctx: Context, user: str, *, paused: bool) -> Home:
+    team = ctx.policy.team_of(user)
+    return Home(
+        user=user,
+        team=team.name if team else None,
+        leases=tuple(list_leases(session, holder=user)),
+        requests=tuple(list_requests(session, requester=user)),
+        quotas=tuple(quota_use(session, ctx, team.name)) if team else (),
+        pools=tuple(pool_status(session, ctx)),
+        paused=paused,
+    )
+
+
+def pending_for(session: Session, user: str) -> list[RequestRow]:
+    """Requests waiting for this person's decision."""
+    rows = session.exec(select(RequestRow).where(RequestRow.state == RequestState.PENDING)).all()
+    return [r for r in rows if user in r.approvers]
