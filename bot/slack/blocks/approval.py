@@ -1,0 +1,119 @@
+"""The approval card a manager answers, the same card once settled (updated in place, no buttons),
+and the reply to the manager who clicked.
+"""
+
+from __future__ import annotations
+
+from bot.services.views import QuotaUse, RequestView, SettleResult
+from bot.slack.blocks.kit import (
+    APPROVE_ACTION,
+    DENY_ACTION,
+    Block,
+    Message,
+    actions,
+    button,
+    clip,
+    context,
+    defang,
+    escape,
+    header,
+    mention,
+    message,
+    plural,
+    request_block,
+    section,
+    slack_date,
+)
+from bot.slack.blocks.leases import lease_summary
+from bot.slack.blocks.overview import quota_line
+from rules.domain import format_duration
+
+_SETTLED = {"approved": "Approved", "denied": "Denied", "cancelled": "Withdrawn"}
+
+
+def _is_extension(request: RequestView) -> bool:
+    return request.kind == "extend"
+
+
+def _summary(request: RequestView, requester_name: str) -> str:
+    length = format_duration(request.duration)
+    if _is_extension(request):
+        return f"{requester_name} asks to extend L{request.lease_id} by {length} ({request.code})"
+    gpus = plural(request.gpus, "GPU")
+    return f"{requester_name} asks for {gpus} in {request.pool} for {length} ({request.code})"
+
+
+def _facts(request: RequestView, requester_name: str) -> list[Block]:
+    """Header and the who / how many / which pool / how long / why fields."""
+    kind = "Extension request" if _is_extension(request) else "GPU request"
+    length = format_duration(request.duration)
+    fields = [
+        f"*Who*\n{mention(request.requester)}",
+        f"*How many*\n{plural(request.gpus, 'GPU')}",
+        f"*Which pool*\n{escape(request.pool)}",
+        f"*How long*\n{'+' if _is_extension(request) else ''}{length}",
+        f"*Priority*\n{escape(request.priority)}",
+    ]
+    if _is_extension(request) and request.lease_id is not None:
+        fields.append(f"*Lease*\nL{request.lease_id}")
+    fields.append(f"*Why*\n{clip(escape(request.reason), 1500) or '_no reason given_'}")
+    return [header(f"{kind} {request.code} from {requester_name}"), section(fields=fields)]
+
+
+def approval_card(
+    request: RequestView, requester_name: str, quota: QuotaUse, queued_ahead: int, because: str
+) -> Message:
+    """The card for the approvers: the facts, the team's quota, the rules' reason, two buttons."""
+    lines = [f"Team *{escape(quota.team)}* in *{escape(quota.pool)}*: {quota_line(quota)}"]
+    if not _is_extension(request):
+        after = quota.used + request.gpus
+        over = max(0, after - quota.nominal)
+        then = f"Approving brings the team to {after} GPUs of {quota.nominal} guaranteed"
+        if over:
+            then += f", borrowing {over} of at most {quota.borrowing_limit}"
+        lines.append(then + ".")
+    lines.append(
+        f"{plural(queued_ahead, 'request')} queued ahead in this pool."
+        if queued_ahead
+        else "Nothing else is queued in this pool."
+    )
+    value = str(request.id)
+    blocks = [
+        *_facts(request, escape(requester_name)),
+        section("\n".join(lines)),
+        context(f"Rules: {escape(because)}" if because else "No rule decided; the default asks."),
+        actions(
+            request_block(request.id),
+            button("Approve", APPROVE_ACTION, value, style="primary"),
+            button("Deny", DENY_ACTION, value, style="danger"),
+        ),
+    ]
+    return message(escape(_summary(request, requester_name)) + ". Approve or deny?", blocks)
+
+
+def settled_card(
+    request: RequestView, requester_name: str, *, because: str = "", note: str = ""
+) -> Message:
+    """The card after a decision: the same facts, who settled it and when, and no buttons."""
+    verb = _SETTLED.get(request.state, "Settled")
+    line = f"{verb} by {mention(request.decided_by)}"
+    if request.decided_at is not None:
+        line += f" at {slack_date(request.decided_at)}"
+    if note:
+        line += f": {clip(escape(note), 1000)}"
+    blocks = [*_facts(request, escape(requester_name))]
+    if because:
+        blocks.append(context(f"Rules: {escape(because)}"))
+    blocks.append(context(line))
+    text = f"{escape(_summary(request, requester_name))}: {verb.lower()}."
+    return message(text, blocks)
+
+
+def settle_reply(result: SettleResult) -> Message:
+    """What the manager who clicked sees: the outcome, and the lease when GPUs were granted."""
+    blocks = [section(defang(result.message))]
+    if result.already_settled:
+        blocks.append(context("Nothing changed: this request had already been settled."))
+    if result.lease is not None:
+        blocks.append(section(lease_summary(result.lease)))
+    return message(defang(result.message), blocks)

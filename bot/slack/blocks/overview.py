@@ -1,0 +1,140 @@
+"""The lists people ask for: `mine` (leases and open requests), `status` (pools by model),
+`quota` (use per pool with a small bar) and `queue`; their rows are reused by the App Home.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bot.services.views import LeaseView, PoolStatus, QuotaUse, RequestView
+from bot.slack.blocks.kit import (
+    CANCEL_ACTION,
+    Block,
+    Message,
+    button,
+    clip,
+    context,
+    escape,
+    header,
+    listing,
+    mention,
+    message,
+    plural,
+    request_block,
+    section,
+    slack_date,
+)
+from bot.slack.blocks.leases import lease_rows
+from rules.domain import format_duration
+
+QUOTA_LEGEND = "█ in use within nominal · ▓ borrowed beyond it · ░ room left"
+
+
+def quota_bar(quota: QuotaUse, width: int = 10) -> str:
+    """Use against what the team may hold at most (nominal plus its borrowing limit)."""
+    capacity = max(quota.nominal + quota.borrowing_limit, quota.used, 1)
+    own = round(min(quota.used, quota.nominal) * width / capacity)
+    borrowed = min(round(quota.borrowed * width / capacity), width - own)
+    return "█" * own + "▓" * borrowed + "░" * (width - own - borrowed)
+
+
+def quota_line(quota: QuotaUse) -> str:
+    line = f"`{quota_bar(quota)}` {quota.used} in use of {quota.nominal} guaranteed"
+    if quota.borrowed:
+        line += f", borrowing {quota.borrowed}"
+    return line + (
+        f" · may borrow up to {quota.borrowing_limit} beyond it · lends up to {quota.lending_limit}"
+    )
+
+
+def request_text(request: RequestView, *, who: bool = False) -> str:
+    length = format_duration(request.duration)
+    what = (
+        f"extend L{request.lease_id} by {length}"
+        if request.kind == "extend"
+        else f"{plural(request.gpus, 'GPU')} in *{escape(request.pool)}* for {length}"
+    )
+    asker = f"{mention(request.requester)} · " if who else ""
+    text = f"*{request.code}* · {asker}{what} · {escape(request.state)}"
+    text += f" · asked {slack_date(request.created_at)}"
+    return text + (f"\n_{clip(escape(request.reason), 300)}_" if request.reason else "")
+
+
+def request_rows(request: RequestView) -> list[Block]:
+    """One open request with a Withdraw button."""
+    withdraw = button(
+        "Withdraw",
+        CANCEL_ACTION,
+        str(request.id),
+        confirm=(
+            f"Withdraw {request.code}?",
+            "Nobody will be asked about it any more.",
+            "Withdraw",
+        ),
+    )
+    return [section(request_text(request), accessory=withdraw, block_id=request_block(request.id))]
+
+
+def mine_message(leases: Sequence[LeaseView], requests: Sequence[RequestView]) -> Message:
+    blocks = [header("Your GPUs")]
+    if not leases and not requests:
+        blocks.append(
+            section(
+                "You hold no GPUs and have no open requests. "
+                "Try `/gpu borrow 2 a100 for 6h because ablations`."
+            )
+        )
+    blocks += listing(leases, lease_rows, 10, "lease")
+    if requests:
+        blocks += [section("*Open requests*"), *listing(requests, request_rows, 10, "request")]
+    text = f"You hold {plural(len(leases), 'lease')} and {plural(len(requests), 'open request')}."
+    return message(text, blocks)
+
+
+def pool_text(pool: PoolStatus) -> str:
+    head = f"*{escape(pool.name)}*{' · protected' if pool.protected else ''} · {pool.size} GPUs: "
+    head += f"*{pool.free} free* · {pool.leased} leased · {pool.unhealthy} out of service"
+    head += f" · {pool.queued} queued"
+    models = [
+        f"• {escape(m.model)}: {m.free} free, {m.leased} leased, {m.unhealthy} out of service"
+        for m in pool.models[:20]
+    ]
+    return "\n".join([head, *models])
+
+
+def status_message(pools: Sequence[PoolStatus]) -> Message:
+    blocks = [header("GPU pools")]
+    blocks += listing(pools, lambda p: [section(pool_text(p))], 45, "pool")
+    if not pools:
+        blocks.append(section("No pools are configured."))
+    blocks.append(context("Out of service means unhealthy, not reporting, or drained."))
+    text = "; ".join(f"{p.name}: {p.free} free of {p.size}" for p in pools) or "No pools."
+    return message(escape(text), blocks)
+
+
+def quota_message(quotas: Sequence[QuotaUse], team: str | None = None) -> Message:
+    title = f"Quota of team {team}" if team else "Quota"
+    teams = {q.team for q in quotas}
+
+    def row(quota: QuotaUse) -> list[Block]:
+        who = f"{escape(quota.team)} in " if len(teams) > 1 else ""
+        return [section(f"{who}*{escape(quota.pool)}*: {quota_line(quota)}")]
+
+    blocks = [header(title), *listing(quotas, row, 45, "pool")]
+    if not quotas:
+        blocks.append(section(f"{escape(team or 'This team')} has no quota in any pool."))
+    blocks.append(context(QUOTA_LEGEND))
+    text = "; ".join(f"{q.pool}: {q.used} of {q.nominal} in use" for q in quotas)
+    return message(escape(f"{title}: {text or 'none'}"), blocks)
+
+
+def queue_message(requests: Sequence[RequestView]) -> Message:
+    """Queued requests in the order they will be served."""
+    numbered = list(enumerate(requests, start=1))
+    blocks = [header("Queue")]
+    blocks += listing(
+        numbered, lambda nr: [section(f"{nr[0]}. {request_text(nr[1], who=True)}")], 45, "request"
+    )
+    if not requests:
+        blocks.append(section("Nothing is queued: every request has been served."))
+    return message(f"{plural(len(requests), 'request')} queued.", blocks)

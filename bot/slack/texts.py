@@ -1,0 +1,117 @@
+"""What `/gpu help` says: one usage line, a summary and examples per subcommand.
+
+The parser takes its examples from here, so a problem reply and the help never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CommandHelp:
+    usage: str
+    summary: str
+    details: str
+    examples: tuple[str, ...]
+
+    @property
+    def example(self) -> str:
+        return self.examples[0]
+
+
+COMMANDS: dict[str, CommandHelp] = {
+    "borrow": CommandHelp(
+        "/gpu borrow <count> <pool> [for <duration> | until <time>] [priority <level>] "
+        "[because <reason>]",
+        "Borrow GPUs from a pool.",
+        "Words may come in any order. A count without a pool takes the only pool there is; "
+        "no duration takes the pool's default. Durations: `6h`, `90m`, `2d`, `1h30m`, "
+        "`for 2 hours`. End times are read in your time zone: `until fri 18:00`, "
+        "`until tomorrow 9am`, `until 2026-03-05 12:00`. Priority: `priority high`, "
+        "`low priority`, `urgent`. Everything after `because`, `reason:` or ` - ` is the reason "
+        "your manager reads. `/gpu borrow` alone opens a form.",
+        (
+            "/gpu borrow 2 a100 for 6h because ablations",
+            "/gpu borrow 4 l40s 2d priority high",
+            "/gpu borrow 1 until fri 18:00",
+        ),
+    ),
+    "extend": CommandHelp(
+        "/gpu extend <lease> <+2h | 2h | until <time>> [because <reason>]",
+        "Ask for more time on a lease you hold.",
+        "The rules decide at once or ask your manager. `+2h` and `2h` both add two hours; "
+        "`until` moves the end to that time.",
+        ("/gpu extend L7 +2h because the run needs longer", "/gpu extend 7 until tomorrow 9am"),
+    ),
+    "release": CommandHelp(
+        "/gpu release <lease | all>",
+        "Give GPUs back before the lease ends.",
+        "`all` releases every lease you hold and withdraws your open requests.",
+        ("/gpu release L7", "/gpu release all"),
+    ),
+    "mine": CommandHelp(
+        "/gpu mine",
+        "Your leases and open requests.",
+        "Each lease shows its hosts, `CUDA_VISIBLE_DEVICES` and when it ends.",
+        ("/gpu mine",),
+    ),
+    "status": CommandHelp(
+        "/gpu status",
+        "Pools: free, leased and out-of-service GPUs by model, and what is queued.",
+        "Out of service means unhealthy, not reporting, or drained by an admin.",
+        ("/gpu status",),
+    ),
+    "quota": CommandHelp(
+        "/gpu quota [team]",
+        "A team's quota use per pool.",
+        "Nominal is guaranteed; beyond it a team may borrow others' unused GPUs up to its "
+        "borrowing limit. Without a team name you see your own team.",
+        ("/gpu quota", "/gpu quota vision"),
+    ),
+    "queue": CommandHelp(
+        "/gpu queue",
+        "Requests waiting for GPUs, in the order they will be served.",
+        "A queued request is granted by itself when GPUs come free.",
+        ("/gpu queue",),
+    ),
+    "why": CommandHelp(
+        "/gpu why <id>",
+        "Why a request or lease went the way it did.",
+        "Use R12 for a request, L7 for a lease, A31 for one audit entry. You see your own; "
+        "managers see their team's; admins see everything.",
+        ("/gpu why R12", "/gpu why L7"),
+    ),
+    "audit": CommandHelp(
+        "/gpu audit <id>",
+        "The audit trail of a request, a lease or one audit entry.",
+        "Every decision is recorded with the rules that matched, the facts seen and the rules "
+        "revision.",
+        ("/gpu audit L7", "/gpu audit A31"),
+    ),
+    "admin": CommandHelp(
+        "/gpu admin pause | resume | reload | drain <node> | undrain <node>",
+        "Admins only: the automation kill switch, rule reloads and node drains.",
+        "`pause` turns every automatic warning and reclaim into a recorded would-have; manual "
+        "commands keep working. `reload` reads the rule files again and keeps the old rules "
+        "if the new ones fail. `drain` stops new grants on a node.",
+        ("/gpu admin pause", "/gpu admin drain a100-node-02"),
+    ),
+    "help": CommandHelp(
+        "/gpu help [command]",
+        "This help, or the help of one command.",
+        "",
+        ("/gpu help borrow",),
+    ),
+}
+
+#: Subcommands in the order help lists them.
+SUBCOMMANDS: tuple[str, ...] = tuple(COMMANDS)
+
+OVERVIEW = (
+    "*gpubot* lends shared GPUs. Ask in plain words; the rules answer at once, or ask your "
+    "manager, or queue you until GPUs come free. Before anything is taken away you get a DM "
+    "with time to extend or release."
+)
+
+FOOTER = "`/gpu help <command>` explains one command. Times show in your own time zone."

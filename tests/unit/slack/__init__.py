@@ -1,0 +1,1 @@
+"""Unit tests of the Slack surface: parsing `/gpu` text and building Block Kit."""

@@ -1,0 +1,250 @@
+"""Block Kit builders: every surface validates, stays within Slack's limits, and tells people
+what they need (hosts, CUDA_VISIBLE_DEVICES, expiry, ids on the buttons)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bot.services.views import (
+    BorrowResult,
+    Explanation,
+    ExtendResult,
+    GpuSlot,
+    Refused,
+    ReleaseResult,
+    SettleResult,
+)
+from bot.slack import blocks as kit
+from bot.slack.blocks import Message
+from bot.slack.parse import ParseProblem, parse
+from bot.slack.texts import SUBCOMMANDS
+from rules.domain import Outcome
+from tests.unit.slack.builders import (
+    ALICE,
+    T0,
+    VICTOR,
+    a_home,
+    a_lease,
+    a_pool,
+    a_quota,
+    a_request,
+    assert_within_limits,
+    texts_of,
+)
+
+EXPIRY_DATE = "<!date^1772463600^{date_short_pretty} at {time}|2026-03-02 15:00 UTC>"
+NASTY = "<!channel> & <script>alert(1)</script> `rm -rf` " * 200
+
+
+def _borrow(outcome: Outcome, **overrides: Any) -> BorrowResult:
+    lease = a_lease() if outcome == Outcome.APPROVE else None
+    return BorrowResult(
+        outcome, a_request(**overrides), "team over nominal", "ask-over-nominal", lease
+    )
+
+
+def _extend(outcome: Outcome) -> ExtendResult:
+    request = a_request(id=13, kind="extend", lease_id=7, duration=timedelta(hours=2))
+    return ExtendResult(outcome, a_lease(), "extensions are cheap", "extend-ok", request)
+
+
+MANY_LEASES = tuple(a_lease(id=n, gpus=(GpuSlot(f"node-{n}", 0),)) for n in range(1, 41))
+SETTLED = a_request(state="approved", decided_by=VICTOR, decided_at=T0 + timedelta(minutes=5))
+DENIED = a_request(state="denied", decided_by=VICTOR, decided_at=T0 + timedelta(minutes=5))
+
+MESSAGES: dict[str, Callable[[], Message]] = {
+    "approval card": lambda: kit.approval_card(a_request(), "Alice", a_quota(), 2, "over nominal"),
+    "approval card, extension": lambda: kit.approval_card(
+        a_request(kind="extend", lease_id=7), "Alice", a_quota(), 0, ""
+    ),
+    "approval card, nasty": lambda: kit.approval_card(
+        a_request(reason=NASTY), NASTY, a_quota(team=NASTY), 0, NASTY
+    ),
+    "settled card": lambda: kit.settled_card(SETTLED, "Alice", because="over nominal"),
+    "settled card, denied": lambda: kit.settled_card(DENIED, "Alice", note=NASTY),
+    "settle reply": lambda: kit.settle_reply(SettleResult(SETTLED, a_lease(), "Approved R12.")),
+    "settle reply, twice": lambda: kit.settle_reply(
+        SettleResult(SETTLED, None, "R12 was already approved.", already_settled=True)
+    ),
+    "grant": lambda: kit.grant_message(a_lease()),
+    "grant, many hosts": lambda: kit.grant_message(
+        a_lease(gpus=tuple(GpuSlot(f"host-{n:03}", i) for n in range(200) for i in range(8)))
+    ),
+    **{f"borrow {o}": partial(kit.borrow_reply, _borrow(o), 3) for o in Outcome},
+    "borrow nasty": lambda: kit.borrow_reply(_borrow(Outcome.DENY, reason=NASTY)),
+    **{f"extend {o}": partial(kit.extend_reply, _extend(o)) for o in Outcome},
+    "release": lambda: kit.release_reply(ReleaseResult((a_lease(),), (a_request(),))),
+    "release nothing": lambda: kit.release_reply(ReleaseResult(())),
+    "release many": lambda: kit.release_reply(ReleaseResult(MANY_LEASES)),
+    "why": lambda: kit.explanation_message(
+        Explanation("R12", "R12: <@U0ALICE01> asked", ("A1 `borrow:asked`", "A2 <!here>"))
+    ),
+    "why, long": lambda: kit.explanation_message(Explanation("L7", "L7", (NASTY,) * 300)),
+    "why, empty": lambda: kit.explanation_message(Explanation("A31", "A31: nothing")),
+    "refused": lambda: kit.refused_message(Refused("There is no lease L9.", "no-lease")),
+    "problem": lambda: kit.problem_message(
+        ParseProblem(["2 GPUs"], "I did not understand `fo`.", "/gpu borrow 2 a100")
+    ),
+    "help": kit.help_message,
+    "help, unknown": lambda: kit.help_message("frobnicate"),
+    **{f"help {c}": partial(kit.help_message, c) for c in SUBCOMMANDS},
+    "mine": lambda: kit.mine_message([a_lease()], [a_request()]),
+    "mine, empty": lambda: kit.mine_message([], []),
+    "mine, many": lambda: kit.mine_message(MANY_LEASES, [a_request(id=n) for n in range(30)]),
+    "status": lambda: kit.status_message([a_pool(), a_pool(name="l40s", protected=True)]),
+    "status, many": lambda: kit.status_message([a_pool(name=f"p{n}") for n in range(80)]),
+    "status, none": lambda: kit.status_message([]),
+    "quota": lambda: kit.quota_message([a_quota(), a_quota(pool="l40s", used=6)], "vision"),
+    "quota, none": lambda: kit.quota_message([], "nlp"),
+    "queue": lambda: kit.queue_message([a_request(state="queued", id=n) for n in range(60)]),
+    "queue, empty": lambda: kit.queue_message([]),
+}
+VIEWS: dict[str, Callable[[], dict[str, Any]]] = {
+    "home": lambda: kit.home_view(a_home()),
+    "home, paused": lambda: kit.home_view(a_home(paused=True)),
+    "home, empty": lambda: kit.home_view(a_home(team=None, leases=(), requests=(), pools=())),
+    "home, 40 leases": lambda: kit.home_view(
+        a_home(leases=MANY_LEASES, requests=tuple(a_request(id=n) for n in range(30)))
+    ),
+    "borrow modal": lambda: kit.borrow_modal(["a100", "l40s", "inference"], "a100", T0),
+    "borrow modal, no default": lambda: kit.borrow_modal(["a100"], None, T0),
+    "deny modal": lambda: kit.deny_modal(12),
+}
+
+
+@pytest.mark.parametrize("build", MESSAGES.values(), ids=MESSAGES.keys())
+def test_every_message_validates_and_stays_within_slack_limits(
+    build: Callable[[], Message],
+) -> None:
+    """slack_sdk's validators pass for every block; 50 blocks, 3000-char sections, a fallback."""
+    assert_within_limits(build())
+
+
+@pytest.mark.parametrize("build", VIEWS.values(), ids=VIEWS.keys())
+def test_every_view_validates_and_stays_within_slack_limits(
+    build: Callable[[], dict[str, Any]],
+) -> None:
+    """Home tab and modals pass slack_sdk's View validation and the 100-block limit."""
+    assert_within_limits(build())
+
+
+def test_grant_dm_says_where_to_run_and_until_when() -> None:
+    """Host, indices, the CUDA_VISIBLE_DEVICES line, the expiry token and two buttons."""
+    grant = kit.grant_message(a_lease())
+    text = texts_of(grant)
+    assert "*a100-node-01* · GPUs 0, 1 · `CUDA_VISIBLE_DEVICES=0,1`" in text
+    assert EXPIRY_DATE in text
+    assert "2026-03-02 15:00 UTC" in grant.text
+    buttons = grant.blocks[-1]
+    assert "lease:7" == buttons["block_id"]
+    assert [("lease_extend", "7", "primary"), ("lease_release", "7", "danger")] == [
+        (b["action_id"], b["value"], b.get("style")) for b in buttons["elements"]
+    ]
+
+
+def test_grant_dm_gives_one_line_per_host() -> None:
+    lease = a_lease(gpus=(GpuSlot("n2", 3), GpuSlot("n1", 1), GpuSlot("n1", 0)))
+    text = texts_of(kit.grant_message(lease))
+    assert "`CUDA_VISIBLE_DEVICES=0,1`" in text
+    assert "*n2* · GPU 3 · `CUDA_VISIBLE_DEVICES=3`" in text
+
+
+def test_approval_card_buttons_carry_the_request_id() -> None:
+    """Approve (primary) and Deny (danger) both hold R12's id, in block `request:12`."""
+    card = kit.approval_card(a_request(), "Alice", a_quota(), 2, "over nominal")
+    buttons = card.blocks[-1]
+    assert "request:12" == buttons["block_id"]
+    assert [("request_approve", "12", "primary"), ("request_deny", "12", "danger")] == [
+        (b["action_id"], b["value"], b.get("style")) for b in buttons["elements"]
+    ]
+    text = texts_of(card)
+    for fact in (f"<@{ALICE}>", "2 GPUs", "a100", "6h", "ablations", "Rules: over nominal"):
+        assert fact in text
+    assert "3 in use of 4 guaranteed" in text
+    assert "brings the team to 5 GPUs of 4 guaranteed, borrowing 1 of at most 4" in text
+    assert "2 requests queued ahead" in text
+
+
+def test_settled_card_says_who_decided_and_when_without_buttons() -> None:
+    approved = kit.settled_card(SETTLED, "Alice")
+    denied = kit.settled_card(DENIED, "Alice", note="over quota <b>")
+    assert all(b["type"] != "actions" for b in approved.blocks + denied.blocks)
+    assert f"Approved by <@{VICTOR}> at <!date^" in texts_of(approved)
+    assert "|2026-03-02 09:05 UTC>: over quota &lt;b&gt;" in texts_of(denied)
+    assert texts_of(denied).count("Denied by") == 1
+
+
+def test_user_text_is_escaped_and_truncated() -> None:
+    """A hostile reason can neither ping a channel nor burst a field."""
+    card = kit.approval_card(a_request(reason=NASTY), "Alice", a_quota(), 0, "")
+    text = texts_of(card)
+    assert "<!channel>" not in text
+    assert "&lt;!channel&gt; &amp; &lt;script&gt;" in text
+    assert "…" in text
+
+
+def test_service_mrkdwn_keeps_mentions_but_never_broadcasts() -> None:
+    why = kit.explanation_message(
+        Explanation("R1", "R1 by <@U0ALICE01>", ("<!here> <!date^1^{time}|x>",))
+    )
+    text = texts_of(why)
+    assert "<@U0ALICE01>" in text
+    assert "&lt;!here>" in text
+    assert "<!date^1^{time}|x>" in text
+
+
+def test_borrow_replies_say_what_happens_next() -> None:
+    approve, ask, queue, deny = (
+        kit.borrow_reply(_borrow(o), position=3)
+        for o in (Outcome.APPROVE, Outcome.ASK, Outcome.QUEUE, Outcome.DENY)
+    )
+    assert "CUDA_VISIBLE_DEVICES=0,1" in texts_of(approve)
+    assert f"<@{VICTOR}> in <#C0APPROVE>" in texts_of(ask)
+    assert "position 3" in texts_of(queue)
+    assert "team over nominal" in texts_of(deny)
+    assert kit.replies.DENIED_ADVICE in texts_of(deny)
+
+
+def test_home_with_forty_leases_stays_within_a_hundred_blocks() -> None:
+    home = kit.home_view(a_home(leases=MANY_LEASES))
+    assert len(home["blocks"]) <= 100
+    assert "…and 25 more leases not shown here." in texts_of(home)
+
+
+def test_home_shows_the_pause_notice_only_while_paused() -> None:
+    assert "Automation is paused" in texts_of(kit.home_view(a_home(paused=True)))
+    assert "Automation is paused" not in texts_of(kit.home_view(a_home()))
+
+
+def test_slack_date_renders_in_the_readers_zone_with_a_utc_fallback() -> None:
+    assert EXPIRY_DATE == kit.slack_date(datetime(2026, 3, 2, 15, tzinfo=UTC))
+    assert "<!date^1772463600^{time}|2026-03-02 15:00 UTC>" == kit.slack_date(
+        datetime(2026, 3, 2, 16, tzinfo=ZoneInfo("Europe/Berlin")), "{time}"
+    )
+
+
+def test_clip_never_cuts_an_entity_or_a_token_in_half() -> None:
+    assert "a…" == kit.kit.clip("a &amp;&amp;&amp;", 5)
+    assert "x…" == kit.kit.clip("x<!date^1^{time}|fallback>", 10)
+
+
+def test_quota_bar_shows_nominal_and_borrowed_use() -> None:
+    assert "█████▓▓░░░" == kit.overview.quota_bar(a_quota(nominal=5, borrowing_limit=5, used=7))
+    assert "░░░░░░░░░░" == kit.overview.quota_bar(a_quota(nominal=0, borrowing_limit=0, used=0))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(max_size=300))
+def test_any_parse_problem_renders_within_limits(text: str) -> None:
+    """Whatever was typed, the problem reply validates and stays within limits."""
+    got = parse("borrow " + text, now=T0, tz=ZoneInfo("UTC"), pools=("a100", "l40s"))
+    if isinstance(got, ParseProblem):
+        assert_within_limits(kit.problem_message(got))
