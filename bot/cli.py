@@ -6,6 +6,7 @@ rule problems, an unreachable database). Expected failures print one line, never
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,8 +21,9 @@ from alembic.util.exc import CommandError
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from slack_bolt.error import BoltError
 
-from bot.rulesdir import read_rules_dir
+from bot.rulesdir import RulesDirError, read_rules_dir
 from bot.services.queries import list_leases
 from bot.services.views import LeaseView
 from bot.settings import Settings
@@ -355,6 +357,36 @@ def _time_left(view: LeaseView, now: datetime) -> str:
         return "-"
     left = view.expires_at - now
     return format_duration(left) if left > timedelta(0) else f"overdue {format_duration(-left)}"
+
+
+# ---- serve ------------------------------------------------------------------------------
+
+
+@app.command("serve")
+def serve(
+    http: Annotated[
+        bool, typer.Option("--http", help="HTTP mode even when SLACK_APP_TOKEN is set")
+    ] = False,
+    host: Annotated[str, typer.Option(help="address to listen on in HTTP mode")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on in HTTP mode")] = 3000,
+) -> None:
+    """Run the bot: Socket Mode when SLACK_APP_TOKEN is set, else HTTP on /slack/events."""
+    from bot.main import SetupError  # noqa: PLC0415 - the Slack stack loads only to serve
+    from bot.main import serve as run  # noqa: PLC0415
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = _settings()
+    try:
+        with _database_errors(settings.database_url):
+            run(settings, http=http, host=host, port=port)
+    except SetupError as exc:
+        _fail(str(exc))
+    except (PolicyError, RulesDirError) as exc:
+        _fail(f"the rules in {settings.rules_dir} cannot be loaded:\n{exc}")
+    except BoltError as exc:
+        _fail(f"Slack refused the bot token at {settings.slack_api_url}: {exc}")
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from bot.services import admin, borrowing, explain, leases, overview
 from bot.services.borrowing import BorrowAsk
 from bot.services.context import Context, record, utcnow
 from bot.services.inventory import sync_inventory
-from bot.services.queries import list_leases, list_requests
+from bot.services.queries import lease_view, list_leases, list_requests, request_view
 from bot.services.views import (
     BorrowResult,
     Explanation,
@@ -29,7 +29,9 @@ from bot.services.views import (
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.policy import Policy
+from storage import audit
 from storage.db import Database
+from storage.tables import LeaseRow, RequestRow
 
 __all__ = ["BorrowAsk", "Refused", "Services"]
 
@@ -76,6 +78,9 @@ class Services:
     def deny(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
         return borrowing.settle(self.ctx, user, request_id, approve=False, reason=reason)
 
+    def may_settle(self, user: str, request_id: int) -> Refused | None:
+        return borrowing.may_settle(self.ctx, user, request_id)
+
     def cancel(self, user: str, request_id: int) -> RequestView | Refused:
         return borrowing.cancel(self.ctx, user, request_id)
 
@@ -97,6 +102,32 @@ class Services:
     def requests(self, requester: str | None = None) -> list[RequestView]:
         with self.db.read() as session:
             return list_requests(session, requester=requester)
+
+    def request(self, request_id: int) -> RequestView | None:
+        with self.db.read() as session:
+            row = session.get(RequestRow, request_id)
+            return request_view(row) if row else None
+
+    def lease(self, lease_id: int) -> LeaseView | None:
+        with self.db.read() as session:
+            row = session.get(LeaseRow, lease_id)
+            return lease_view(session, row) if row else None
+
+    def because(self, request_id: int) -> str:
+        """The rules' reason recorded with a request's decision ("" when none)."""
+        with self.db.read() as session:
+            row = session.get(RequestRow, request_id)
+            found = audit.get(session, row.audit_id) if row and row.audit_id else None
+            return str(found.detail.get("because", "")) if found else ""
+
+    def quota_of(self, team: str, pool: str) -> QuotaUse | None:
+        with self.db.read() as session:
+            return next(
+                (q for q in overview.quota_use(session, self.ctx, team) if q.pool == pool), None
+            )
+
+    def queued_ahead(self, pool: str) -> int:
+        return sum(1 for r in self.queue() if r.pool == pool)
 
     def audit(self, user: str, ref: str) -> Explanation | Refused:
         return explain.audit_trail(self.ctx, user, ref)

@@ -264,6 +264,18 @@ def settle(
             return _already(session, request)
 
 
+def may_settle(ctx: Context, user: str, request_id: int) -> Refused | None:
+    """Why `user` cannot settle this request now (None: they can); records nothing."""
+    with ctx.db.read() as session:
+        request = session.get(RequestRow, request_id)
+        if request is None:
+            return Refused(f"There is no request R{request_id}.", "no-request")
+        if request.state != RequestState.PENDING:
+            return Refused(f"R{request_id} is already {request.state}.", "settled")
+        why = _may_settle(ctx.policy, user, request)
+        return Refused(why, "not-allowed") if why else None
+
+
 def _may_settle(policy: Policy, user: str, request: RequestRow) -> str | None:
     if user == request.requester:
         return "Nobody approves or denies their own request; a manager or an admin will."

@@ -16,7 +16,6 @@ from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackRequestError
-from sqlmodel import Session
 
 from bot.services.notices import CARDS
 from storage import outbox
@@ -33,7 +32,8 @@ class Rendered:
 
 
 # Renders one owed message from the database as it stands now; None: nothing left to say.
-Render = Callable[[Session, OutboxRow], Rendered | None]
+# It opens its own short reads: no transaction stays open across a Slack call.
+Render = Callable[[OutboxRow], Rendered | None]
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Deliverer:
             now = self.clock()
             with self.db.read() as session:
                 rows = outbox.due(session, now, limit)
-                work = [(row, self._prepare(session, row)) for row in rows]
+            work = [(row, self._prepare(row)) for row in rows]
             blocked: set[str] = set()
             for row, prepared in work:
                 assert row.id is not None
@@ -89,17 +89,18 @@ class Deliverer:
                     )
         return report
 
-    def _prepare(self, session: Session, row: OutboxRow) -> Any:
-        """Render inside the read session; card updates also need where the cards landed."""
-        rendered = self.render(session, row)
+    def _prepare(self, row: OutboxRow) -> Any:
+        """Render; card updates also need where the cards landed."""
+        rendered = self.render(row)
         if row.kind != "card_settled":
             return rendered
-        cards = outbox.landed(session, row.subject, ["approval_card"])
-        waiting = [
-            r
-            for r in outbox.owed_about(session, row.subject)
-            if r.kind == "approval_card" and r.state == outbox.PENDING
-        ]
+        with self.db.read() as session:
+            cards = outbox.landed(session, row.subject, ["approval_card"])
+            waiting = [
+                r
+                for r in outbox.owed_about(session, row.subject)
+                if r.kind == "approval_card" and r.state == outbox.PENDING
+            ]
         return rendered, [(c.channel, c.ts) for c in cards], bool(waiting)
 
     def _send(self, row: OutboxRow, prepared: Any, report: Report) -> None:

@@ -1,0 +1,98 @@
+"""The Bolt app, built in a function (never at import), with every listener registered.
+
+`build_app(settings, services, ...)` is used alike by `gpubot serve` (Socket Mode or HTTP),
+the tests (signed requests against the local Slack API) and the local workspace demo.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slack_bolt import App, BoltResponse
+from slack_sdk import WebClient
+from slack_sdk.http_retry.builtin_handlers import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+    ServerErrorRetryHandler,
+)
+
+from bot.services import Services
+from bot.settings import Settings
+from bot.slack.listeners import actions, commands, events, views
+from bot.slack.people import People
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SlackDeps:
+    """What listeners need: the use cases, people's names and zones, and a nudge for delivery."""
+
+    services: Services
+    people: People
+    settings: Settings
+    kick: Callable[[], None]
+
+    def now(self) -> datetime:
+        return self.services.ctx.now().astimezone(UTC)
+
+
+def web_client(settings: Settings) -> WebClient:
+    """The Web API client: SLACK_API_URL, and retries on rate limits, 5xx and broken links."""
+    token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
+    return WebClient(
+        token=token,
+        base_url=settings.slack_api_url,
+        timeout=10,
+        retry_handlers=[
+            ConnectionErrorRetryHandler(max_retry_count=2),
+            RateLimitErrorRetryHandler(max_retry_count=3),
+            ServerErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+
+
+def build_app(
+    settings: Settings,
+    services: Services,
+    *,
+    client: WebClient | None = None,
+    kick: Callable[[], None] = lambda: None,
+) -> App:
+    client = client or web_client(settings)
+    secret = settings.slack_signing_secret
+    app = App(
+        client=client,
+        signing_secret=secret.get_secret_value() if secret else None,
+        process_before_response=False,
+        # Work after ack() runs here; enough threads that a busy minute never delays an ack.
+        listener_executor=ThreadPoolExecutor(max_workers=32, thread_name_prefix="gpubot-slack"),
+        raise_error_for_unhandled_request=False,
+    )
+    deps = SlackDeps(services, People(client), settings, kick)
+    commands.register(app, deps)
+    actions.register(app, deps)
+    views.register(app, deps)
+    events.register(app, deps)
+
+    @app.error
+    def on_error(error: Exception, body: dict[str, Any], respond: Any) -> BoltResponse | None:
+        reference = uuid.uuid4().hex[:8]
+        log.error("listener failed (reference %s)", reference, exc_info=error)
+        if body.get("response_url"):
+            respond(
+                text=f":warning: Something went wrong on our side (reference `{reference}`). "
+                "What was already decided stays recorded; an admin can look the reference up "
+                "in the bot's log.",
+                response_type="ephemeral",
+                replace_original=False,
+            )
+        return None
+
+    return app

@@ -1,0 +1,160 @@
+"""`/gpu ...`: parse forgivingly, ack at once, run the use case, answer with an ephemeral."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt import Ack, App, Respond
+from slack_sdk import WebClient
+
+from bot.rulesdir import RulesDirError, read_rules_dir
+from bot.services import Refused
+from bot.services.views import BorrowResult
+from bot.slack import parse as p
+from bot.slack.blocks import (
+    borrow_modal,
+    borrow_reply,
+    explanation_message,
+    extend_reply,
+    help_message,
+    problem_message,
+    refused_message,
+    release_reply,
+)
+from bot.slack.blocks.kit import Message, message, section
+from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
+from bot.slack.people import UTC_ZONE
+from rules.domain import Outcome
+from rules.errors import PolicyError
+
+if TYPE_CHECKING:
+    from bot.slack.app import SlackDeps
+
+
+def register(app: App, deps: SlackDeps) -> None:
+    @app.command("/gpu")
+    def gpu(ack: Ack, command: dict[str, Any], respond: Respond, client: WebClient) -> None:
+        user, text = command["user_id"], command.get("text") or ""
+        # Only an end time needs the person's zone, and that costs a users.info call.
+        tz = deps.people.tz(user) if "until" in text.lower() else UTC_ZONE
+        parsed = p.parse(text, now=deps.now(), tz=tz, pools=list(deps.services.policy.pools))
+        if isinstance(parsed, p.ParseProblem):
+            ack(**problem_message(parsed).as_kwargs())
+            return
+        if isinstance(parsed, p.Help):
+            ack(**help_message(parsed.topic).as_kwargs())
+            return
+        if isinstance(parsed, p.OpenBorrowModal):
+            ack()
+            open_borrow_modal(deps, client, command["trigger_id"], user)
+            return
+        ack()
+        respond(**run(deps, user, parsed).as_kwargs(), response_type="ephemeral")
+        deps.kick()
+
+
+def open_borrow_modal(deps: SlackDeps, client: WebClient, trigger_id: str, user: str) -> None:
+    policy = deps.services.policy
+    team = policy.team_of(user)
+    pools = sorted(policy.pools)
+    default = next((n for n in pools if team and team.name in policy.pools[n].quotas), None)
+    client.views_open(trigger_id=trigger_id, view=borrow_modal(pools, default, deps.now()))
+
+
+def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
+    """Every subcommand but help and the modal: a use case, then its reply."""
+    services = deps.services
+    if isinstance(command, p.Borrow):
+        return _borrowed(deps, services.borrow(user, command.to_ask()))
+    if isinstance(command, p.Extend):
+        lease = services.lease(command.lease_id)
+        if lease is None:
+            return refused_message(Refused(f"There is no lease L{command.lease_id}."))
+        by = command.amount(lease.expires_at)
+        return _reply(services.extend(user, command.lease_id, by, command.reason), extend_reply)
+    if isinstance(command, p.Release):
+        return _reply(services.release(user, command.lease_id), release_reply)
+    if isinstance(command, p.Mine):
+        return mine_message(services.leases(user), services.requests(user))
+    if isinstance(command, p.Status):
+        return status_message(services.status())
+    if isinstance(command, p.Queue):
+        return queue_message(services.queue())
+    if isinstance(command, p.Quota):
+        team = command.team or _team_of(deps, user)
+        if team is None:
+            return refused_message(Refused("You are in no team; name one: `/gpu quota vision`."))
+        quotas = services.quota(team)
+        return (
+            refused_message(quotas) if isinstance(quotas, Refused) else quota_message(quotas, team)
+        )
+    if isinstance(command, p.Why):
+        return _reply(services.why(user, command.ref), explanation_message)
+    if isinstance(command, p.Audit):
+        return _reply(services.audit(user, command.ref), explanation_message)
+    if isinstance(command, p.Admin):
+        return _admin(deps, user, command)
+    return help_message(None)
+
+
+def _borrowed(deps: SlackDeps, result: BorrowResult | Refused) -> Message:
+    if isinstance(result, Refused):
+        return refused_message(result)
+    position = None
+    if result.outcome == Outcome.QUEUE:
+        ids = [r.id for r in deps.services.queue() if r.pool == result.request.pool]
+        position = ids.index(result.request.id) + 1 if result.request.id in ids else None
+    return borrow_reply(result, position)
+
+
+def _reply(result: Any, render: Any) -> Message:
+    if isinstance(result, Refused):
+        return refused_message(result)
+    rendered: Message = render(result)
+    return rendered
+
+
+def _team_of(deps: SlackDeps, user: str) -> str | None:
+    team = deps.services.policy.team_of(user)
+    return team.name if team else None
+
+
+def _admin(deps: SlackDeps, user: str, command: p.Admin) -> Message:
+    services = deps.services
+    if not services.policy.is_admin(user):
+        return refused_message(Refused("`/gpu admin` is for gpubot admins.", "not-admin"))
+    if command.action == "pause":
+        answer = services.pause(user)
+    elif command.action == "resume":
+        answer = services.resume(user)
+    elif command.action in ("drain", "undrain") and command.node:
+        change = services.drain if command.action == "drain" else services.undrain
+        answer = change(user, command.node)
+    elif command.action == "reload":
+        answer = _reload(deps, user)
+    else:
+        return help_message("admin")
+    if isinstance(answer, Refused):
+        return refused_message(answer)
+    return message(answer, [section(answer)])
+
+
+def _reload(deps: SlackDeps, user: str) -> str | Refused:
+    directory = deps.settings.rules_dir
+    try:
+        policy = deps.services.reload_rules(user, read_rules_dir(directory))
+    except RulesDirError as exc:
+        return Refused(f"Reload refused, the rules in force stay: {exc}", "reload")
+    except PolicyError as exc:
+        shown = "\n".join(f"• `{problem}`" for problem in exc.problems[:15])
+        more = len(exc.problems) - 15
+        tail = f"\n…and {more} more (`gpubot rules check` lists them all)." if more > 0 else ""
+        return Refused(
+            f"Reload refused, the rules in force stay ({deps.services.policy.revision}):\n"
+            f"{shown}{tail}",
+            "reload",
+        )
+    return (
+        f"Rules reloaded: revision {policy.revision}, {len(policy.rules)} rules, "
+        f"{len(policy.cases)} cases passed."
+    )

@@ -1,0 +1,167 @@
+"""The records a local Slack workspace keeps, each able to render itself in Slack's JSON shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = dict[str, Any]
+
+
+@dataclass
+class User:
+    """A person (or the bot user) in the workspace."""
+
+    id: str
+    name: str
+    real_name: str
+    tz: str = "Europe/Berlin"
+    tz_label: str = "Central European Time"
+    tz_offset: int = 3600  # seconds east of UTC, as Slack reports it
+    is_admin: bool = False
+    is_bot: bool = False
+    email: str = ""
+
+    def as_json(self, team_id: str) -> JSON:
+        """The `user` object of users.info."""
+        return {
+            "id": self.id,
+            "team_id": team_id,
+            "name": self.name,
+            "deleted": False,
+            "real_name": self.real_name,
+            "tz": self.tz,
+            "tz_label": self.tz_label,
+            "tz_offset": self.tz_offset,
+            "is_admin": self.is_admin,
+            "is_owner": self.is_admin,
+            "is_bot": self.is_bot,
+            "profile": {
+                "real_name": self.real_name,
+                "display_name": self.name,
+                "email": self.email,
+                "image_48": "",
+            },
+        }
+
+
+@dataclass
+class Channel:
+    """A public or private channel, or a DM (`im_user` set) between the bot and one person."""
+
+    id: str
+    name: str
+    is_private: bool = False
+    members: set[str] = field(default_factory=set)
+    im_user: str | None = None
+
+    @property
+    def is_im(self) -> bool:
+        return self.im_user is not None
+
+    def as_json(self) -> JSON:
+        if self.im_user is not None:
+            return {"id": self.id, "is_im": True, "user": self.im_user, "is_open": True}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "is_channel": not self.is_private,
+            "is_group": self.is_private,
+            "is_im": False,
+            "is_private": self.is_private,
+            "is_member": True,
+        }
+
+
+@dataclass
+class Message:
+    """A message everyone in the channel sees."""
+
+    channel: str
+    ts: str
+    text: str
+    blocks: list[JSON]
+    user: str
+    bot_id: str | None = None
+    thread_ts: str | None = None
+    edited: bool = False
+    files: list[str] = field(default_factory=list)
+
+    def as_json(self, team_id: str, app_id: str) -> JSON:
+        """The `message` object Slack returns and embeds in block_actions payloads."""
+        body: JSON = {"type": "message", "text": self.text, "ts": self.ts, "user": self.user}
+        if self.bot_id is not None:
+            body |= {"subtype": "bot_message", "bot_id": self.bot_id, "app_id": app_id}
+        body["team"] = team_id
+        if self.blocks:
+            body["blocks"] = self.blocks
+        if self.thread_ts is not None:
+            body["thread_ts"] = self.thread_ts
+        if self.edited:
+            body["edited"] = {"user": self.user, "ts": self.ts}
+        if self.files:
+            body["files"] = [{"id": file_id} for file_id in self.files]
+        return body
+
+
+@dataclass
+class Ephemeral:
+    """A message only `user` sees, in `channel`; it cannot be edited through chat.update."""
+
+    channel: str
+    user: str
+    ts: str
+    text: str
+    blocks: list[JSON]
+    thread_ts: str | None = None
+
+    def as_json(self) -> JSON:
+        body: JSON = {"type": "message", "text": self.text, "ts": self.ts, "user": self.user}
+        if self.blocks:
+            body["blocks"] = self.blocks
+        return body
+
+
+@dataclass
+class File:
+    """A file announced by files.getUploadURLExternal; `content` arrives on the upload URL."""
+
+    id: str
+    name: str
+    length: int
+    title: str = ""
+    content: bytes | None = None
+    channel: str | None = None
+    completed: bool = False
+
+    def as_json(self) -> JSON:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "title": self.title or self.name,
+            "size": len(self.content or b""),
+        }
+
+
+@dataclass
+class ResponseUrl:
+    """A response_url token: where it was issued, for whom, and how often it was used."""
+
+    token: str
+    channel: str
+    user: str
+    source_ts: str | None  # the message (or ephemeral) a button sat on; None for a command
+    source_ephemeral: bool
+    created: float
+    uses: int = 0
+    last_ts: str | None = None  # the latest ephemeral posted through it (for replace_original)
+
+
+@dataclass
+class Trigger:
+    """A trigger_id: valid for three seconds and once."""
+
+    id: str
+    user: str
+    issued_at: float
+    used: bool = False
