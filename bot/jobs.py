@@ -33,6 +33,7 @@ class Jobs:
             "interval",
             seconds=interval.total_seconds(),
             id=job_id,
+            name=job_id,
             replace_existing=True,
             next_run_time=datetime.now(UTC),
         )
