@@ -89,9 +89,14 @@ def assemble(
     )
     client = client or web_client(settings)
     jobs = Jobs()
-    app = build_app(settings, services, client=client, kick=lambda: jobs.kick(OUTBOX))
     deliverer = Deliverer(db, client, renderer(services, People(client)), services.ctx.now)
-    jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.deliver_due)
+
+    def kick() -> None:
+        if deliverer.want():
+            jobs.kick(OUTBOX)
+
+    app = build_app(settings, services, client=client, kick=kick)
+    jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)
     return Bot(settings, db, services, client, app, deliverer, jobs)
 
 

@@ -1,5 +1,5 @@
 """The HTTP front in HTTP mode: Slack's /slack/events for commands, interactivity and events,
-and /healthz, as one small ASGI app that uvicorn serves.
+/healthz, and (with an `ingest`) the node agents' POST /agent/samples, as one small ASGI app.
 
 Bolt's dispatch is synchronous (it returns once the listener called ack()), so it runs in a
 worker thread: one slow request never holds up the event loop and the others' acks.
@@ -10,10 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from slack_bolt import App
 from slack_bolt.request import BoltRequest
+
+if TYPE_CHECKING:
+    from bot.telemetry.ingest import Ingest
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,15 +26,21 @@ Send = Callable[[Message], Awaitable[None]]
 Health = Callable[[], dict[str, Any]]
 
 EVENTS_PATH = "/slack/events"
+AGENT_PATH = "/agent/samples"
 MAX_BODY = 1 << 20  # Slack's payloads are far smaller; anything bigger is not Slack
 
 
 class SlackAsgi:
-    """POST /slack/events -> the Bolt app; GET /healthz -> health(); everything else 404."""
+    """POST /slack/events -> the Bolt app; GET /healthz -> health(); POST /agent/samples ->
+    `ingest` when one is given; everything else 404."""
 
-    def __init__(self, app: App, health: Health) -> None:
+    def __init__(self, app: App, health: Health, *, ingest: Ingest | None = None) -> None:
         self.app = app
         self.health = health
+        self.ingest = ingest
+        # Each dispatch holds its thread until the listener acks; asyncio's default pool (a
+        # handful of threads on small machines) would queue requests behind slow acks.
+        self._dispatch = ThreadPoolExecutor(max_workers=32, thread_name_prefix="slack-dispatch")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -49,9 +59,13 @@ class SlackAsgi:
                 query=scope.get("query_string", b"").decode("latin-1"),
                 headers=_headers(scope),
             )
-            response = await asyncio.to_thread(self.app.dispatch, request)
+            loop = asyncio.get_running_loop()
+            response = await loop.run_in_executor(self._dispatch, self.app.dispatch, request)
             headers = {k: ", ".join(v) for k, v in response.headers.items()}
             await _answer(send, response.status, headers, response.body.encode("utf-8"))
+            return
+        if path == AGENT_PATH and method == "POST" and self.ingest is not None:
+            await self._agent(scope, receive, send, self.ingest)
             return
         if path == "/healthz" and method in ("GET", "HEAD"):
             report = await asyncio.to_thread(self.health)
@@ -60,6 +74,17 @@ class SlackAsgi:
             await _answer(send, status, {"content-type": "application/json"}, payload)
             return
         await _answer(send, 404, {"content-type": "text/plain"}, b"not found")
+
+    async def _agent(self, scope: Scope, receive: Receive, send: Send, ingest: Ingest) -> None:
+        body = await _body(receive)
+        text = {"content-type": "text/plain; charset=utf-8"}
+        if body is None:
+            await _answer(send, 413, text, b"payload too large")
+            return
+        # A repeated header is joined, as HTTP says, so it can never match what was signed.
+        headers = {k: v if isinstance(v, str) else ", ".join(v) for k, v in _headers(scope).items()}
+        status, message = await asyncio.to_thread(ingest.handle, headers, body)
+        await _answer(send, status, text, message.encode("utf-8"))
 
 
 def _headers(scope: Scope) -> dict[str, str | Sequence[str]]:

@@ -17,7 +17,11 @@ DEFAULT_RULES_DIR = Path(__file__).resolve().parent.parent / "rules" / "policies
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="GPUBOT_", env_file=".env", extra="ignore", populate_by_name=True
+        env_prefix="GPUBOT_",
+        env_file=".env",
+        extra="ignore",
+        populate_by_name=True,
+        env_ignore_empty=True,  # SLACK_APP_TOKEN= means unset, not an empty token
     )
 
     database_url: str = Field(
@@ -27,6 +31,10 @@ class Settings(BaseSettings):
     rules_dir: Path = Field(default=DEFAULT_RULES_DIR, description="directory of rule files")
     rules_engine: Literal["durable", "reference"] = Field(
         default="durable", description="durable (default) or the pure-Python reference"
+    )
+    agent_tokens_file: Path | None = Field(
+        default=None,
+        description="YAML file of `node: token` for the node agents (gpubot agent); unset: none",
     )
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")

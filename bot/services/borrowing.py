@@ -80,7 +80,8 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
     now = ctx.now()
     with ctx.db.write() as session:
         _lock_pool(session, ask.pool)
-        usage = pool_usage(session, ask.pool)
+        free = free_gpus(session, ask.pool)
+        usage = pool_usage(session, ask.pool, free)
         facts = request_facts(
             policy,
             kind=RequestKind.BORROW,
@@ -133,7 +134,7 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
             notices.approval_cards(session, request, at=now)
         lease = None
         if outcome == Outcome.APPROVE:
-            lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
+            lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision, free=free)
             if lease is None:  # the rules saw free GPUs, placement found none: wait for them
                 request.state, request.outcome = RequestState.QUEUED, Outcome.QUEUE.value
                 outcome = Outcome.QUEUE
@@ -170,9 +171,10 @@ def _grant(
     *,
     actor: str,
     decision: Decision | None,
+    free: dict[str, list[int]] | None = None,
 ) -> LeaseView | None:
     """Place the request's GPUs best-fit and create the active lease; None if they don't fit."""
-    slots = place(free_gpus(session, request.pool), request.gpus)
+    slots = place(free if free is not None else free_gpus(session, request.pool), request.gpus)
     if slots is None:
         return None
     pool = ctx.policy.pools[request.pool]

@@ -88,8 +88,9 @@ def list_requests(
     return [request_view(row) for row in session.exec(stmt).all()]
 
 
-def pool_usage(session: Session, pool: str) -> PoolUsage:
-    """GPUs held per team, free GPUs and waiting requests in one pool, right now."""
+def pool_usage(session: Session, pool: str, free: dict[str, list[int]] | None = None) -> PoolUsage:
+    """GPUs held per team, free GPUs and waiting requests in one pool, right now (`free`:
+    the pool's free GPUs when the caller already read them in this transaction)."""
     held = dict(
         session.exec(
             select(LeaseRow.team, sa.func.sum(LeaseRow.gpus))
@@ -102,8 +103,8 @@ def pool_usage(session: Session, pool: str) -> PoolUsage:
         .select_from(RequestRow)
         .where(RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED)
     ).one()
-    free = sum(len(v) for v in free_gpus(session, pool).values())
-    return PoolUsage(held={k: int(v) for k, v in held.items()}, free=free, queued=int(queued))
+    count = sum(len(v) for v in (free if free is not None else free_gpus(session, pool)).values())
+    return PoolUsage(held={k: int(v) for k, v in held.items()}, free=count, queued=int(queued))
 
 
 def free_gpus(session: Session, pool: str) -> dict[str, list[int]]:

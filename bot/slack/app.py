@@ -7,14 +7,13 @@ the tests (signed requests against the local Slack API) and the local workspace 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from slack_bolt import App, BoltResponse
+from slack_bolt import App, BoltResponse, Respond
 from slack_sdk import WebClient
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
@@ -24,6 +23,8 @@ from slack_sdk.http_retry.builtin_handlers import (
 
 from bot.services import Services
 from bot.settings import Settings
+from bot.slack.blocks.kit import Message
+from bot.slack.failures import report_failure
 from bot.slack.listeners import actions, commands, events, views
 from bot.slack.people import People
 
@@ -38,9 +39,29 @@ class SlackDeps:
     people: People
     settings: Settings
     kick: Callable[[], None]
+    # The work after an ack runs here, on few threads: Bolt's listener threads stay free to
+    # start (and ack) the next requests, and the use cases' writes are serial anyway.
+    work: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpubot-work")
+    )
 
     def now(self) -> datetime:
         return self.services.ctx.now().astimezone(UTC)
+
+    def after_ack(self, respond: Respond, answer: Callable[[], Message | None]) -> None:
+        """Compute the answer off the listener thread, send it ephemerally, nudge delivery."""
+
+        def run() -> None:
+            try:
+                reply = answer()
+                if reply is not None:
+                    respond(**reply.as_kwargs(), response_type="ephemeral", replace_original=False)
+            except Exception as exc:  # a failure must still reach the person, with a reference
+                report_failure(exc, respond)
+            finally:
+                self.kick()
+
+        self.work.submit(run)
 
 
 def web_client(settings: Settings) -> WebClient:
@@ -82,17 +103,8 @@ def build_app(
     events.register(app, deps)
 
     @app.error
-    def on_error(error: Exception, body: dict[str, Any], respond: Any) -> BoltResponse | None:
-        reference = uuid.uuid4().hex[:8]
-        log.error("listener failed (reference %s)", reference, exc_info=error)
-        if body.get("response_url"):
-            respond(
-                text=f":warning: Something went wrong on our side (reference `{reference}`). "
-                "What was already decided stays recorded; an admin can look the reference up "
-                "in the bot's log.",
-                response_type="ephemeral",
-                replace_original=False,
-            )
+    def on_error(error: Exception, body: dict[str, Any], respond: Respond) -> BoltResponse | None:
+        report_failure(error, respond if body.get("response_url") else None)
         return None
 
     return app

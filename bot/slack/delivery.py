@@ -57,6 +57,21 @@ class Deliverer:
         self.clock = clock
         self._dm: dict[str, str] = {}
         self._pass = threading.Lock()  # one pass at a time, whoever asks
+        self._wanted = threading.Event()
+
+    def run(self) -> None:
+        """The scheduled job: passes until nothing new was owed while one ran."""
+        while True:
+            self._wanted.clear()
+            self.deliver_due()
+            if not self._wanted.is_set():
+                return
+
+    def want(self) -> bool:
+        """A decision owes something: True when no pass is running (so start one now);
+        a running pass sees the wish and goes round once more."""
+        self._wanted.set()
+        return not self._pass.locked()
 
     def deliver_due(self, limit: int = 100) -> Report:
         report = Report()

@@ -5,6 +5,12 @@ from __future__ import annotations
 from bot.services import Services
 from bot.slack.blocks import approval_card, grant_message, settled_card
 from bot.slack.blocks.kit import Message, context, escape, mention, message, section
+from bot.slack.blocks.warnings import (
+    admin_notice,
+    reclaimed_message,
+    unreserved_message,
+    warning_message,
+)
 from bot.slack.delivery import Render, Rendered
 from bot.slack.people import People
 from storage.tables import OutboxRow
@@ -38,14 +44,36 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
         return _decided(
             request.code, str(data["verdict"]), str(data["by"]), str(data["reason"]), request.state
         )
-    if row.kind in ("lease_granted", "lease_ended"):
+    if row.kind in ("lease_granted", "lease_ended", "lease_warning", "lease_reclaimed"):
         lease = services.lease(int(data["lease"]))
         if lease is None:
             return None
         if row.kind == "lease_granted":
             return grant_message(lease)
+        if row.kind == "lease_warning":
+            if lease.state != "active":
+                return None  # released or extended past it before the warning went out
+            timing = services.policy.timing
+            return warning_message(
+                lease,
+                str(data["reason"]),
+                str(data.get("because") or ""),
+                grace=timing.grace,
+                now=services.ctx.now(),
+                time_left_min=float(data.get("time_left_min") or 0.0),
+                idle_for_min=float(data.get("idle_for_min") or 0.0),
+                snoozes_left=max(0, timing.max_snoozes - services.snoozes(lease.id)),
+            )
+        if row.kind == "lease_reclaimed":
+            return reclaimed_message(lease, str(data["reason"]), str(data.get("because") or ""))
         text = f"{mention(str(data['by']))} ended your lease {lease.code} ({lease.pool})."
         return message(text, [section(text)])
+    if row.kind == "unreserved_use":
+        return unreserved_message(
+            str(data["node"]), int(data["index"]), str(data["pool"]), str(data["user"])
+        )
+    if row.kind == "admin_notice":
+        return admin_notice(str(data["text"]))
     return None
 
 

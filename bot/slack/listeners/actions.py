@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 
-from bot.services import Refused
+from bot.services import BorrowAsk, Refused
+from bot.services.views import LeaseView, RequestView
 from bot.slack.blocks import (
     APPROVE_ACTION,
     BORROW_OPEN_ACTION,
@@ -23,7 +25,9 @@ from bot.slack.blocks import (
     settle_reply,
 )
 from bot.slack.blocks.kit import Message, message, section
-from bot.slack.listeners.commands import open_borrow_modal
+from bot.slack.blocks.warnings import BORROW_QUICK_ACTION, SNOOZE_ACTION
+from bot.slack.listeners.commands import _borrowed, open_borrow_modal
+from rules.domain import format_duration
 
 if TYPE_CHECKING:
     from bot.slack.app import SlackDeps
@@ -38,26 +42,28 @@ def _target(body: dict[str, Any]) -> tuple[str, int | None]:
     return body["user"]["id"], int(value) if value.isdecimal() else None
 
 
-def _answer(respond: Respond, reply: Message) -> None:
-    """An ephemeral note to whoever clicked; the message they clicked stays as it is."""
-    respond(**reply.as_kwargs(), response_type="ephemeral", replace_original=False)
+def _reply(result: Any, render: Callable[[Any], Message]) -> Message:
+    return refused_message(result) if isinstance(result, Refused) else render(result)
 
 
 def register(app: App, deps: SlackDeps) -> None:
+    _requests(app, deps)
+    _leases(app, deps)
+    _borrowing(app, deps)
+
+
+def _requests(app: App, deps: SlackDeps) -> None:
     services = deps.services
 
     @app.action(APPROVE_ACTION)
     def approve(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
         ack()
         user, request_id = _target(body)
-        if request_id is None:
-            return
-        result = services.approve(user, request_id)
-        _answer(
-            respond,
-            refused_message(result) if isinstance(result, Refused) else settle_reply(result),
-        )
-        deps.kick()  # the card is updated in place by the delivery of `card_settled`
+        if request_id is not None:
+            # The card itself is updated in place by the delivery of `card_settled`.
+            deps.after_ack(
+                respond, lambda: _reply(services.approve(user, request_id), settle_reply)
+            )
 
     @app.action(DENY_ACTION)
     def deny(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
@@ -65,54 +71,85 @@ def register(app: App, deps: SlackDeps) -> None:
         user, request_id = _target(body)
         if request_id is None:
             return
-        refusal = services.may_settle(user, request_id)
-        if refusal is not None:
-            # Settled already, or not theirs to settle: say so (and audit it) without a form.
-            result = services.deny(user, request_id)
-            reply = refused_message(result) if isinstance(result, Refused) else settle_reply(result)
-            _answer(respond, reply)
-            return
-        client.views_open(trigger_id=body["trigger_id"], view=deny_modal(request_id))
+
+        def ask_why() -> Message | None:
+            if services.may_settle(user, request_id) is not None:
+                # Settled already, or not theirs to settle: say so (and audit it), no form.
+                return _reply(services.deny(user, request_id), settle_reply)
+            client.views_open(trigger_id=body["trigger_id"], view=deny_modal(request_id))
+            return None
+
+        deps.after_ack(respond, ask_why)
 
     @app.action(CANCEL_ACTION)
     def cancel(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
         ack()
         user, request_id = _target(body)
-        if request_id is None:
-            return
-        result = services.cancel(user, request_id)
-        if isinstance(result, Refused):
-            _answer(respond, refused_message(result))
-        else:
-            text = f"{result.code} withdrawn."
-            _answer(respond, message(text, [section(text)]))
-        deps.kick()
+        if request_id is not None:
+            deps.after_ack(respond, lambda: _reply(services.cancel(user, request_id), _withdrawn))
+
+
+def _withdrawn(request: RequestView) -> Message:
+    text = f"{request.code} withdrawn."
+    return message(text, [section(text)])
+
+
+def _leases(app: App, deps: SlackDeps) -> None:
+    services = deps.services
 
     @app.action(EXTEND_ACTION)
     def extend(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
         ack()
         user, lease_id = _target(body)
-        if lease_id is None:
-            return
-        result = services.extend(user, lease_id, EXTEND_STEP, "extended from a button")
-        _answer(
-            respond,
-            refused_message(result) if isinstance(result, Refused) else extend_reply(result),
-        )
-        deps.kick()
+        if lease_id is not None:
+            deps.after_ack(
+                respond,
+                lambda: _reply(
+                    services.extend(user, lease_id, EXTEND_STEP, "extended from a button"),
+                    extend_reply,
+                ),
+            )
 
     @app.action(RELEASE_ACTION)
     def release(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
         ack()
         user, lease_id = _target(body)
+        if lease_id is not None:
+            deps.after_ack(respond, lambda: _reply(services.release(user, lease_id), release_reply))
+
+    @app.action(SNOOZE_ACTION)
+    def still_using(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+        ack()
+        user, lease_id = _target(body)
         if lease_id is None:
             return
-        result = services.release(user, lease_id)
-        _answer(
-            respond,
-            refused_message(result) if isinstance(result, Refused) else release_reply(result),
+
+        def noted(lease: LeaseView) -> Message:
+            quiet = format_duration(services.policy.timing.snooze)
+            text = f"Noted: {lease.code} is in use. No idle warning for the next {quiet}."
+            return message(text, [section(text)])
+
+        deps.after_ack(respond, lambda: _reply(services.snooze(user, lease_id), noted))
+
+
+def _borrowing(app: App, deps: SlackDeps) -> None:
+    services = deps.services
+
+    @app.action(BORROW_QUICK_ACTION)
+    def borrow_quick(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+        """One click from an unreserved-use DM: borrow what the process already uses."""
+        ack()
+        user = body["user"]["id"]
+        pool, count, minutes = (str(body["actions"][0].get("value") or "") + "::").split(":")[:3]
+        if not (count.isdecimal() and minutes.isdecimal()):
+            return
+        ask = BorrowAsk(
+            pool,
+            int(count),
+            timedelta(minutes=int(minutes)),
+            reason="reserving a GPU already in use",
         )
-        deps.kick()
+        deps.after_ack(respond, lambda: _borrowed(deps, services.borrow(user, ask)))
 
     @app.action(BORROW_OPEN_ACTION)
     def borrow_open(ack: Ack, body: dict[str, Any], client: WebClient) -> None:

@@ -49,8 +49,7 @@ def register(app: App, deps: SlackDeps) -> None:
             open_borrow_modal(deps, client, command["trigger_id"], user)
             return
         ack()
-        respond(**run(deps, user, parsed).as_kwargs(), response_type="ephemeral")
-        deps.kick()
+        deps.after_ack(respond, lambda: run(deps, user, parsed))
 
 
 def open_borrow_modal(deps: SlackDeps, client: WebClient, trigger_id: str, user: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt import Ack, App
@@ -16,16 +17,26 @@ from bot.slack.blocks import (
     refused_message,
 )
 from bot.slack.blocks.kit import Message
+from bot.slack.failures import report_failure
 from bot.slack.listeners.commands import _borrowed
 
 if TYPE_CHECKING:
     from bot.slack.app import SlackDeps
 
 
-def _dm(client: WebClient, user: str, reply: Message) -> None:
-    """A modal has no response_url: the answer goes to the person's DM with the bot."""
-    channel = client.conversations_open(users=user)["channel"]["id"]
-    client.chat_postMessage(channel=channel, **reply.as_kwargs())
+def _answer_by_dm(
+    deps: SlackDeps, client: WebClient, user: str, answer: Callable[[], Message | None]
+) -> None:
+    """A modal has no response_url: the answer, if any, goes to the person's DM with the bot."""
+    try:
+        reply = answer()
+        if reply is not None:
+            channel = client.conversations_open(users=user)["channel"]["id"]
+            client.chat_postMessage(channel=channel, **reply.as_kwargs())
+    except Exception as exc:  # logged with a reference; a modal has nowhere to show it
+        report_failure(exc, None)
+    finally:
+        deps.kick()
 
 
 def register(app: App, deps: SlackDeps) -> None:
@@ -44,8 +55,13 @@ def register(app: App, deps: SlackDeps) -> None:
             ack(response_action="errors", errors=asked)
             return
         ack()
-        _dm(client, user, _borrowed(deps, services.borrow(user, asked.to_ask())))
-        deps.kick()
+        deps.work.submit(
+            _answer_by_dm,
+            deps,
+            client,
+            user,
+            lambda: _borrowed(deps, services.borrow(user, asked.to_ask())),
+        )
 
     @app.view(DENY_MODAL)
     def deny_submitted(
@@ -54,7 +70,11 @@ def register(app: App, deps: SlackDeps) -> None:
         ack()
         user = body["user"]["id"]
         request_id = int(view["private_metadata"])
-        result = services.deny(user, request_id, deny_reason_from_modal(view["state"]["values"]))
-        if isinstance(result, Refused):
-            _dm(client, user, refused_message(result))
-        deps.kick()  # the card is updated in place by the delivery of `card_settled`
+        reason = deny_reason_from_modal(view["state"]["values"])
+
+        def denied() -> Message | None:
+            # The card itself is updated in place by the delivery of `card_settled`.
+            result = services.deny(user, request_id, reason)
+            return refused_message(result) if isinstance(result, Refused) else None
+
+        deps.work.submit(_answer_by_dm, deps, client, user, denied)

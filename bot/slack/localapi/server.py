@@ -203,6 +203,7 @@ class LocalSlack:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # Slack takes bursts; the default backlog of 5 drops connections
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):

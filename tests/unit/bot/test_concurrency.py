@@ -59,9 +59,11 @@ def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(
     services = Services.open(shared_db, default_sources())
     read_usage = queries.pool_usage
 
-    def slow_usage(session: Session, pool: str) -> PoolUsage:
+    def slow_usage(
+        session: Session, pool: str, free: dict[str, list[int]] | None = None
+    ) -> PoolUsage:
         # Widen the window between reading usage and writing the lease, where races live.
-        usage = read_usage(session, pool)
+        usage = read_usage(session, pool, free)
         time.sleep(0.003)
         return usage
 

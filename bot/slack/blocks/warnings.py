@@ -1,0 +1,143 @@
+"""What the sweep tells people: warnings with their three answers, reclaims, unreserved use,
+and notices for admins."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from bot.services.views import LeaseView
+from bot.slack.blocks.kit import (
+    EXTEND_ACTION,
+    RELEASE_ACTION,
+    Message,
+    actions,
+    button,
+    clip,
+    context,
+    defang,
+    escape,
+    header,
+    lease_block,
+    message,
+    plural,
+    section,
+    slack_date,
+)
+from bot.slack.blocks.leases import placement_lines
+from rules.domain import format_duration
+
+SNOOZE_ACTION = "lease_snooze"
+BORROW_QUICK_ACTION = "borrow_quick"
+
+
+def _minutes(value: float) -> str:
+    return format_duration(timedelta(minutes=value))
+
+
+def warning_message(
+    lease: LeaseView,
+    reason: str,
+    because: str,
+    *,
+    grace: timedelta,
+    now: datetime,
+    time_left_min: float,
+    idle_for_min: float,
+    snoozes_left: int,
+) -> Message:
+    """Before anything is taken: what, why, the deadline, and Extend / Release now / Still using."""
+    if reason == "expiry":
+        title = f"{lease.code} ends {'soon' if time_left_min else 'now'}"
+        line = (
+            f"Your lease *{lease.code}* ends {slack_date(lease.expires_at)}"
+            f" (in {_minutes(time_left_min)})."
+            if time_left_min
+            else f"Your lease *{lease.code}* ended {slack_date(lease.expires_at)}."
+        )
+        deadline = max(lease.expires_at, now) + grace
+    elif reason == "idle":
+        title = f"{lease.code} looks idle"
+        line = (
+            f"The GPUs of *{lease.code}* have done nothing for {_minutes(idle_for_min)}. "
+            "If they are really working, say so; otherwise give them back."
+        )
+        deadline = now + grace
+    else:
+        title = f"{lease.code}: a GPU reports a fault"
+        line = f"A GPU of *{lease.code}* reports a hardware fault; save your work."
+        deadline = now + grace
+    elements = [
+        button("Extend 2h", EXTEND_ACTION, str(lease.id), style="primary"),
+        button(
+            "Release now",
+            RELEASE_ACTION,
+            str(lease.id),
+            style="danger",
+            confirm=(
+                f"Release {lease.code}?",
+                "Work still running on these GPUs loses them.",
+                "Release",
+            ),
+        ),
+    ]
+    if reason == "idle" and snoozes_left > 0:
+        elements.append(button("Still using", SNOOZE_ACTION, str(lease.id)))
+    blocks = [
+        header(title),
+        section(f":warning: {line}\n{clip(escape(because), 500)}"),
+        section("\n".join(placement_lines(lease))),
+    ]
+    if reason in ("expiry", "idle"):
+        blocks.append(
+            context(
+                f"Nothing is taken before {slack_date(deadline)}. "
+                + (
+                    f"“Still using” works {plural(snoozes_left, 'more time')}."
+                    if reason == "idle"
+                    else "Extend to keep the GPUs longer."
+                )
+            )
+        )
+    blocks.append(actions(lease_block(lease.id), *elements))
+    return message(f"{title}: {clip(because, 300)}", blocks)
+
+
+def reclaimed_message(lease: LeaseView, reason: str, because: str) -> Message:
+    what = {
+        "expired": "it expired",
+        "idle": "its GPUs stayed idle after the warning",
+        "preempted": "its lender needs the GPUs back",
+        "unhealthy": "a GPU failed",
+    }.get(reason, reason)
+    text = f"{lease.code} was reclaimed: {what}."
+    blocks = [
+        section(
+            f":recycle: *{lease.code}* ({plural(len(lease.gpus), 'GPU')} in "
+            f"{escape(lease.pool)}) was reclaimed because {what}."
+        ),
+        context(clip(escape(because), 500)),
+        context(f"`/gpu why {lease.code}` shows the whole story; `/gpu borrow` asks again."),
+    ]
+    return message(text, blocks)
+
+
+def unreserved_message(node: str, index: int, pool: str, unix_user: str) -> Message:
+    text = f"Your process runs on {node} GPU {index} without a lease."
+    blocks = [
+        section(
+            f":eyes: A process of `{escape(unix_user)}` runs on *{escape(node)}* GPU {index} "
+            f"({escape(pool)}) without a lease. Others may be given this GPU at any moment."
+        ),
+        section(f"Reserve it: `/gpu borrow 1 {escape(pool)} for 4h because …`, or one click:"),
+        actions(
+            f"unreserved:{node}:{index}",
+            button(
+                f"Borrow 1 {pool} for 4h", BORROW_QUICK_ACTION, f"{pool}:1:240", style="primary"
+            ),
+        ),
+    ]
+    return message(text, blocks)
+
+
+def admin_notice(text: str) -> Message:
+    return message(defang(text), [section(f":information_source: {defang(text)}")])
