@@ -1,4 +1,5 @@
-"""The admin command line: `gpubot rules check`, `db upgrade`, `audit verify|export`, `leases`.
+"""The admin command line: `gpubot rules check`, `db upgrade`, `audit verify|export`, `leases`,
+and `agent` (the node agent).
 
 Exit status: 0 done, 1 the audit chain is broken, 2 the command could not do its job (bad input,
 rule problems, an unreachable database). Expected failures print one line, never a traceback.
@@ -387,6 +388,55 @@ def serve(
         _fail(f"the rules in {settings.rules_dir} cannot be loaded:\n{exc}")
     except BoltError as exc:
         _fail(f"Slack refused the bot token at {settings.slack_api_url}: {exc}")
+
+
+# ---- agent ------------------------------------------------------------------------------
+
+
+@app.command("agent")
+def agent(
+    *,
+    bot_url: Annotated[
+        str, typer.Option("--bot-url", help="the bot's base URL, e.g. https://gpubot.lab:3000")
+    ],
+    token_file: Annotated[
+        Path, typer.Option("--token-file", help="file holding this node's token (one line)")
+    ],
+    node: Annotated[
+        str | None,
+        typer.Option(help="node name as in pools.yaml; default: the host name", show_default=False),
+    ] = None,
+    interval: Annotated[str, typer.Option(help="time between polls, e.g. 30s or 1m")] = "30s",
+    once: Annotated[bool, typer.Option("--once", help="push one poll, then exit")] = False,
+    simulated: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FLEET", help="replay a fleet file instead of reading NVML (tests, demo)"
+        ),
+    ] = None,
+) -> None:
+    """Run the node agent: poll this node's GPUs and push the samples to the bot, signed."""
+    from bot.agent import AgentError, run_agent  # noqa: PLC0415 - NVML loads only for the agent
+
+    minutes = parse_duration(interval)
+    if minutes is None or minutes <= 0:
+        _fail(f"--interval: expected a duration like 30s or 1m, got {interval!r}")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        run_agent(
+            bot_url,
+            token_file,
+            node=node,
+            interval=timedelta(minutes=minutes),
+            once=once,
+            simulated=simulated,
+        )
+    except AgentError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        typer.echo("agent stopped", err=True)
 
 
 def main() -> None:

@@ -232,3 +232,26 @@ class OutboxRow(SQLModel, table=True):
     delivered_at: datetime | None = _ts(nullable=True)
     channel: str | None = Field(default=None, max_length=32)  # where it landed
     ts: str | None = Field(default=None, max_length=32)
+
+
+class GpuMinuteRow(SQLModel, table=True):
+    """One GPU's telemetry downsampled to one minute, for reports; pruned after the retention.
+
+    `samples` counts every reading in the minute, `ok_samples` those whose NVML call worked;
+    the utilisation and memory figures come from the ok ones (None when there were none).
+    """
+
+    __tablename__ = "gpu_minute"
+    __table_args__ = (
+        sa.UniqueConstraint("node", "index", "minute", name="uq_gpu_minute_node_index_minute"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    node: str = Field(max_length=128)
+    index: int
+    minute: datetime = _ts(index=True)
+    util_avg_pct: float | None = None
+    util_max_pct: float | None = None
+    memory_used_max_mib: int | None = None
+    samples: int = 0
+    ok_samples: int = 0

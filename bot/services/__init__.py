@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
-from bot.services import admin, borrowing, explain, leases, overview
+from bot.services import admin, borrowing, explain, leases, overview, sweep, sweep_gpus
 from bot.services.borrowing import BorrowAsk
 from bot.services.context import Context, record, utcnow
 from bot.services.inventory import sync_inventory
 from bot.services.queries import lease_view, list_leases, list_requests, request_view
+from bot.services.sweep import SweepReport
+from bot.services.sweep_facts import Readings
 from bot.services.views import (
     BorrowResult,
     Explanation,
@@ -31,7 +33,7 @@ from rules.errors import PolicyError
 from rules.policy import Policy
 from storage import audit
 from storage.db import Database
-from storage.tables import LeaseRow, RequestRow
+from storage.tables import LeaseRow, OutboxRow, RequestRow
 
 __all__ = ["BorrowAsk", "Refused", "Services"]
 
@@ -91,6 +93,28 @@ class Services:
 
     def release(self, user: str, lease_id: int | None = None) -> ReleaseResult | Refused:
         return leases.release(self.ctx, user, lease_id)
+
+    def snooze(self, user: str, lease_id: int) -> LeaseView | Refused:
+        return leases.snooze(self.ctx, user, lease_id)
+
+    def warning_stands(self, lease_id: int, owed: OutboxRow) -> bool:
+        """Is this the warning the lease stands on now (not one a newer warning replaced)?"""
+        with self.db.read() as session:
+            row = session.get(LeaseRow, lease_id)
+            sent = row.warnings.get(str(owed.data.get("reason"))) if row else None
+            return isinstance(sent, dict) and sent.get("outbox") == owed.id
+
+    def snoozes(self, lease_id: int) -> int:
+        with self.db.read() as session:
+            row = session.get(LeaseRow, lease_id)
+            return row.snoozes if row else 0
+
+    def sweep(self, readings: Readings) -> SweepReport:
+        """One pass of the reconcile loop (the scheduler's `sweep` job, or a test, calls it)."""
+        return sweep.sweep(self.ctx, readings)
+
+    def unreserved(self) -> list[str]:
+        return sweep_gpus.unreserved(self.ctx)
 
     def why(self, user: str, ref: str) -> Explanation | Refused:
         return explain.why(self.ctx, user, ref)

@@ -48,13 +48,16 @@ def set_drained(ctx: Context, user: str, node_name: str, drained: bool) -> str |
         if node is None:
             names = ", ".join(sorted(n for p in ctx.policy.pools.values() for n in p.nodes))
             return Refused(f"There is no node `{node_name}`. Nodes: {names}.", "no-node")
-        if node.drained == drained:
+        faulty = session.exec(
+            select(GpuRow).where(GpuRow.node_id == node.id, GpuRow.state == "unhealthy")
+        ).all()
+        if node.drained == drained and (drained or not faulty):
             return f"`{node_name}` is already {'drained' if drained else 'in service'}."
         node.drained = drained
         session.add(node)
-        if not drained:  # an undrain also returns GPUs an admin took out by hand
+        if not drained:  # an undrain also returns GPUs taken out by hand or as unhealthy
             for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
-                if gpu.state == "drained":
+                if gpu.state in ("drained", "unhealthy"):
                     gpu.state = "ok"
                     session.add(gpu)
         tag = "node:drained" if drained else "node:undrained"

@@ -231,3 +231,38 @@ def end_lease(
         detail={"why": why},
     )
     return lease_view(session, lease)
+
+
+def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
+    """ "Still using": the idle clock may not warn or reclaim for a while, a limited number
+    of times; the idle warning that was standing is withdrawn."""
+    timing = ctx.policy.timing
+    now = ctx.now()
+    with ctx.db.write() as session:
+        lease = _load_lease(session, lease_id)
+        if lease is None:
+            return Refused(f"There is no lease L{lease_id}.", "no-lease")
+        refused = _mine(ctx, user, lease)
+        if refused is not None:
+            return refused
+        if lease.snoozes >= timing.max_snoozes:
+            return Refused(
+                f"L{lease_id} was already kept {lease.snoozes} times, the most allowed. "
+                f"If the GPUs are busy the idle warning will not come back; if not, release "
+                f"them or `/gpu extend L{lease_id}` to keep the time.",
+                "snoozes",
+            )
+        lease.snoozes += 1
+        lease.snoozed_until = now + timing.snooze
+        lease.warnings = {k: v for k, v in lease.warnings.items() if k != "idle"}
+        session.add(lease)
+        record(
+            session,
+            at=now,
+            actor=user,
+            tag="lease:snoozed",
+            subject=f"lease:{lease.id}",
+            outcome="snoozed",
+            detail={"until": lease.snoozed_until.isoformat(), "snoozes": lease.snoozes},
+        )
+        return lease_view(session, lease)

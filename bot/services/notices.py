@@ -6,10 +6,15 @@ Kinds (the Slack adapter renders each from the database when it delivers):
     request_decided  tell the requester what a person decided
     lease_granted    the holder's DM: hosts, GPU indices, CUDA_VISIBLE_DEVICES, expiry, buttons
     lease_ended      tell the holder someone else ended their lease
+    lease_warning    expiry, idle or unhealthy, before anything is taken (buttons to answer)
+    lease_reclaimed  the lease was reclaimed, and why
+    unreserved_use   a process runs on a GPU no lease covers: offer a borrow
+    admin_notice     a line for each admin (faults, would-haves, unreserved use)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from sqlmodel import Session
@@ -54,3 +59,10 @@ def granted(session: Session, lease: LeaseRow, *, at: datetime) -> None:
 def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
     data = {"lease": lease.id, "by": by}
     owe(session, Owed("lease_ended", f"lease:{lease.id}", lease.holder, data), at=at)
+
+
+def tell_admins(
+    session: Session, admins: Iterable[str], subject: str, text: str, *, at: datetime
+) -> None:
+    for user in sorted(admins):
+        owe(session, Owed("admin_notice", subject, user, {"text": text}), at=at)

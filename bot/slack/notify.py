@@ -51,8 +51,8 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
         if row.kind == "lease_granted":
             return grant_message(lease)
         if row.kind == "lease_warning":
-            if lease.state != "active":
-                return None  # released or extended past it before the warning went out
+            if lease.state != "active" or not services.warning_stands(lease.id, row):
+                return None  # superseded, or released or extended before it could go out
             timing = services.policy.timing
             return warning_message(
                 lease,

@@ -1,0 +1,151 @@
+"""The flat facts the sweep rules look at: one per active lease and one per GPU.
+
+Telemetry arrives as readings (see `Reading`); a missing or stale reading makes the subject's
+`telemetry.fresh` false, and nothing that is not fresh is ever idle (invariant 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from rules.facts import minutes
+from rules.policy import Policy
+
+
+class Reading(Protocol):
+    """What telemetry says about one GPU now (bot.telemetry.window.GpuReading)."""
+
+    @property
+    def fresh(self) -> bool: ...
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def health(self) -> str: ...
+    @property
+    def util_pct(self) -> float | None: ...
+    @property
+    def memory_used_mib(self) -> int | None: ...
+    @property
+    def processes(self) -> Sequence[Any]: ...
+    @property
+    def idle_for(self) -> timedelta: ...
+
+
+class Readings(Protocol):
+    def gpu(self, node: str, index: int, now: datetime) -> Reading | None: ...
+
+
+@dataclass(frozen=True)
+class LeaseSnapshot:
+    id: int
+    holder: str
+    team: str
+    pool: str
+    gpus: int
+    priority: str
+    protected: bool
+    granted_at: datetime
+    expires_at: datetime
+    warnings: Mapping[str, Any]
+    snoozed_until: datetime | None
+    slots: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    id: int
+    node: str
+    index: int
+    model: str
+    pool: str
+    state: str
+    drained: bool
+    lease_id: int | None
+
+
+@dataclass(frozen=True)
+class Warned:
+    """The warnings a lease was sent, by reason, and when each was delivered (None: not yet)."""
+
+    delivered: Mapping[str, datetime | None] = field(default_factory=dict)
+
+    def at(self, reason: str) -> datetime | None:
+        return self.delivered.get(reason)
+
+
+def expiry_stage(policy: Policy, lease: LeaseSnapshot, now: datetime) -> float | None:
+    """The most urgent lead time crossed, in minutes (0 once expired with no lead configured)."""
+    left = lease.expires_at - now
+    crossed = [lead for lead in policy.timing.expiry_leads if left <= lead]
+    if crossed:
+        return minutes(min(crossed))
+    return 0.0 if left <= timedelta(0) else None
+
+
+def lease_facts(
+    policy: Policy,
+    lease: LeaseSnapshot,
+    readings: Sequence[Reading | None],
+    warned: Warned,
+    now: datetime,
+) -> dict[str, Any]:
+    left = lease.expires_at - now
+    stage = expiry_stage(policy, lease, now)
+    sent = lease.warnings.get("expiry")
+    due = stage is not None and (sent is None or stage < float(sent.get("lead_min", 0.0)))
+    fresh = bool(readings) and all(r is not None and r.fresh for r in readings)
+    idle_for = min((r.idle_for for r in readings if r is not None), default=timedelta(0))
+    if not fresh:
+        idle_for = timedelta(0)  # unknown is never idle
+    expiry_at, idle_at = warned.at("expiry"), warned.at("idle")
+    return {
+        "lease.id": lease.id,
+        "lease.pool": lease.pool,
+        "lease.team": lease.team,
+        "lease.gpus": lease.gpus,
+        "lease.priority": lease.priority,
+        "lease.protected": lease.protected
+        or policy.pools.get(lease.pool) is None
+        or policy.pools[lease.pool].protected,
+        "lease.age": minutes(max(timedelta(0), now - lease.granted_at)),
+        "lease.time_left": minutes(max(timedelta(0), left)),
+        "lease.overdue": minutes(max(timedelta(0), -left)),
+        "lease.expired": left <= timedelta(0),
+        "lease.expiry_warning_due": due,
+        "lease.warned.expiry": expiry_at is not None,
+        "lease.warned.idle": idle_at is not None,
+        "lease.since_warned.expiry": minutes(now - expiry_at) if expiry_at else 0.0,
+        "lease.since_warned.idle": minutes(now - idle_at) if idle_at else 0.0,
+        "lease.idle": fresh and idle_for > timedelta(0),
+        "lease.idle_for": minutes(idle_for),
+        "lease.snoozed": lease.snoozed_until is not None and lease.snoozed_until > now,
+        "lease.unhealthy": any(r is not None and not r.healthy for r in readings),
+        "telemetry.fresh": fresh,
+        "limits.idle_threshold": minutes(policy.timing.idle_threshold),
+        "limits.grace": minutes(policy.timing.grace),
+    }
+
+
+def gpu_facts(gpu: GpuSnapshot, reading: Reading | None) -> dict[str, Any]:
+    fresh = reading is not None and reading.fresh
+    processes = len(reading.processes) if reading is not None else 0
+    healthy = reading is None or reading.healthy  # no news is not a fault; stale is "unknown"
+    return {
+        "gpu.node": gpu.node,
+        "gpu.index": gpu.index,
+        "gpu.model": gpu.model,
+        "gpu.pool": gpu.pool,
+        "gpu.leased": gpu.lease_id is not None,
+        "gpu.util_pct": float(reading.util_pct or 0.0) if reading is not None else 0.0,
+        "gpu.memory_used_mib": int(reading.memory_used_mib or 0) if reading is not None else 0,
+        "gpu.processes": processes,
+        "gpu.unreserved": fresh and processes > 0 and gpu.lease_id is None,
+        "gpu.healthy": healthy,
+        "gpu.health": reading.health if reading is not None else "ok",
+        "gpu.idle_for": minutes(reading.idle_for) if fresh and reading is not None else 0.0,
+        "gpu.drained": gpu.drained or gpu.state == "drained",
+        "telemetry.fresh": fresh,
+    }

@@ -1,0 +1,132 @@
+"""The sweep's GPU half: faulty GPUs leave the pool, unreserved use is reported once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlmodel import Session, col, select
+
+from bot.services import notices
+from bot.services.context import Context, record
+from bot.services.sweep_facts import GpuSnapshot
+from rules.domain import Reason
+from rules.engine import Decision, Match
+from storage import outbox
+from storage.db import lock_for_update
+from storage.outbox import Owed
+from storage.tables import GpuRow, SettingRow
+
+if TYPE_CHECKING:
+    from bot.services.sweep import Pass
+
+SWEEPER = "gpubot"
+
+
+def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
+    for match in decision.actions:
+        if match.verdict.reason == Reason.UNHEALTHY:
+            _unhealthy(run, gpu, match, decision)
+        elif match.verdict.reason == Reason.UNRESERVED:
+            reading = run.readings.gpu(gpu.node, gpu.index, run.now)
+            processes = reading.processes if reading is not None else []
+            users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
+            _unreserved(run, gpu, users, match, decision)
+    key = f"unreserved:{gpu.node}:{gpu.index}"
+    if not decision.facts["gpu.unreserved"] and key in run.unreserved:
+        _clear(run.ctx, key)
+
+
+def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) -> None:
+    """The GPU leaves the pool until an admin undrains its node; admins hear once."""
+    with run.ctx.db.write() as session:
+        stmt = select(GpuRow).where(GpuRow.id == gpu.id)
+        row = session.exec(lock_for_update(session, stmt)).one()
+        if row.state == "unhealthy":
+            return
+        row.state = "unhealthy"
+        session.add(row)
+        subject = f"gpu:{gpu.node}:{gpu.index}"
+        record(
+            session,
+            at=run.now,
+            actor=SWEEPER,
+            tag="gpu:unhealthy",
+            subject=subject,
+            decision=decision,
+            outcome="out of service",
+        )
+        notices.tell_admins(
+            session,
+            run.ctx.policy.admins,
+            subject,
+            f"{gpu.node} GPU {gpu.index} is out of service: {match.because}. "
+            f"`/gpu admin undrain {gpu.node}` returns it once repaired.",
+            at=run.now,
+        )
+    run.report.notified.append(f"{gpu.node}:{gpu.index} unhealthy")
+
+
+def _unreserved(
+    run: Pass, gpu: GpuSnapshot, users: list[str], match: Match, decision: Decision
+) -> None:
+    """Tell each Unix user we can map to Slack once per episode, and the admins."""
+    key = f"unreserved:{gpu.node}:{gpu.index}"
+    with run.ctx.db.write() as session:
+        row = session.get(SettingRow, key)
+        told = set(row.value.split(",")) if row and row.value else set()
+        new = [u for u in users if u not in told]
+        if row is not None and not new:
+            return
+        subject = f"gpu:{gpu.node}:{gpu.index}"
+        for unix_user in new:
+            slack_user = run.ctx.policy.accounts.get(unix_user)
+            if slack_user:
+                data = {"node": gpu.node, "index": gpu.index, "pool": gpu.pool, "user": unix_user}
+                outbox.owe(session, Owed("unreserved_use", subject, slack_user, data), at=run.now)
+        who = ", ".join(users) or "a user we cannot name"
+        notices.tell_admins(
+            session,
+            run.ctx.policy.admins,
+            subject,
+            f"{match.because} (Unix users: {who}).",
+            at=run.now,
+        )
+        value = ",".join(sorted(told | set(new))) or "?"
+        if row is None:
+            row = SettingRow(key=key, value=value, updated_at=run.now, updated_by=SWEEPER)
+        row.value, row.updated_at = value, run.now
+        session.add(row)
+        record(
+            session,
+            at=run.now,
+            actor=SWEEPER,
+            tag="gpu:unreserved",
+            subject=subject,
+            decision=decision,
+            outcome="notify",
+            detail={"users": users},
+        )
+    run.report.notified.append(f"{gpu.node}:{gpu.index} unreserved")
+
+
+def _clear(ctx: Context, key: str) -> None:
+    with ctx.db.read() as session:
+        if session.get(SettingRow, key) is None:
+            return
+    with ctx.db.write() as session:
+        row = session.get(SettingRow, key)
+        if row is not None:
+            session.delete(row)
+
+
+def told_keys(session: Session) -> set[str]:
+    stmt = select(SettingRow.key).where(col(SettingRow.key).startswith("unreserved:"))
+    return set(session.exec(stmt).all())
+
+
+def unreserved(ctx: Context) -> list[str]:
+    """What the sweeps found running on GPUs no lease covers (for /gpu status)."""
+    with ctx.db.read() as session:
+        stmt = select(SettingRow).where(col(SettingRow.key).startswith("unreserved:"))
+        rows = session.exec(stmt).all()
+    return [f"{r.key.removeprefix('unreserved:')} by {r.value}" for r in rows]

@@ -1,0 +1,194 @@
+"""What the bot knows about each GPU: the newest sample, how long it has been idle, and the
+per-minute rollups owed to the history table. Invariant 3 lives here: stale or failed is unknown.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from bot.telemetry.model import ProcessInfo, Sample
+from storage.tables import GpuMinuteRow
+
+COVERAGE = 0.8
+_MINUTE = timedelta(minutes=1)
+_CHECK_AFTER = 5  # intervals: below this a single late sample would decide the coverage
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU as the sweep sees it at `now`. `healthy` means no fault reported: a GPU never
+    seen is unknown, not unhealthy (health "unknown")."""
+
+    fresh: bool
+    unknown: bool
+    healthy: bool
+    health: str
+    util_pct: float | None
+    memory_used_mib: int | None
+    processes: tuple[ProcessInfo, ...]
+    idle_for: timedelta
+    last_seen: datetime | None
+
+
+@dataclass(slots=True)
+class _Minute:
+    samples: int = 0
+    ok: int = 0
+    util_sum: float = 0.0
+    util_n: int = 0
+    util_max: float | None = None
+    memory_max: int | None = None
+
+
+@dataclass(slots=True)
+class _Gpu:
+    last: Sample | None = None
+    stretch_start: datetime | None = None  # first idle sample of the current stretch
+    stretch_samples: int = 0
+    minutes: dict[datetime, _Minute] = field(default_factory=dict)
+    rolled_until: datetime | None = None  # minutes before this are in the history already
+
+
+class Telemetry:
+    """Per-GPU state fed by `observe`; thread-safe (agents push while the sweep reads) and
+    constant in memory per GPU.
+
+    Idle is by utilisation alone: a sample is busy when util_pct >= idle_threshold_pct. A
+    process holding memory without computing does not make a GPU busy (notes/nvml.md §4: memory
+    held by an idle notebook or a hung job is the usual "allocated but idle" case); the reading
+    still carries the processes and memory, so the sweep can tell "idle, holding memory" from
+    "free".
+
+    `idle_for` spans the current idle stretch, from its first idle sample to the newest one.
+    The stretch ends at any busy sample (idle_for back to 0), at a sample that failed or has no
+    utilisation (unknown is never idle), at a gap longer than stale_after, and when fewer than
+    80 % of the samples expected every `expected_interval` arrived (checked once it spans five
+    intervals); a new stretch starts at the next idle sample. So gaps cap idle_for at the last
+    dense stretch, and a stale, failed or sparsely sampled GPU never looks idle. Agents must
+    push at least every `expected_interval`.
+    """
+
+    def __init__(
+        self,
+        stale_after: timedelta,
+        idle_threshold_pct: float = 5.0,
+        expected_interval: timedelta = timedelta(seconds=30),
+        *,
+        keep: timedelta = timedelta(hours=6),
+    ) -> None:
+        self.stale_after = stale_after
+        self.idle_threshold_pct = idle_threshold_pct
+        self.expected_interval = expected_interval
+        self.keep = keep  # the most minutes waiting for a rollup, should nobody collect them
+        self._gpus: dict[tuple[str, int], _Gpu] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, samples: list[Sample]) -> int:
+        """Take new samples; a sample not newer than the GPU's newest (a retried push) is
+        ignored. Returns how many were taken."""
+        taken = 0
+        with self._lock:
+            for sample in samples:
+                gpu = self._gpus.setdefault((sample.node, sample.index), _Gpu())
+                if gpu.last is not None and sample.taken_at <= gpu.last.taken_at:
+                    continue
+                self._extend_stretch(gpu, sample)
+                self._count_minute(gpu, sample)
+                gpu.last = sample
+                taken += 1
+        return taken
+
+    def gpu(self, node: str, index: int, now: datetime) -> GpuReading:
+        with self._lock:
+            return self._reading(self._gpus.get((node, index)), now)
+
+    def readings(self, now: datetime) -> dict[tuple[str, int], GpuReading]:
+        """Every GPU ever observed, by (node, index)."""
+        with self._lock:
+            return {key: self._reading(gpu, now) for key, gpu in self._gpus.items()}
+
+    def minute_rollups(self, now: datetime) -> list[GpuMinuteRow]:
+        """Rows for the minutes that are over (allowing one interval for late pushes) and not
+        rolled up before; each minute is handed out once."""
+        cutoff = now - self.expected_interval
+        rows: list[GpuMinuteRow] = []
+        with self._lock:
+            for (node, index), gpu in self._gpus.items():
+                for minute in sorted(m for m in gpu.minutes if m + _MINUTE <= cutoff):
+                    rows.append(_row(node, index, minute, gpu.minutes.pop(minute)))
+                    gpu.rolled_until = max(gpu.rolled_until or minute, minute + _MINUTE)
+        return rows
+
+    # ---- internals (called with the lock held) ----------------------------------------
+
+    def _extend_stretch(self, gpu: _Gpu, sample: Sample) -> None:
+        util = sample.util_pct
+        if sample.error is not None or util is None or util >= self.idle_threshold_pct:
+            gpu.stretch_start, gpu.stretch_samples = None, 0
+            return
+        previous = gpu.last.taken_at if gpu.last is not None else None
+        start = gpu.stretch_start
+        if start is None or previous is None or sample.taken_at - previous > self.stale_after:
+            gpu.stretch_start, gpu.stretch_samples = sample.taken_at, 1
+            return
+        gpu.stretch_samples += 1
+        intervals = (sample.taken_at - start) / self.expected_interval
+        if intervals >= _CHECK_AFTER and gpu.stretch_samples < COVERAGE * (intervals + 1):
+            gpu.stretch_start, gpu.stretch_samples = sample.taken_at, 1
+
+    def _count_minute(self, gpu: _Gpu, sample: Sample) -> None:
+        minute = sample.taken_at.replace(second=0, microsecond=0)
+        if gpu.rolled_until is not None and minute < gpu.rolled_until:
+            return  # that minute is in the history already; a late sample cannot join it
+        tally = gpu.minutes.setdefault(minute, _Minute())
+        tally.samples += 1
+        if sample.error is None:
+            tally.ok += 1
+            if sample.util_pct is not None:
+                tally.util_sum += sample.util_pct
+                tally.util_n += 1
+                tally.util_max = max(tally.util_max or 0.0, sample.util_pct)
+            if sample.memory_used_mib is not None:
+                tally.memory_max = max(tally.memory_max or 0, sample.memory_used_mib)
+        if len(gpu.minutes) > self.keep / _MINUTE:
+            oldest = minute - self.keep
+            for stale in [m for m in gpu.minutes if m < oldest]:
+                del gpu.minutes[stale]
+
+    def _reading(self, gpu: _Gpu | None, now: datetime) -> GpuReading:
+        last = gpu.last if gpu is not None else None
+        if gpu is None or last is None:
+            return GpuReading(False, True, True, "unknown", None, None, (), timedelta(0), None)
+        age = now - last.taken_at
+        # A sample from further ahead than stale_after is a broken clock, not news.
+        fresh = last.error is None and abs(age) <= self.stale_after
+        idle_for = timedelta(0)
+        if fresh and gpu.stretch_start is not None:
+            idle_for = last.taken_at - gpu.stretch_start
+        ok = last.error is None
+        return GpuReading(
+            fresh=fresh,
+            unknown=not fresh,
+            healthy=last.health == "ok",
+            health=last.health,
+            util_pct=last.util_pct if ok else None,
+            memory_used_mib=last.memory_used_mib if ok else None,
+            processes=last.processes if ok else (),
+            idle_for=idle_for,
+            last_seen=last.taken_at,
+        )
+
+
+def _row(node: str, index: int, minute: datetime, tally: _Minute) -> GpuMinuteRow:
+    return GpuMinuteRow(
+        node=node,
+        index=index,
+        minute=minute,
+        util_avg_pct=tally.util_sum / tally.util_n if tally.util_n else None,
+        util_max_pct=tally.util_max,
+        memory_used_max_mib=tally.memory_max,
+        samples=tally.samples,
+        ok_samples=tally.ok,
+    )

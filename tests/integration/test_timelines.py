@@ -1,0 +1,263 @@
+"""The reclaim loop as timelines a person can read: minute by minute, telemetry comes in, the
+sweep runs, warnings are delivered to the local Slack, people click, and leases end.
+
+Time is frozen and moved by the test (freezegun); the sweep and the outbox delivery are the
+job functions themselves, called once a minute as the scheduler would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+from freezegun.api import FrozenDateTimeFactory
+from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
+from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
+from sqlmodel import select
+
+from bot.main import Bot, assemble
+from bot.services import BorrowAsk
+from bot.services.views import BorrowResult
+from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
+from bot.telemetry.model import ProcessInfo, Sample
+from bot.telemetry.window import Telemetry
+from storage import audit
+from storage.tables import AuditRow, OutboxRow
+from tests.integration.conftest import SECRET, settings_for
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+ALICE, ERIN, ADA = "U0ALICE01", "U0ERIN001", "U0ADMIN01"
+
+Util = Callable[[int], "float | str | None"]  # minute -> utilization, "error", or None (silence)
+
+
+class Story:
+    """One lease's life, told minute by minute."""
+
+    def __init__(self, bot: Bot, local: LocalSlack, clock: FrozenDateTimeFactory) -> None:
+        self.bot, self.local, self.clock = bot, local, clock
+        self.telemetry = Telemetry(bot.services.policy.timing.stale_after)
+        self.slack = SlackDriver(local, InProcessTransport(bot.app), SECRET)
+        self.events: list[tuple[int, str]] = []
+        self.minute = 0
+
+    def borrow(self, user: str, pool: str, gpus: int, hours: float) -> int:
+        result = self.bot.services.borrow(user, BorrowAsk(pool, gpus, timedelta(hours=hours)))
+        assert isinstance(result, BorrowResult)
+        if result.lease is None:  # asked: an admin approves at once
+            settled = self.bot.services.approve(ADA, result.request.id)
+            assert not isinstance(settled, str)
+            lease = self.bot.services.leases(user)[0]
+            return lease.id
+        return result.lease.id
+
+    def run(self, until: int, util: Util, *, lease: int, sweep: bool = True) -> None:
+        """Advance to minute `until`: samples every 30 s, a sweep and a delivery each minute."""
+        slots = self.bot.services.lease(lease)
+        assert slots is not None
+        while self.minute < until:
+            for _ in range(2):
+                self.clock.tick(timedelta(seconds=30))
+                value = util(self.minute)
+                if value is not None:
+                    self.telemetry.observe([_sample(s.node, s.index, value) for s in slots.gpus])
+            self.minute += 1
+            if sweep:
+                self.pass_()
+
+    def pass_(self) -> None:
+        report = self.bot.services.sweep(self.telemetry)
+        self.events += [(self.minute, f"warn {w.split()[1]}") for w in report.warned]
+        self.events += [(self.minute, f"reclaim {r.split()[1]}") for r in report.reclaimed]
+        self.events += [(self.minute, f"would {w.split(' ', 1)[1]}") for w in report.would_have]
+        self.events += [(self.minute, f"notify {n.split()[0]}") for n in report.notified]
+        self.bot.deliverer.deliver_due()
+
+    def lease_events(self) -> list[tuple[int, str]]:
+        """The lease's own story, without the notices about processes left behind."""
+        return [(m, e) for m, e in self.events if not e.startswith("notify")]
+
+    def click_in_dm(self, user: str, action_id: str) -> None:
+        """Click a button on the newest DM that has it, and wait for the bot's answer."""
+        dm = self.local.dm_channel(user)
+        message = next(m for m in reversed(self.local.messages(dm)) if action_id in str(m.blocks))
+        before = len(self.local.calls.of("response_url"))
+        self.slack.click(user, message, action_id)
+        self.local.wait_for(
+            "response_url", lambda a: len(self.local.calls.of("response_url")) > before
+        )
+        self.events.append((self.minute, f"{user} {action_id}"))
+
+    def state(self, lease: int) -> str:
+        found = self.bot.services.lease(lease)
+        assert found is not None
+        return found.state
+
+
+def _sample(node: str, index: int, value: float | str) -> Sample:
+    error = "NVMLError_Unknown: the utilization call failed" if value == "error" else None
+    util = None if isinstance(value, str) else float(value)
+    return Sample(
+        node=node,
+        index=index,
+        uuid=f"GPU-{node}-{index}",
+        model="NVIDIA A100-SXM4-80GB",
+        memory_total_mib=81920,
+        memory_used_mib=30000,
+        util_pct=util,
+        temperature_c=40.0,
+        power_w=90.0,
+        health="ok",
+        processes=(ProcessInfo(pid=4000 + index, user="alice"),),
+        taken_at=datetime.now(UTC),
+        error=error,
+    )
+
+
+def busy(minute: int) -> float:
+    return 80.0
+
+
+def idle(minute: int) -> float:
+    return 0.0
+
+
+@pytest.fixture
+def story(local: LocalSlack, tmp_path: Path) -> Iterator[Story]:
+    with freeze_time(T0) as clock:
+        assert isinstance(clock, FrozenDateTimeFactory)  # not ticking: the test moves time
+        bot = assemble(settings_for(local, tmp_path))
+        yield Story(bot, local, clock)
+        bot.close()
+
+
+def test_a_two_hour_borrow_is_warned_at_60_and_10_then_reclaimed_after_grace(story: Story) -> None:
+    """Busy all along: warnings at T-60 and T-10, expiry at 120, reclaim 30 minutes after the
+    last delivered warning and the expiry; the processes left behind are unreserved use."""
+    lease = story.borrow(ALICE, "a100", 2, hours=2)
+    story.run(200, busy, lease=lease)
+    assert [
+        (60, "warn expiry"),
+        (110, "warn expiry"),
+        (150, "reclaim expired"),
+        (151, "notify a100-node-01:0"),
+        (151, "notify a100-node-01:1"),
+    ] == story.events
+    assert "reclaimed" == story.state(lease)
+    dm = str([m.text for m in story.local.messages(story.local.dm_channel(ALICE))])
+    assert "ends soon" in dm
+    assert "was reclaimed" in dm
+
+
+def test_an_idle_lease_is_warned_snoozed_warned_again_and_reclaimed(story: Story) -> None:
+    """Idle from the start: warned at 90, "Still using" at 100 buys 2h, warned again when the
+    snooze ends, reclaimed after the grace."""
+    lease = story.borrow(ALICE, "a100", 1, hours=8)
+    story.run(100, idle, lease=lease)
+    story.click_in_dm(ALICE, "lease_snooze")
+    story.run(300, idle, lease=lease)
+    assert [
+        (91, "warn idle"),  # the first sample came at 0:30, so 90 idle minutes end at 91
+        (100, "U0ALICE01 lease_snooze"),
+        (220, "warn idle"),
+        (250, "reclaim idle"),
+    ] == story.lease_events()
+    assert "reclaimed" == story.state(lease)
+
+
+@pytest.mark.parametrize("outage", [None, "error"], ids=["silence", "nvml-error"])
+def test_stale_telemetry_or_an_nvml_error_is_never_read_as_idle(
+    story: Story, outage: str | None
+) -> None:
+    """Warned at 90; then the samples stop (or fail) for an hour: no reclaim. Once they come
+    back idle, the idle clock starts again: a fresh warning, then the reclaim."""
+    lease = story.borrow(ALICE, "a100", 1, hours=8)
+
+    def timeline(minute: int) -> float | str | None:
+        return outage if 100 <= minute < 160 else 0.0
+
+    story.run(400, timeline, lease=lease)
+    assert [(91, "warn idle"), (251, "warn idle"), (281, "reclaim idle")] == story.lease_events()
+
+
+def test_a_protected_lease_is_never_reclaimed(story: Story) -> None:
+    """Idle and past its expiry on the protected pool: admins hear once, nothing is taken."""
+    lease = story.borrow(ERIN, "inference", 1, hours=2)
+    story.run(400, idle, lease=lease)
+    assert "active" == story.state(lease)
+    kinds = [e for _, e in story.events]
+    assert "reclaim expired" not in kinds
+    assert "reclaim idle" not in kinds
+    assert 1 == sum(1 for e in kinds if e.startswith("notify"))
+    notices = [m.text for m in story.local.messages(story.local.dm_channel(ADA))]
+    assert any("protected lease" in n for n in notices)
+
+
+def test_paused_automation_reclaims_nothing_and_says_what_it_would_have_done(
+    story: Story,
+) -> None:
+    """The kill switch: "would have" records and one admin notice per action, no reclaim."""
+    assert isinstance(story.bot.services.pause(ADA), str)
+    lease = story.borrow(ALICE, "a100", 1, hours=1)
+    story.run(300, idle, lease=lease)
+    assert "active" == story.state(lease)
+    would = [e for _, e in story.events if e.startswith("would")]
+    assert ["would warn expiry (paused)"] == would  # idle only counts before expiry
+    with story.bot.db.read() as session:
+        tags = session.exec(select(AuditRow.tag)).all()
+    assert 1 == tags.count("sweep:would-have")
+    assert "lease:reclaimed" not in tags
+
+
+def test_no_reclaim_until_the_warning_was_delivered_and_the_grace_passed(story: Story) -> None:
+    """Slack fails the warning DM for an hour: the lease outlives its expiry until the warning
+    lands, then the grace runs from that delivery."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    # The client still retries each failure, only without sleeping between tries.
+    story.bot.client.retry_handlers = [
+        ServerErrorRetryHandler(
+            max_retry_count=2, interval_calculator=FixedValueRetryIntervalCalculator(0)
+        )
+    ]
+    story.run(59, busy, lease=lease)
+    story.local.faults.add("chat.postMessage", status=500, times=10_000)
+    story.run(170, busy, lease=lease)
+    assert "active" == story.state(lease)  # expired at 120, warned but never delivered
+    story.local.faults.clear()
+    story.run(260, busy, lease=lease)
+    reclaim = [m for m, e in story.events if e == "reclaim expired"]
+    with story.bot.db.read() as session:
+        warnings = session.exec(select(OutboxRow).where(OutboxRow.kind == "lease_warning")).all()
+    # The T-60 warning, superseded by the T-10 one while Slack was down, is never sent late.
+    assert ["dropped", "delivered"] == [w.state for w in warnings]
+    delivered = warnings[-1].delivered_at
+    assert delivered is not None
+    assert delivered >= T0 + timedelta(minutes=170)
+    assert reclaim, story.events
+    assert T0 + timedelta(minutes=reclaim[0]) >= delivered + timedelta(minutes=30)
+
+
+def test_the_sweep_run_twice_changes_nothing_the_second_time(story: Story) -> None:
+    """Level-triggered and idempotent: same rows in the audit log and the outbox."""
+    lease = story.borrow(ALICE, "a100", 2, hours=2)
+    story.run(65, busy, lease=lease, sweep=False)
+    first = story.bot.services.sweep(story.telemetry)
+    assert first.changed
+    with story.bot.db.read() as session:
+        before = (
+            len(session.exec(select(AuditRow)).all()),
+            len(session.exec(select(OutboxRow)).all()),
+        )
+    second = story.bot.services.sweep(story.telemetry)
+    with story.bot.db.read() as session:
+        after = (
+            len(session.exec(select(AuditRow)).all()),
+            len(session.exec(select(OutboxRow)).all()),
+        )
+        assert audit.verify(session).ok
+    assert not second.changed
+    assert before == after
+    assert 1 == len(story.bot.services.leases(ALICE))

@@ -1,0 +1,182 @@
+"""The bot's end of the agent: signed pushes land in Telemetry; unknown nodes, bad signatures,
+old timestamps, replays, bad bodies and samples for another node are refused and reported."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.telemetry.errors import TokenFileError
+from bot.telemetry.ingest import Ingest, load_tokens
+from bot.telemetry.model import sign, to_json
+from bot.telemetry.window import Telemetry
+from tests.unit.telemetry.builders import START, a_sample, at
+
+NODE = "a100-node-01"
+TOKEN = "4f1c8a2e9b7d6c5e4f3a2b1c0d9e8f7a"  # noqa: S105 - a test fixture, not a credential
+
+
+class Bot:
+    """An Ingest on a settable clock, recording what it refused."""
+
+    def __init__(self) -> None:
+        self.now = START
+        self.telemetry = Telemetry(stale_after=timedelta(minutes=3))
+        self.refused: list[tuple[str, str]] = []
+        self.ingest = Ingest(
+            {NODE: TOKEN, "l40s-node-01": "0" * 32},
+            self.telemetry,
+            lambda: self.now,
+            lambda node, reason: self.refused.append((node, reason)),
+        )
+
+    def push(
+        self,
+        body: bytes | None = None,
+        *,
+        node: str = NODE,
+        token: str = TOKEN,
+        sent: datetime | None = None,
+        nonce: str = "n-1",
+    ) -> tuple[int, str]:
+        body = to_json([a_sample()]) if body is None else body
+        stamp = str(int((sent or self.now).timestamp()))
+        headers = {
+            "X-Gpubot-Node": node,
+            "X-Gpubot-Timestamp": stamp,
+            "X-Gpubot-Nonce": nonce,
+            "X-Gpubot-Signature": sign(token, stamp, nonce, body),
+        }
+        return self.ingest.handle(headers, body)
+
+
+@pytest.fixture
+def bot() -> Bot:
+    return Bot()
+
+
+def test_a_signed_push_lands_in_telemetry(bot: Bot) -> None:
+    status, message = bot.push()
+    assert (200, "ok: 1 of 1 samples taken") == (status, message)
+    assert bot.telemetry.gpu(NODE, 0, START).fresh
+    assert [] == bot.refused
+
+
+def test_header_names_are_case_insensitive(bot: Bot) -> None:
+    body = to_json([a_sample()])
+    stamp = str(int(START.timestamp()))
+    headers = {
+        "x-gpubot-node": NODE,
+        "X-GPUBOT-TIMESTAMP": stamp,
+        "x-Gpubot-Nonce": "n",
+        "x-gpubot-signature": sign(TOKEN, stamp, "n", body),
+    }
+    assert 200 == bot.ingest.handle(headers, body)[0]
+
+
+@pytest.mark.parametrize(
+    ("push", "reason"),
+    [
+        ({"node": "gpu-9"}, "unknown node"),
+        ({"node": ""}, "unknown node"),
+        ({"token": "0" * 32}, "bad signature"),  # another node's token
+        ({"sent": START - timedelta(minutes=5, seconds=1)}, "timestamp +301 s off"),
+        ({"sent": START + timedelta(minutes=6)}, "timestamp -360 s off"),
+        ({"nonce": ""}, "X-Gpubot-Nonce"),
+    ],
+)
+def test_unauthenticated_pushes_are_refused_with_401_and_reported(
+    bot: Bot, push: dict[str, object], reason: str
+) -> None:
+    status, message = bot.push(**push)  # type: ignore[arg-type]
+    assert (401, True) == (status, reason in message)
+    assert [(str(push.get("node", NODE)), message)] == bot.refused
+    assert not bot.telemetry.gpu(NODE, 0, START).fresh
+
+
+def test_a_tampered_body_is_refused(bot: Bot) -> None:
+    stamp = str(int(START.timestamp()))
+    body = to_json([a_sample()])
+    headers = {
+        "X-Gpubot-Node": NODE,
+        "X-Gpubot-Timestamp": stamp,
+        "X-Gpubot-Nonce": "n",
+        "X-Gpubot-Signature": sign(TOKEN, stamp, "n", body),
+    }
+    assert (401, "bad signature") == bot.ingest.handle(headers, to_json([a_sample(util_pct=0.5)]))
+
+
+def test_a_replayed_push_is_refused_while_its_timestamp_is_still_accepted(bot: Bot) -> None:
+    assert 200 == bot.push(nonce="same")[0]
+    bot.now = at(4)
+    assert (401, "replayed request (nonce already used)") == bot.push(nonce="same", sent=START)
+    assert [(NODE, "replayed request (nonce already used)")] == bot.refused
+
+
+def test_nonces_are_forgotten_once_their_timestamp_would_be_refused_anyway(bot: Bot) -> None:
+    """Replay protection needs no memory beyond the timestamp window."""
+    for k in range(20):
+        bot.now = at(k)
+        assert 200 == bot.push(nonce=f"n{k}")[0]
+    # Pushes of the last five minutes (the timestamp window) are all it still remembers.
+    assert 6 == len(bot.ingest._nonces[NODE])
+
+
+def test_a_node_pushing_too_often_is_slowed_down(bot: Bot) -> None:
+    bot.ingest.max_nonces = 3
+    assert [200, 200, 200, 429] == [bot.push(nonce=f"n{k}")[0] for k in range(4)]
+
+
+def test_a_body_that_is_not_samples_is_a_400(bot: Bot) -> None:
+    status, message = bot.push(b'{"version": 1, "samples": [{"node": 1}]}')
+    assert 400 == status
+    assert message.startswith("malformed samples: samples[0].")
+
+
+def test_samples_for_another_node_are_refused(bot: Bot) -> None:
+    status, message = bot.push(to_json([a_sample(), a_sample(node="l40s-node-01")]))
+    assert (403, "samples for another node: l40s-node-01") == (status, message)
+    assert not bot.telemetry.readings(START)
+
+
+def test_samples_move_onto_the_bot_clock(bot: Bot) -> None:
+    """A node whose clock lags two minutes is not read as two minutes stale."""
+    bot.now = at(2)
+    bot.push(to_json([a_sample(taken_at=START)]), sent=START)
+    assert at(2) == bot.telemetry.gpu(NODE, 0, at(2)).last_seen
+
+
+def test_a_failing_on_refused_does_not_change_the_answer(bot: Bot) -> None:
+    def broken(node: str, reason: str) -> None:
+        raise RuntimeError("audit is down")
+
+    bot.ingest.on_refused = broken
+    assert (401, "unknown node") == bot.push(node="gpu-9")
+
+
+def test_the_tokens_file_maps_nodes_to_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(f"{NODE}: {TOKEN}\nl40s-node-01: '{'1' * 32}'\n")
+    assert {NODE: TOKEN, "l40s-node-01": "1" * 32} == load_tokens(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (None, "cannot read the agent tokens"),
+        ("- a\n- b\n", "expected a mapping"),
+        (f"{NODE}: short\n", "shorter than 16 characters"),
+        (f"{NODE}: 12345678901234567890\n", "must be strings"),
+        (f"{NODE}: [\n", "not YAML"),
+    ],
+)
+def test_a_bad_tokens_file_is_one_clear_line(tmp_path: Path, text: str | None, words: str) -> None:
+    path = tmp_path / "tokens.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(TokenFileError) as caught:
+        load_tokens(path)
+    assert words in str(caught.value)
+    assert "\n" not in str(caught.value)
