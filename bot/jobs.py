@@ -16,6 +16,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 log = logging.getLogger(__name__)
 
 OUTBOX = "outbox"
+POLL = "poll"
+SWEEP = "sweep"
+RETENTION = "retention"
 
 
 class Jobs:

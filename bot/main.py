@@ -15,7 +15,7 @@ from slack_bolt import App
 from slack_sdk import WebClient
 from sqlmodel import col, func, select
 
-from bot.jobs import OUTBOX, Jobs
+from bot.jobs import OUTBOX, POLL, RETENTION, SWEEP, Jobs
 from bot.rulesdir import read_rules_dir
 from bot.services import Services
 from bot.services.context import utcnow
@@ -24,12 +24,22 @@ from bot.slack.app import build_app, web_client
 from bot.slack.delivery import Deliverer
 from bot.slack.notify import renderer
 from bot.slack.people import People
+from bot.telemetry import history
+from bot.telemetry.ingest import Ingest, load_tokens
+from bot.telemetry.nvml import NvmlSource
+from bot.telemetry.simulated import SimulatedSource
+from bot.telemetry.sources import make_source
+from bot.telemetry.window import Telemetry
 from storage import migrate
 from storage.db import Database
 from storage.tables import OutboxRow
 
 log = logging.getLogger(__name__)
 OUTBOX_EVERY = timedelta(seconds=2)
+POLL_EVERY = timedelta(seconds=30)
+SWEEP_EVERY = timedelta(minutes=1)
+RETENTION_EVERY = timedelta(hours=1)
+HISTORY_KEPT = timedelta(days=30)
 
 
 class SetupError(RuntimeError):
@@ -45,6 +55,37 @@ class Bot:
     app: App
     deliverer: Deliverer
     jobs: Jobs
+    telemetry: Telemetry
+    source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it
+    ingest: Ingest | None = None
+
+    def poll(self) -> int:
+        """The `poll` job: read the local (or simulated) GPUs, keep per-minute history."""
+        if self.source is None:
+            return 0
+        now = self.services.ctx.now()
+        seen = self.telemetry.observe(self.source.poll(now))
+        self._store_history(now)
+        return seen
+
+    def _store_history(self, now: datetime) -> None:
+        rows = self.telemetry.minute_rollups(now)
+        if rows:
+            with self.db.write() as session:
+                history.store_minutes(session, rows)
+
+    def sweep(self) -> None:
+        """The `sweep` job: one reconcile pass, then deliver what it owes."""
+        if self.source is None:
+            self._store_history(self.services.ctx.now())  # agents' samples have history too
+        report = self.services.sweep(self.telemetry)
+        if report.changed and self.deliverer.want():
+            self.jobs.kick(OUTBOX)
+
+    def retain(self) -> None:
+        """The `retention` job: per-minute history older than HISTORY_KEPT goes."""
+        with self.db.write() as session:
+            history.prune(session, self.services.ctx.now() - HISTORY_KEPT)
 
     def health(self) -> dict[str, Any]:
         try:
@@ -63,10 +104,15 @@ class Bot:
             "database": self.db.dialect,
             "automation_paused": self.services.paused(),
             "outbox_pending": int(pending),
+            "telemetry": self.settings.telemetry
+            if self.source is None
+            else type(self.source).__name__,
         }
 
     def close(self) -> None:
         self.jobs.shutdown()
+        if self.source is not None:
+            self.source.close()
         self.services.ctx.live.close()
         self.db.dispose()
 
@@ -96,8 +142,32 @@ def assemble(
             jobs.kick(OUTBOX)
 
     app = build_app(settings, services, client=client, kick=kick)
+    telemetry = Telemetry(services.policy.timing.stale_after)
+    source = None
+    if settings.telemetry != "agents":
+        source = make_source(
+            settings.telemetry, settings.fleet, settings.node_name, start=services.ctx.now()
+        )
+    ingest = None
+    if settings.agent_tokens_file is not None:
+        ingest = Ingest(
+            load_tokens(settings.agent_tokens_file),
+            telemetry,
+            services.ctx.now,
+            on_refused=lambda node, why: _refused_agent(services, node, why),
+        )
+    bot = Bot(settings, db, services, client, app, deliverer, jobs, telemetry, source, ingest)
     jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)
-    return Bot(settings, db, services, client, app, deliverer, jobs)
+    jobs.every(POLL, POLL_EVERY, bot.poll)
+    jobs.every(SWEEP, SWEEP_EVERY, bot.sweep)
+    jobs.every(RETENTION, RETENTION_EVERY, bot.retain)
+    return bot
+
+
+def _refused_agent(services: Services, node: str, why: str) -> None:
+    """A node agent was turned away: log it and keep it in the audit log."""
+    log.warning("agent request from %r refused: %s", node, why)
+    services.record_refused_agent(node, why)
 
 
 def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
@@ -124,6 +194,7 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             from bot.server import SlackAsgi  # noqa: PLC0415
 
             log.info("gpubot: HTTP on %s:%s/slack/events", host, port)
-            uvicorn.run(SlackAsgi(bot.app, bot.health), host=host, port=port, log_level="info")
+            asgi = SlackAsgi(bot.app, bot.health, ingest=bot.ingest)
+            uvicorn.run(asgi, host=host, port=port, log_level="info")
     finally:
         bot.close()

@@ -32,6 +32,17 @@ class Settings(BaseSettings):
     rules_engine: Literal["durable", "reference"] = Field(
         default="durable", description="durable (default) or the pure-Python reference"
     )
+    telemetry: Literal["auto", "nvml", "simulated", "agents"] = Field(
+        default="auto",
+        description="auto: this host's GPUs when NVML finds them, else the simulated fleet; "
+        "agents: only what node agents push",
+    )
+    fleet: Path | None = Field(
+        default=None, description="simulated fleet file (default fixtures/fleets/default.yaml)"
+    )
+    node_name: str | None = Field(
+        default=None, description="this host's node name for NVML (default: the host name)"
+    )
     agent_tokens_file: Path | None = Field(
         default=None,
         description="YAML file of `node: token` for the node agents (gpubot agent); unset: none",

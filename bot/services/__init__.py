@@ -104,6 +104,18 @@ class Services:
             sent = row.warnings.get(str(owed.data.get("reason"))) if row else None
             return isinstance(sent, dict) and sent.get("outbox") == owed.id
 
+    def record_refused_agent(self, node: str, why: str) -> None:
+        with self.db.write() as session:
+            record(
+                session,
+                at=self.ctx.now(),
+                actor=f"agent:{node}"[:64],
+                tag="agent:refused",
+                subject=f"node:{node}"[:64],
+                outcome="refused",
+                detail={"why": why},
+            )
+
     def snoozes(self, lease_id: int) -> int:
         with self.db.read() as session:
             row = session.get(LeaseRow, lease_id)

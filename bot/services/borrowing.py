@@ -35,6 +35,8 @@ class BorrowAsk:
     duration: timedelta | None = None
     priority: Priority = Priority.NORMAL
     reason: str = ""
+    # GPUs to take when they are free (reserving a GPU one's process already runs on).
+    prefer: tuple[tuple[str, int], ...] = ()
 
 
 def approvers_for(policy: Policy, team: str, who: str) -> list[str]:
@@ -134,7 +136,16 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
             notices.approval_cards(session, request, at=now)
         lease = None
         if outcome == Outcome.APPROVE:
-            lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision, free=free)
+            lease = _grant(
+                ctx,
+                session,
+                request,
+                now,
+                actor=SYSTEM,
+                decision=decision,
+                free=free,
+                prefer=ask.prefer,
+            )
             if lease is None:  # the rules saw free GPUs, placement found none: wait for them
                 request.state, request.outcome = RequestState.QUEUED, Outcome.QUEUE.value
                 outcome = Outcome.QUEUE
@@ -172,9 +183,16 @@ def _grant(
     actor: str,
     decision: Decision | None,
     free: dict[str, list[int]] | None = None,
+    prefer: tuple[tuple[str, int], ...] = (),
 ) -> LeaseView | None:
-    """Place the request's GPUs best-fit and create the active lease; None if they don't fit."""
-    slots = place(free if free is not None else free_gpus(session, request.pool), request.gpus)
+    """Place the request's GPUs best-fit and create the active lease; None if they don't fit.
+
+    Preferred GPUs are taken as they are when all of them are free and they are as many as
+    asked for."""
+    free = free if free is not None else free_gpus(session, request.pool)
+    wanted = [(node, index) for node, index in prefer if index in free.get(node, [])]
+    slots = wanted if prefer and len(wanted) == len(prefer) == request.gpus else None
+    slots = slots or place(free, request.gpus)
     if slots is None:
         return None
     pool = ctx.policy.pools[request.pool]

@@ -132,7 +132,10 @@ def unreserved_message(node: str, index: int, pool: str, unix_user: str) -> Mess
         actions(
             f"unreserved:{node}:{index}",
             button(
-                f"Borrow 1 {pool} for 4h", BORROW_QUICK_ACTION, f"{pool}:1:240", style="primary"
+                f"Borrow 1 {pool} for 4h",
+                BORROW_QUICK_ACTION,
+                f"{pool}:1:240:{node}:{index}",
+                style="primary",
             ),
         ),
     ]

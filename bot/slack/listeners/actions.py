@@ -140,14 +140,18 @@ def _borrowing(app: App, deps: SlackDeps) -> None:
         """One click from an unreserved-use DM: borrow what the process already uses."""
         ack()
         user = body["user"]["id"]
-        pool, count, minutes = (str(body["actions"][0].get("value") or "") + "::").split(":")[:3]
+        # value: pool:count:minutes[:node:index] (the GPU the process already runs on)
+        parts = str(body["actions"][0].get("value") or "").split(":")
+        pool, count, minutes = [*parts, "", "", ""][:3]
         if not (count.isdecimal() and minutes.isdecimal()):
             return
+        prefer = ((parts[3], int(parts[4])),) if len(parts) == 5 and parts[4].isdecimal() else ()
         ask = BorrowAsk(
             pool,
             int(count),
             timedelta(minutes=int(minutes)),
             reason="reserving a GPU already in use",
+            prefer=prefer,
         )
         deps.after_ack(respond, lambda: _borrowed(deps, services.borrow(user, ask)))
 

@@ -21,7 +21,7 @@ from bot.slack.blocks import (
     refused_message,
     release_reply,
 )
-from bot.slack.blocks.kit import Message, message, section
+from bot.slack.blocks.kit import Message, escape, message, section
 from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
 from bot.slack.people import UTC_ZONE
 from rules.domain import Outcome
@@ -76,7 +76,12 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
     if isinstance(command, p.Mine):
         return mine_message(services.leases(user), services.requests(user))
     if isinstance(command, p.Status):
-        return status_message(services.status())
+        shown = status_message(services.status())
+        found = services.unreserved() if services.policy.is_admin(user) else []
+        if found:  # admins also see work running on GPUs no lease covers
+            lines = "\n".join(f"• `{escape(line)}`" for line in found[:20])
+            shown.blocks.append(section(f"*Unreserved use* (no lease covers it):\n{lines}"))
+        return shown
     if isinstance(command, p.Queue):
         return queue_message(services.queue())
     if isinstance(command, p.Quota):

@@ -1,0 +1,120 @@
+"""The jobs `gpubot serve` runs, on the simulated fleet: poll, sweep, retention, and what
+people get from them (an unreserved-use DM whose button reserves that very GPU)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+from freezegun.api import FrozenDateTimeFactory
+from sqlmodel import select
+
+from bot.main import Bot, assemble
+from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
+from storage.tables import AuditRow, GpuMinuteRow
+from tests.integration.conftest import SECRET, settings_for
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+DAVE = "U0DAVE001"
+
+
+@pytest.fixture
+def served(local: LocalSlack, tmp_path: Path) -> Iterator[tuple[Bot, FrozenDateTimeFactory]]:
+    with freeze_time(T0) as clock:
+        assert isinstance(clock, FrozenDateTimeFactory)
+        bot = assemble(settings_for(local, tmp_path))  # telemetry auto: the simulated fleet
+        yield bot, clock
+        bot.close()
+
+
+def run_minutes(bot: Bot, clock: FrozenDateTimeFactory, minutes: int) -> None:
+    """What the scheduler does: poll every 30 s, sweep and deliver every minute."""
+    for _ in range(minutes):
+        for _ in range(2):
+            clock.tick(timedelta(seconds=30))
+            bot.poll()
+        bot.sweep()
+        bot.deliverer.deliver_due()
+
+
+def test_unreserved_use_reaches_the_user_and_one_click_reserves_that_gpu(
+    served: tuple[Bot, FrozenDateTimeFactory], local: LocalSlack
+) -> None:
+    """dave's process on a100-node-02 GPU 6 without a lease: a DM with a Borrow button that
+    leases exactly that GPU; admins hear of it too."""
+    bot, clock = served
+    run_minutes(bot, clock, 20)
+    assert 28 == len(bot.telemetry.readings(bot.services.ctx.now()))
+    dm = local.dm_channel(DAVE)
+    notice = next(m for m in local.messages(dm) if "a100-node-02" in m.text and "GPU 6" in m.text)
+    slack = SlackDriver(local, InProcessTransport(bot.app), SECRET)
+    slack.click(DAVE, notice, "borrow_quick")
+    local.wait_for("response_url", lambda a: "Granted" in json.dumps(a))
+    lease = bot.services.leases(DAVE)[0]
+    assert ("a100-node-02", 6) == (lease.gpus[0].node, lease.gpus[0].index)
+    admin = local.dm_channel("U0ADMIN01")
+    assert any("a100-node-02 GPU 6" in m.text for m in local.messages(admin))
+    before = len(local.messages(dm))
+    run_minutes(bot, clock, 3)
+    assert before + 1 >= len(local.messages(dm))  # the grant DM at most; no second notice
+
+
+def test_poll_keeps_per_minute_history_and_retention_prunes_it(
+    served: tuple[Bot, FrozenDateTimeFactory],
+) -> None:
+    """Each completed minute is rolled up per GPU; retention drops what is too old."""
+    bot, clock = served
+    run_minutes(bot, clock, 5)
+    with bot.db.read() as session:
+        rows = session.exec(select(GpuMinuteRow)).all()
+    assert len(rows) >= 28 * 3
+    clock.tick(timedelta(days=31))
+    bot.retain()
+    with bot.db.read() as session:
+        assert [] == session.exec(select(GpuMinuteRow)).all()
+
+
+def test_an_agent_with_a_wrong_token_is_refused_and_audited(
+    local: LocalSlack, tmp_path: Path
+) -> None:
+    """With GPUBOT_AGENT_TOKENS_FILE set, serve takes agents' samples; a bad signature gets
+    401 and an `agent:refused` audit row naming the node and why."""
+    tokens = tmp_path / "agents.yaml"
+    tokens.write_text("a100-node-01: s3cret-token-for-node-01\n")
+    settings = settings_for(local, tmp_path).model_copy(update={"agent_tokens_file": tokens})
+    bot = assemble(settings)
+    try:
+        assert bot.ingest is not None
+        now = str(int(bot.services.ctx.now().timestamp()))
+        headers = {
+            "X-Gpubot-Node": "a100-node-01",
+            "X-Gpubot-Timestamp": now,
+            "X-Gpubot-Nonce": "n-1",
+            "X-Gpubot-Signature": "v1=" + "0" * 64,
+        }
+        assert 401 == bot.ingest.handle(headers, b"[]")[0]
+        with bot.db.read() as session:
+            row = session.exec(select(AuditRow).where(AuditRow.tag == "agent:refused")).one()
+        assert ("node:a100-node-01", "bad signature") == (row.subject, row.detail["why"])
+    finally:
+        bot.close()
+
+
+def test_admins_see_unreserved_use_in_status(
+    served: tuple[Bot, FrozenDateTimeFactory], local: LocalSlack
+) -> None:
+    """`/gpu status` lists GPUs used without a lease for admins, not for everyone."""
+    bot, clock = served
+    run_minutes(bot, clock, 20)
+    slack = SlackDriver(local, InProcessTransport(bot.app), SECRET)
+    slack.command("U0ADMIN01", "status")
+    shown = local.wait_for("response_url", lambda a: "Unreserved use" in json.dumps(a))
+    assert "a100-node-02:6 by dave" in json.dumps(shown.args)
+    before = len(local.calls.of("response_url"))
+    slack.command("U0ALICE01", "status")
+    local.wait_for("response_url", lambda a: len(local.calls.of("response_url")) > before)
+    assert "Unreserved use" not in json.dumps(local.calls.of("response_url")[-1].args)
