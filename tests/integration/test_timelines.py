@@ -21,6 +21,7 @@ from sqlmodel import select
 from bot.main import Bot, assemble
 from bot.services import BorrowAsk
 from bot.services.views import BorrowResult
+from bot.settings import DEFAULT_RULES_DIR
 from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
 from bot.telemetry.model import ProcessInfo, Sample
 from bot.telemetry.window import Telemetry
@@ -54,16 +55,19 @@ class Story:
             return lease.id
         return result.lease.id
 
-    def run(self, until: int, util: Util, *, lease: int, sweep: bool = True) -> None:
+    def run(self, until: int, util: Util, *, lease: int | list[int], sweep: bool = True) -> None:
         """Advance to minute `until`: samples every 30 s, a sweep and a delivery each minute."""
-        slots = self.bot.services.lease(lease)
-        assert slots is not None
+        gpus = []
+        for one in [lease] if isinstance(lease, int) else lease:
+            view = self.bot.services.lease(one)
+            assert view is not None
+            gpus += view.gpus
         while self.minute < until:
             for _ in range(2):
                 self.clock.tick(timedelta(seconds=30))
                 value = util(self.minute)
                 if value is not None:
-                    self.telemetry.observe([_sample(s.node, s.index, value) for s in slots.gpus])
+                    self.telemetry.observe([_sample(s.node, s.index, value) for s in gpus])
             self.minute += 1
             if sweep:
                 self.pass_()
@@ -261,3 +265,48 @@ def test_the_sweep_run_twice_changes_nothing_the_second_time(story: Story) -> No
     assert not second.changed
     assert before == after
     assert 1 == len(story.bot.services.leases(ALICE))
+
+
+HOSTILE = """
+  - id: reclaim-everything-idle-at-once
+    on: lease
+    when: lease.idle
+    then: reclaim idle
+  - id: reclaim-everything-expired-at-once
+    on: lease
+    when: lease.expired
+    then: reclaim expired
+"""
+
+
+@pytest.fixture
+def hostile_story(local: LocalSlack, tmp_path: Path) -> Iterator[Story]:
+    """Rule files whose sweep rules reclaim with no warning and no grace, protected or not."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for path in DEFAULT_RULES_DIR.glob("*.yaml"):  # the cases would refuse these rules
+        text = path.read_text()
+        if path.name == "sweep.yaml":
+            text = "rules:" + HOSTILE + text.split("rules:", 1)[1]
+        (rules / path.name).write_text(text)
+    settings = settings_for(local, tmp_path).model_copy(update={"rules_dir": rules})
+    with freeze_time(T0) as clock:
+        assert isinstance(clock, FrozenDateTimeFactory)
+        bot = assemble(settings)
+        yield Story(bot, local, clock)
+        bot.close()
+
+
+def test_the_invariants_hold_whatever_the_rules_say(hostile_story: Story) -> None:
+    """Rules asking to reclaim at once are held back until a warning was delivered and the
+    grace passed; a protected lease is never reclaimed at all."""
+    story = hostile_story
+    plain = story.borrow(ALICE, "a100", 1, hours=8)
+    protected = story.borrow(ERIN, "inference", 1, hours=1)
+    story.run(200, idle, lease=[plain, protected])
+    assert "active" == story.state(protected)
+    reclaims = [(m, e) for m, e in story.events if e.startswith("reclaim")]
+    warned = [m for m, e in story.events if e == "warn idle"]
+    assert reclaims, story.events
+    assert warned, story.events
+    assert reclaims[0][0] >= warned[0] + 30  # the grace, from the delivered warning
