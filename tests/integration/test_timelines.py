@@ -20,7 +20,7 @@ from sqlmodel import select
 
 from bot.main import Bot, assemble
 from bot.services import BorrowAsk
-from bot.services.views import BorrowResult
+from bot.services.views import BorrowResult, GpuSlot
 from bot.settings import DEFAULT_RULES_DIR
 from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
 from bot.telemetry.model import ProcessInfo, Sample
@@ -57,7 +57,7 @@ class Story:
 
     def run(self, until: int, util: Util, *, lease: int | list[int], sweep: bool = True) -> None:
         """Advance to minute `until`: samples every 30 s, a sweep and a delivery each minute."""
-        gpus = []
+        gpus: list[GpuSlot] = []
         for one in [lease] if isinstance(lease, int) else lease:
             view = self.bot.services.lease(one)
             assert view is not None
