@@ -1,5 +1,5 @@
 """The admin command line: `gpubot rules check`, `db upgrade`, `audit verify|export`, `leases`,
-and `agent` (the node agent).
+`serve`, `demo` (the local Slack workspace) and `agent` (the node agent).
 
 Exit status: 0 done, 1 the audit chain is broken, 2 the command could not do its job (bad input,
 rule problems, an unreachable database). Expected failures print one line, never a traceback.
@@ -41,7 +41,8 @@ EXIT_BROKEN = 1
 EXIT_FAILED = 2
 
 app = typer.Typer(
-    help="gpubot admin commands: check rule files, migrate the database, audit, list leases.",
+    help="gpubot: run the bot (serve), the node agent (agent), and the admin commands: check "
+    "rule files, migrate the database, verify and export the audit log, list leases.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,  # plain click-style errors: one greppable `Error:` line
@@ -388,6 +389,30 @@ def serve(
         _fail(f"the rules in {settings.rules_dir} cannot be loaded:\n{exc}")
     except BoltError as exc:
         _fail(f"Slack refused the bot token at {settings.slack_api_url}: {exc}")
+
+
+# ---- demo -------------------------------------------------------------------------------
+
+
+@app.command("demo")
+def demo(
+    port: Annotated[int, typer.Option(help="port of the page, on 127.0.0.1 only")] = 8080,
+) -> None:
+    """Run the local Slack workspace: the real bot and a Slack-like page, no Slack needed."""
+    from bot.main import SetupError  # noqa: PLC0415 - the Slack stack loads only to serve
+    from bot.workspace.run import PortTakenError, run  # noqa: PLC0415
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        run(port, typer.echo)
+    except PortTakenError as exc:
+        _fail(str(exc))
+    except SetupError as exc:
+        _fail(str(exc))
+    except (PolicyError, RulesDirError) as exc:
+        _fail(f"the default rules cannot be loaded:\n{exc}")
+    except KeyboardInterrupt:
+        typer.echo("demo stopped", err=True)
 
 
 # ---- agent ------------------------------------------------------------------------------

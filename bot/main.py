@@ -172,6 +172,8 @@ def _refused_agent(services: Services, node: str, why: str) -> None:
 
 def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
     """Run until interrupted: Socket Mode when SLACK_APP_TOKEN is set (unless --http), else HTTP."""
+    if settings.slack_bot_token is None:
+        raise SetupError("SLACK_BOT_TOKEN is not set: the bot token (xoxb-...) is required.")
     socket_mode = settings.slack_app_token is not None and not http
     if not socket_mode and settings.slack_signing_secret is None:
         raise SetupError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from rules import expr
@@ -14,10 +15,14 @@ from rules.yamlsrc import Located
 
 
 def load_cases(
-    docs: list[tuple[Located, CaseFile]], policy: Policy, problems: list[Problem]
+    docs: list[tuple[Located, CaseFile]],
+    policy: Policy,
+    problems: list[Problem],
+    written_ids: Collection[str] = (),
 ) -> tuple[Case, ...]:
     out: list[Case] = []
-    rule_ids = {r.id for r in policy.rules}
+    # A rule that failed to load was reported already; its cases are not an extra problem.
+    rule_ids = {r.id for r in policy.rules} | set(written_ids)
     for doc, spec in docs:
         for subject_name, defaults in spec.defaults.items():
             subject = Subject(subject_name)

@@ -76,7 +76,7 @@ def load_policy(sources: Mapping[str, str]) -> Policy:
         raise PolicyError(problems)
     builder = _Builder(docs)
     policy = builder.build(revision_of(sources), tuple(sorted(sources)))
-    cases = load_cases(case_docs, policy, builder.problems)
+    cases = load_cases(case_docs, policy, builder.problems, builder.rule_ids)
     if builder.problems:
         raise PolicyError(builder.problems)
     return _replace_cases(policy, cases)
@@ -150,6 +150,7 @@ class _Builder:
     def __init__(self, docs: list[tuple[Located, PolicyFile]]) -> None:
         self.docs = docs
         self.problems: list[Problem] = []
+        self.rule_ids: set[str] = set()  # every id written, also of rules that failed to load
         self.owner: dict[str, Located] = {}
 
     def once(self, section: str) -> tuple[Located, Any] | None:
@@ -346,6 +347,7 @@ class _Builder:
                     )
                     continue
                 ids[r.id] = f"{doc.file}:{doc.values[(*at, 'id')][0]}"
+                self.rule_ids.add(r.id)
                 subject = Subject(r.on)
                 facts = CATALOGUE[subject]
                 try:

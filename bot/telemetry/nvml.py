@@ -232,7 +232,7 @@ class NvmlSource:
             try:
                 return call()
             except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound) as exc:
-                log.info("GPU %s: %s unsupported (%s); not asked again", uuid, name, exc)
+                log.debug("GPU %s: %s unsupported (%s); not asked again", uuid, name, exc)
                 self._gone.add((uuid, name))
         return None
 
