@@ -1,50 +1,63 @@
 """Benchmark: slash command to ack over HTTP, the real gpubot against a bare Bolt app that only
-acks, both served by uvicorn in this process and driven by the same signed requests in one run.
+acks, each server its own OS process as in production, driven by the same signed requests.
 
-gpubot is assembled as `gpubot serve --http` runs it (temp SQLite, the shipped rules, the jobs
-started, INFO logging) against a LocalSlack. Rounds alternate between the two servers; after
-each gpubot round the run waits for its post-ack work, so it never lands in a bare Bolt round.
-Run with `python -m tests.bench.ack`. Reports figures; never fails.
+gpubot is started as the README documents it, `gpubot serve --http --port N` from this
+virtualenv, with SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_API_URL (a LocalSlack),
+GPUBOT_DATABASE_URL (a temporary SQLite file) and GPUBOT_RULES_DIR (the shipped rules); its jobs
+run inside it. The reference is `python -m tests.bench.bare_bolt --port N` (uvicorn and the same
+SlackAsgi wrapper, one /gpu listener that only acks) with the same Slack variables. The
+LocalSlack that answers the bot's response_url posts and deliveries, and the client threads,
+stay in this process, as Slack is outside the bot's process in production.
+
+Rounds alternate between the two servers; after each gpubot round the run waits for its
+post-ack work (every command answered on its response_url in LocalSlack's record, no pending
+outbox row in gpubot's SQLite file, read read-only), so it never lands in a bare Bolt round.
+Both servers are stopped at the end, on errors too. Run with `python -m tests.bench.ack`.
+Reports figures; never fails.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import logging
+import json
 import math
 import os
 import platform
+import re
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import NoReturn
 from urllib.parse import urlencode
 
-import uvicorn
-from pydantic import SecretStr
-from slack_bolt import Ack, App
-from slack_sdk import WebClient
+import sqlalchemy as sa
 from sqlmodel import col, func, select
 
-from bot.main import Bot, assemble
-from bot.server import EVENTS_PATH, SlackAsgi
-from bot.settings import DEFAULT_RULES_DIR, Settings
+from bot.server import EVENTS_PATH
+from bot.settings import DEFAULT_RULES_DIR
 from bot.slack.localapi import BOT_TOKEN, LocalSlack, payloads, sign
 from bot.slack.localapi import server as local_server
-from storage.tables import AuditRow
+from storage.tables import AuditRow, OutboxRow
 
 CLIENTS = 20  # concurrent Slack deliveries in flight
 ROUNDS = 10  # per server, alternating which server goes first
 PER_ROUND = 60  # requests per round: 3 back-to-back per client thread
 WARM_UP = 40  # per server, not measured
 SETTLE_S = 20.0  # longest wait for the bot's post-ack work before the next round
+START_S = 60.0  # longest wait for a server to answer /healthz
+STOP_S = 15.0  # longest wait for a server to exit after SIGTERM, before SIGKILL
 RATIO_BUDGET = 1.25  # our p99 / bare Bolt's p99
 MAX_BUDGET_S = 1.0  # "nothing near Slack's 3 s": every ack well inside it
 SLACK_DEADLINE_S = 3.0
@@ -53,22 +66,16 @@ BORROW = "borrow 1 l40s for 1h because bench"
 RELEASE = "release all"
 RELEASE_EVERY = 4  # each person's every 4th command gives back what they hold and withdraws asks
 PEOPLE = ("U0ALICE01", "U0BOB0001", "U0CAROL01", "U0DAVE001", "U0ERIN001")
-# LocalSlack's HTTP server keeps socketserver's listen backlog of 5: with 20 commands answering on
-# their response_urls at once the kernel drops connections and each retries after a 1 s SYN
-# timeout. Slack itself accepts them, so the run raises it rather than time a harness artifact.
+# LocalSlack's HTTP server must take 20 response_url posts at once without dropping connections
+# (socketserver's default backlog of 5 would make each dropped one retry after a 1 s SYN timeout).
 LOCAL_SLACK_BACKLOG = 128
-# uvicorn's access-log line, as `gpubot serve --http` logs each request (here into /dev/null).
-ACCESS_FORMAT = '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
-
-
-@dataclass
-class Served:
-    """An ASGI app served by uvicorn on a free loopback port, in a thread."""
-
-    name: str
-    port: int
-    server: uvicorn.Server
-    thread: threading.Thread
+REPO = Path(__file__).resolve().parents[2]
+GPUBOT = Path(sys.executable).parent / "gpubot"  # the console script of this virtualenv
+# `gpubot serve` logs "time LEVEL logger: message"; uvicorn's own lines read "LEVEL:  message".
+LOG_LINE = re.compile(
+    r"^\S+ \S+ (?P<level>WARNING|ERROR|CRITICAL) (?P<name>\S+): (?P<msg>.*)$"
+    r"|^(?P<ulevel>WARNING|ERROR|CRITICAL):\s+(?P<umsg>.*)$"
+)
 
 
 @dataclass
@@ -85,116 +92,129 @@ class Tally:
             self.statuses[status] += 1
 
 
-class WarningCount(logging.Handler):
-    """Counts WARNING and above from every logger, by logger and message template."""
+@dataclass
+class Child:
+    """A server running as its own process, listening on 127.0.0.1:port, logging into `log`."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.kinds: Counter[tuple[str, str]] = Counter()
-        self.example: dict[tuple[str, str], str] = {}
+    name: str
+    argv: list[str]
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
 
-    def emit(self, record: logging.LogRecord) -> None:
-        kind = (record.name, str(record.msg))
-        self.kinds[kind] += 1
-        self.example.setdefault(kind, record.getMessage())
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
-    def lines(self) -> list[str]:
-        return [
-            f"{n} x {name}: {self.example[(name, msg)][:110]}"
-            for (name, msg), n in self.kinds.most_common()
-        ]
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
-
-def quiet_logging(sink: Any) -> WarningCount:
-    """As `gpubot serve` configures it (INFO, its format), but into `sink`, plus a counter."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sink,
-        force=True,
-    )
-    counter = WarningCount()
-    logging.getLogger().addHandler(counter)
-    return counter
+    def check(self) -> None:
+        if not self.alive():
+            raise RuntimeError(
+                f"{self.name} exited with {self.process.returncode} during the run; "
+                f"its log ends:\n{self.log_tail()}"
+            )
 
 
-def uvicorn_logging(sink: Any) -> dict[str, Any]:
-    """uvicorn's own logging config (log_level info, access log on), its streams into `sink`."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def server_env(local: LocalSlack, database: Path) -> dict[str, str]:
+    """This environment without proxies or any Slack/gpubot setting of its own, plus the
+    documented variables: the bot token, the signing secret, the LocalSlack API, the database
+    and the shipped rules."""
+    inherited = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.lower().endswith("_proxy") and not name.startswith(("SLACK_", "GPUBOT_"))
+    }
     return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {
-            "default": {
-                "()": "uvicorn.logging.DefaultFormatter",
-                "fmt": "%(levelprefix)s %(message)s",
-            },
-            "access": {"()": "uvicorn.logging.AccessFormatter", "fmt": ACCESS_FORMAT},
-        },
-        "handlers": {
-            "default": {"formatter": "default", "class": "logging.StreamHandler", "stream": sink},
-            "access": {"formatter": "access", "class": "logging.StreamHandler", "stream": sink},
-        },
-        "loggers": {
-            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
-            "uvicorn.error": {"level": "INFO"},
-            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
-        },
+        **inherited,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": local.api_url,
+        "GPUBOT_DATABASE_URL": f"sqlite:///{database}",
+        "GPUBOT_RULES_DIR": str(DEFAULT_RULES_DIR),
     }
 
 
-@contextlib.contextmanager
-def serving(
-    name: str, app: App, health: Callable[[], dict[str, Any]], sink: Any
-) -> Iterator[Served]:
-    """`SlackAsgi(app, health)` on uvicorn, as `gpubot serve --http` runs it."""
-    config = uvicorn.Config(
-        SlackAsgi(app, health),
-        host="127.0.0.1",
-        port=0,
-        log_level="info",
-        log_config=uvicorn_logging(sink),
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{name}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"uvicorn did not start for {name}")
-        time.sleep(0.01)
-    port: int = server.servers[0].sockets[0].getsockname()[1]
+def wait_healthy(child: Child) -> None:
+    url = f"http://127.0.0.1:{child.port}/healthz"
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(
+                f"{child.name} exited with {child.process.returncode} on start-up; "
+                f"its log ends:\n{child.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if json.loads(answer.read()).get("ok"):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{child.name} did not answer {url} in {START_S:g} s:\n{child.log_tail()}")
+
+
+def stop(child: Child) -> None:
+    """SIGTERM (uvicorn shuts down cleanly on it), then SIGKILL if it is still there."""
+    if child.alive():
+        child.process.send_signal(signal.SIGTERM)
     try:
-        yield Served(name, port, server, thread)
-    finally:
-        server.should_exit = True
-        thread.join(10)
+        child.process.wait(STOP_S)
+    except subprocess.TimeoutExpired:
+        child.process.kill()
+        child.process.wait()
 
 
-def bare_bolt(local: LocalSlack) -> App:
-    """The reference: Bolt with the same Web API client settings, a /gpu listener that acks."""
-    app = App(
-        client=WebClient(token=BOT_TOKEN, base_url=local.api_url),
-        signing_secret=SECRET,
-        raise_error_for_unhandled_request=False,
-    )
+@contextlib.contextmanager
+def spawned(
+    name: str, argv: list[str], env: Mapping[str, str], cwd: Path, log: Path
+) -> Iterator[Child]:
+    """`argv` as its own process, output into `log`; yields once it answers /healthz, and is
+    stopped when the block ends, however it ends."""
+    with log.open("wb") as sink:
+        process = subprocess.Popen(  # noqa: S603 - our own console script and module
+            argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink
+        )
+        child = Child(name, argv, int(argv[argv.index("--port") + 1]), process, log)
+        try:
+            wait_healthy(child)
+            yield child
+        finally:
+            stop(child)
 
-    @app.command("/gpu")
-    def gpu(ack: Ack) -> None:
-        ack()
 
-    return app
+class BotDatabase:
+    """gpubot's SQLite file, opened read-only: the outbox backlog and the audit tags."""
 
+    def __init__(self, path: Path) -> None:
+        self.engine = sa.create_engine(
+            f"sqlite:///file:{path}?mode=ro&uri=true", poolclass=sa.pool.NullPool
+        )
 
-def the_bot(local: LocalSlack, directory: Path) -> Bot:
-    settings = Settings(
-        database_url=f"sqlite:///{directory / 'gpubot.db'}",
-        rules_dir=DEFAULT_RULES_DIR,
-        SLACK_BOT_TOKEN=SecretStr(BOT_TOKEN),
-        SLACK_SIGNING_SECRET=SecretStr(SECRET),
-        SLACK_API_URL=local.api_url,
-    )
-    return assemble(settings)
+    def pending(self) -> int:
+        query = select(func.count()).select_from(OutboxRow).where(col(OutboxRow.state) == "pending")
+        with self.engine.connect() as connection:
+            return int(connection.execute(query).scalar_one())
+
+    def audit_tags(self) -> Counter[str]:
+        query = select(AuditRow.tag, func.count()).group_by(col(AuditRow.tag))
+        with self.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        return Counter({str(tag): int(n) for tag, n in rows})
+
+    def close(self) -> None:
+        self.engine.dispose()
 
 
 def commands(count: int, start: int) -> list[tuple[str, str]]:
@@ -278,15 +298,15 @@ def run_round(
         future.result()
 
 
-def settle(local: LocalSlack, bot: Bot, responses: int) -> float:
-    """Wait until every command sent to the bot has answered on its response_url and the outbox
-    is empty, so one server's post-ack work never lands in the other's round. Seconds waited."""
+def settle(local: LocalSlack, database: BotDatabase, bot: Child, responses: int) -> float:
+    """Wait until every command sent to the bot has answered on its response_url (LocalSlack's
+    record) and no outbox row is pending (gpubot's SQLite file), so the bot's post-ack work never
+    lands in a bare Bolt round. Seconds waited."""
     start = time.monotonic()
     while time.monotonic() - start < SETTLE_S:
-        if len(local.calls.of("response_url")) >= responses:
-            health = bot.health()
-            if health.get("outbox_pending", 1) == 0:
-                break
+        bot.check()
+        if len(local.calls.of("response_url")) >= responses and database.pending() == 0:
+            break
         time.sleep(0.02)
     return time.monotonic() - start
 
@@ -299,12 +319,6 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def audit_tags(bot: Bot) -> Counter[str]:
-    with bot.db.read() as session:
-        rows = session.exec(select(AuditRow.tag, func.count()).group_by(col(AuditRow.tag))).all()
-    return Counter({str(tag): int(n) for tag, n in rows})
-
-
 @dataclass
 class Run:
     ours: Tally
@@ -313,26 +327,28 @@ class Run:
     wall_s: float
     tags: Counter[str]
     responses: int
+    violations: int
 
 
-def measure(local: LocalSlack, bot: Bot, ours: Served, bare: Served) -> Run:
+def measure(local: LocalSlack, database: BotDatabase, ours: Child, bare: Child) -> Run:
     sender = Sender(local)
     mine, reference = Tally(), Tally()
     settled, sent_to_bot = 0.0, 0
     start = time.monotonic()
     with ThreadPoolExecutor(CLIENTS, thread_name_prefix="slack-client") as pool:
-        for served in (ours, bare):  # warm-up: auth.test, first connections, caches
-            run_round(pool, sender, served.port, commands(WARM_UP, 0), None)
+        for child in (ours, bare):  # warm-up: auth.test, first connections, caches
+            run_round(pool, sender, child.port, commands(WARM_UP, 0), None)
         sent_to_bot += WARM_UP
-        settled += settle(local, bot, sent_to_bot)
+        settled += settle(local, database, ours, sent_to_bot)
         for r in range(ROUNDS):
             batch = commands(PER_ROUND, WARM_UP + r * PER_ROUND)
             order = [(ours, mine), (bare, reference)]
-            for served, tally in order if r % 2 == 0 else order[::-1]:
-                run_round(pool, sender, served.port, batch, tally)
-                if served is ours:
+            for child, tally in order if r % 2 == 0 else order[::-1]:
+                run_round(pool, sender, child.port, batch, tally)
+                child.check()
+                if child is ours:
                     sent_to_bot += len(batch)
-                    settled += settle(local, bot, sent_to_bot)
+                    settled += settle(local, database, ours, sent_to_bot)
         pool.submit(sender.close).result()
     wall = time.monotonic() - start
     return Run(
@@ -340,9 +356,30 @@ def measure(local: LocalSlack, bot: Bot, ours: Served, bare: Served) -> Run:
         reference,
         settled,
         wall,
-        audit_tags(bot),
+        database.audit_tags(),
         len(local.calls.of("response_url")),
+        len(local.violations),
     )
+
+
+def logged_warnings(log: Path) -> list[str]:
+    """WARNING and above in a server's log, counted by level and logger, with an example."""
+    kinds: Counter[tuple[str, str]] = Counter()
+    example: dict[tuple[str, str], str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        found = LOG_LINE.match(line)
+        if found is None:
+            continue
+        if found["level"]:
+            kind, message = (found["level"], found["name"]), found["msg"]
+        else:
+            kind, message = (found["ulevel"], "uvicorn"), found["umsg"]
+        kinds[kind] += 1
+        example.setdefault(kind, message)
+    return [
+        f"{n} x {level} {name}: {example[(level, name)][:100]}"
+        for (level, name), n in kinds.most_common()
+    ]
 
 
 def row(name: str, tally: Tally) -> str:
@@ -352,7 +389,7 @@ def row(name: str, tally: Tally) -> str:
     return f"  {name:<34}{len(times):>6}{cells}"
 
 
-def report(run: Run, warnings: WarningCount) -> None:
+def report(run: Run, warnings: Mapping[str, list[str]]) -> None:
     total = ROUNDS * PER_ROUND
     releases = sum(text == RELEASE for _, text in commands(total, WARM_UP))
     print(
@@ -360,18 +397,22 @@ def report(run: Run, warnings: WarningCount) -> None:
     )
     print()
     print(f"  {ROUNDS} rounds of {PER_ROUND} per server, alternating which goes first, after")
-    print(f"  {WARM_UP} warm-up requests each. Both servers run in this process as `gpubot serve")
-    print("  --http` runs one (uvicorn, SlackAsgi); the clients send signed v0 form posts on")
-    print("  keep-alive connections and time each to its HTTP response (the ack).")
+    print(f"  {WARM_UP} warm-up requests each. Each server is its own OS process, as in")
+    print("  production: gpubot as `gpubot serve --http --port N` with the documented")
+    print("  environment (its jobs running inside it), bare Bolt as")
+    print("  `python -m tests.bench.bare_bolt --port N`; both serve with uvicorn + SlackAsgi.")
+    print("  LocalSlack and the client threads run in this (the benchmark's) process.")
+    print("  The clients send signed v0 form posts on keep-alive connections and time each to")
+    print("  its HTTP response (the ack).")
     print(f"  mix: {total - releases} x `/gpu {BORROW}`,")
     print(f"       {releases} x `/gpu {RELEASE}` (each person's every {RELEASE_EVERY}th command),")
     print(f"       turn by turn over {len(PEOPLE)} members of the default rules' teams")
-    print("  after each gpubot round the run waits for its post-ack work (response_url answers,")
-    print(f"  outbox) to finish: {run.settle_s:.1f} s of {run.wall_s:.1f} s in all")
-    print(f"  LocalSlack's listen backlog raised from 5 to {LOCAL_SLACK_BACKLOG} for the run")
+    print("  after each gpubot round the run waits for its post-ack work (response_url answers")
+    print("  in LocalSlack, no pending outbox row in gpubot's SQLite file) to finish:")
+    print(f"  {run.settle_s:.1f} s of {run.wall_s:.1f} s in all")
     print()
     print(f"  {'server':<34}{'acks':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
-    print(row("ours (gpubot, assemble + jobs)", run.ours))
+    print(row("ours (gpubot serve --http)", run.ours))
     print(row("bare Bolt (ack only)", run.bare))
     ours, bare = sorted(run.ours.times_s), sorted(run.bare.times_s)
     ratio = nearest_rank(ours, 0.99) / nearest_rank(bare, 0.99)
@@ -385,10 +426,13 @@ def report(run: Run, warnings: WarningCount) -> None:
     for tag, n in sorted(run.tags.items()):
         print(f"    {tag:<24}{n:>6}")
     print(f"  response_url answers: {run.responses} of {WARM_UP + total} commands")
-    if warnings.kinds:
-        print(f"  warnings logged: {sum(warnings.kinds.values())}")
-        for line in warnings.lines()[:3]:
-            print(f"    {line}")
+    if run.violations:
+        print(f"  LocalSlack saw {run.violations} breaches of Slack's contract")
+    for name, lines in warnings.items():
+        if lines:
+            print(f"  {name} logged warnings or errors:")
+            for line in lines[:3]:
+                print(f"    {line}")
     print()
     print(f"  {'budget':<52}{'figure':>10}  result")
     within = f"p99 within {RATIO_BUDGET:g}x of bare Bolt"
@@ -397,17 +441,19 @@ def report(run: Run, warnings: WarningCount) -> None:
     print(f"  {near:<52}{f'{ours[-1] * 1e3:.0f} ms':>10}  {verdict(ours[-1] < MAX_BUDGET_S)}")
 
 
+def _exit_on_signal(signum: int, frame: FrameType | None) -> NoReturn:
+    raise SystemExit(128 + signum)  # unwinds through `spawned`, which stops both servers
+
+
 def main() -> int:
     # slack_sdk would send even loopback calls to an environment proxy (it ignores NO_PROXY).
-    for name in (
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ):
-        os.environ.pop(name, None)
+    for name in [name for name in os.environ if name.lower().endswith("_proxy")]:
+        os.environ.pop(name)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
+    if not GPUBOT.exists():
+        print(f"error: no gpubot console script at {GPUBOT}; pip install -e . first")
+        return 2
     py = platform.python_version()
     print(
         f"gpubot benchmark: Python {py} on {platform.machine()}, {platform.system()}, "
@@ -416,21 +462,25 @@ def main() -> int:
     print()
     local_server._Server.request_queue_size = LOCAL_SLACK_BACKLOG
     with (
-        open(os.devnull, "w") as sink,
         tempfile.TemporaryDirectory(prefix="gpubot-bench-") as tmp,
         LocalSlack() as local,
     ):
-        warnings = quiet_logging(sink)
-        bot = the_bot(local, Path(tmp))
-        bot.jobs.start()
-        try:
-            with (
-                serving("gpubot", bot.app, bot.health, sink) as ours,
-                serving("bare", bare_bolt(local), lambda: {"ok": True}, sink) as bare,
-            ):
-                run = measure(local, bot, ours, bare)
-        finally:
-            bot.close()
+        directory = Path(tmp)
+        db_file = directory / "gpubot.db"
+        env = server_env(local, db_file)
+        ours_argv = [str(GPUBOT), "serve", "--http", "--port", str(free_port())]
+        bare_argv = [sys.executable, "-m", "tests.bench.bare_bolt", "--port", str(free_port())]
+        with (
+            # cwd: a directory without a .env, so the environment alone configures gpubot
+            spawned("gpubot", ours_argv, env, directory, directory / "gpubot.log") as ours,
+            spawned("bare Bolt", bare_argv, env, REPO, directory / "bare.log") as bare,
+        ):
+            database = BotDatabase(db_file)
+            try:
+                run = measure(local, database, ours, bare)
+            finally:
+                database.close()
+        warnings = {child.name: logged_warnings(child.log) for child in (ours, bare)}
     report(run, warnings)
     return 0
 
