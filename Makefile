@@ -54,6 +54,7 @@ check: lint typecheck test
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench.rules
 	$(BIN)/python -m tests.bench.ack
+	$(BIN)/python -m tests.bench.sweep
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .coverage

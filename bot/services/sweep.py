@@ -6,13 +6,20 @@ that reason and the grace period since its delivery (2); unknown telemetry is ne
 protected leases are never reclaimed (4); a pause turns every action into a recorded "would
 have" (5). Each action re-reads its lease under lock and is recorded once, so a second pass
 right after the first changes nothing (8).
+
+At 10,000 GPUs a pass must stay well under a second: the snapshot is a few set-based reads of
+plain columns, each GPU's reading is taken once, and an action whose effect the snapshot already
+shows (a warning sent, a notice given) returns without opening a transaction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import admin, notices, sweep_gpus
@@ -21,6 +28,7 @@ from bot.services.leases import end_lease
 from bot.services.sweep_facts import (
     GpuSnapshot,
     LeaseSnapshot,
+    Reading,
     Readings,
     Warned,
     expiry_stage,
@@ -67,7 +75,20 @@ class Pass:
     now: datetime
     paused: bool
     report: SweepReport = field(default_factory=SweepReport)
-    unreserved: set[str] = field(default_factory=set)  # GPUs whose unreserved use was told
+    # GPUs whose unreserved use was told, and to which Unix users (read with the snapshot).
+    unreserved: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    _seen: dict[tuple[str, int], Reading | None] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def reading(self, node: str, index: int) -> Reading | None:
+        """What telemetry says about one GPU at this pass's `now`; read once per pass."""
+        key = (node, index)
+        try:
+            return self._seen[key]
+        except KeyError:
+            found = self._seen[key] = self.readings.gpu(node, index, self.now)
+            return found
 
 
 def sweep(ctx: Context, readings: Readings) -> SweepReport:
@@ -76,65 +97,96 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         leases, warned = _leases(session)
         gpus = _gpus(session)
         paused = admin.is_paused(session, ctx)
-        told = sweep_gpus.told_keys(session)
+        told = sweep_gpus.told(session)
     run = Pass(ctx, readings, now, paused, unreserved=told)
+    policy, decide, reading = ctx.policy, ctx.live.decide, run.reading
     for lease in leases:
-        lease_readings = [readings.gpu(node, index, now) for node, index in lease.slots]
-        facts = lease_facts(ctx.policy, lease, lease_readings, warned[lease.id], now)
-        _act_on_lease(run, lease, ctx.live.decide(Subject.LEASE, facts), warned[lease.id])
+        lease_readings = [reading(node, index) for node, index in lease.slots]
+        facts = lease_facts(policy, lease, lease_readings, warned[lease.id], now)
+        _act_on_lease(run, lease, decide(Subject.LEASE, facts), warned[lease.id])
     for gpu in gpus:
-        facts = gpu_facts(gpu, readings.gpu(gpu.node, gpu.index, now))
-        act_on_gpu(run, gpu, ctx.live.decide(Subject.GPU, facts))
+        facts = gpu_facts(gpu, reading(gpu.node, gpu.index))
+        act_on_gpu(run, gpu, decide(Subject.GPU, facts))
     return run.report
 
 
 # ---- what the database holds ------------------------------------------------------------
+# Set-based reads of plain columns: a handful of queries per pass, no ORM objects.
+
+_IN_CHUNK = 5_000  # ids per IN (...) list, well below SQLite's and PostgreSQL's bind limits
+_LEASE_COLUMNS = (
+    col(LeaseRow.id),
+    col(LeaseRow.holder),
+    col(LeaseRow.team),
+    col(LeaseRow.pool),
+    col(LeaseRow.gpus),
+    col(LeaseRow.priority),
+    col(LeaseRow.protected),
+    col(LeaseRow.granted_at),
+    col(LeaseRow.expires_at),
+    col(LeaseRow.warnings),
+    col(LeaseRow.snoozed_until),
+)
 
 
 def _leases(session: Session) -> tuple[list[LeaseSnapshot], dict[int, Warned]]:
-    rows = session.exec(select(LeaseRow).where(LeaseRow.state == LeaseState.ACTIVE)).all()
+    db = session.connection()
+    rows = db.execute(
+        sa.select(*_LEASE_COLUMNS)
+        .where(col(LeaseRow.state) == LeaseState.ACTIVE)
+        .order_by(col(LeaseRow.id))
+    ).all()
     slots: dict[int, list[tuple[str, int]]] = {}
-    for lease_id, node, index in session.exec(
-        select(LeaseGpuRow.lease_id, NodeRow.name, GpuRow.index)
+    for lease_id, node, index in db.execute(
+        sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
         .where(col(LeaseGpuRow.active).is_(True))
-    ).all():
+    ):
         slots.setdefault(lease_id, []).append((node, index))
-    outbox_ids = [
-        int(w["outbox"])
-        for row in rows
-        for w in row.warnings.values()
-        if isinstance(w, dict) and "outbox" in w
-    ]
-    delivered = {
-        r.id: r.delivered_at
-        for r in session.exec(select(OutboxRow).where(col(OutboxRow.id).in_(outbox_ids))).all()
-        if r.state == outbox.DELIVERED
-    }
+    outbox_ids = sorted(
+        {
+            int(w["outbox"])
+            for row in rows
+            for w in row.warnings.values()
+            if isinstance(w, dict) and "outbox" in w
+        }
+    )
+    delivered: dict[int, datetime | None] = {}
+    for i in range(0, len(outbox_ids), _IN_CHUNK):
+        chunk = outbox_ids[i : i + _IN_CHUNK]
+        for row_id, state, delivered_at in db.execute(
+            sa.select(col(OutboxRow.id), col(OutboxRow.state), col(OutboxRow.delivered_at)).where(
+                col(OutboxRow.id).in_(chunk)
+            )
+        ):
+            if state == outbox.DELIVERED and row_id is not None:
+                delivered[row_id] = delivered_at
     snapshots, warned = [], {}
     for row in rows:
-        assert row.id is not None
+        lease_id, holder, team, pool, gpus, priority, protected, granted_at, expires_at = row[:9]
+        assert lease_id is not None
+        warnings: dict[str, Any] = dict(row.warnings)
         snapshots.append(
             LeaseSnapshot(
-                row.id,
-                row.holder,
-                row.team,
-                row.pool,
-                row.gpus,
-                row.priority,
-                row.protected,
-                row.granted_at,
-                row.expires_at,
-                dict(row.warnings),
+                lease_id,
+                holder,
+                team,
+                pool,
+                gpus,
+                priority,
+                protected,
+                granted_at,
+                expires_at,
+                warnings,
                 row.snoozed_until,
-                tuple(sorted(slots.get(row.id, []))),
+                tuple(sorted(slots.get(lease_id, []))),
             )
         )
-        warned[row.id] = Warned(
+        warned[lease_id] = Warned(
             {
                 reason: delivered.get(int(w["outbox"]))
-                for reason, w in row.warnings.items()
+                for reason, w in warnings.items()
                 if isinstance(w, dict) and "outbox" in w
             }
         )
@@ -142,30 +194,28 @@ def _leases(session: Session) -> tuple[list[LeaseSnapshot], dict[int, Warned]]:
 
 
 def _gpus(session: Session) -> list[GpuSnapshot]:
-    held = dict(
-        session.exec(
-            select(LeaseGpuRow.gpu_id, LeaseGpuRow.lease_id).where(
-                col(LeaseGpuRow.active).is_(True)
-            )
-        ).all()
+    held = sa.and_(col(LeaseGpuRow.gpu_id) == col(GpuRow.id), col(LeaseGpuRow.active).is_(True))
+    stmt = (
+        sa.select(
+            col(GpuRow.id),
+            col(NodeRow.name),
+            col(GpuRow.index),
+            col(GpuRow.model),
+            col(GpuRow.pool),
+            col(GpuRow.state),
+            col(NodeRow.drained),
+            col(LeaseGpuRow.lease_id),
+        )
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .outerjoin(LeaseGpuRow, held)  # at most one: ix_lease_gpu_active
+        .order_by(col(GpuRow.id))
     )
     out = []
-    for gpu, node in session.exec(
-        select(GpuRow, NodeRow).join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-    ).all():
-        assert gpu.id is not None
-        out.append(
-            GpuSnapshot(
-                gpu.id,
-                node.name,
-                gpu.index,
-                gpu.model,
-                gpu.pool,
-                gpu.state,
-                node.drained,
-                held.get(gpu.id),
-            )
-        )
+    for gpu_id, node, index, model, pool, state, drained, lease_id in session.connection().execute(
+        stmt
+    ):
+        assert gpu_id is not None
+        out.append(GpuSnapshot(gpu_id, node, index, model, pool, state, drained, lease_id))
     return out
 
 
@@ -230,15 +280,15 @@ def _locked(session: Session, lease: LeaseSnapshot) -> LeaseRow | None:
 def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -> None:
     key, now = reason.value, run.now
     facts = decision.facts
+    # One warning per reason; expiry warns again only when a nearer lead time is crossed.
+    again = reason == Reason.EXPIRY and facts["lease.expiry_warning_due"]
+    if lease.warnings.get(key) is not None and not again:
+        return  # already warned when this pass began: no transaction needed to see that
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
         if row is None:
             return
-        previous = row.warnings.get(key)
-        # One warning per reason; expiry warns again only when a nearer lead time is crossed.
-        if previous is not None and not (
-            reason == Reason.EXPIRY and facts["lease.expiry_warning_due"]
-        ):
+        if row.warnings.get(key) is not None and not again:
             return
         stage = expiry_stage(run.ctx.policy, lease, now) if reason == Reason.EXPIRY else None
         data = {
@@ -300,6 +350,8 @@ def _would_have(
 ) -> None:
     """Record once what an action would have done, and tell the admins (pause or observe)."""
     key = f"would:{match.rule}:{match.verdict}"
+    if key in lease.warnings:
+        return  # recorded before this pass began
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
         if row is None or key in row.warnings:
@@ -326,6 +378,8 @@ def _would_have(
 
 
 def _notice_once(run: Pass, lease: LeaseSnapshot, key: str, text: str, decision: Decision) -> None:
+    if key in lease.warnings:
+        return  # told before this pass began
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
         if row is None or key in row.warnings:

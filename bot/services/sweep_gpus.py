@@ -27,7 +27,7 @@ def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
         if match.verdict.reason == Reason.UNHEALTHY:
             _unhealthy(run, gpu, match, decision)
         elif match.verdict.reason == Reason.UNRESERVED:
-            reading = run.readings.gpu(gpu.node, gpu.index, run.now)
+            reading = run.reading(gpu.node, gpu.index)
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
             _unreserved(run, gpu, users, match, decision)
@@ -38,6 +38,8 @@ def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
 
 def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) -> None:
     """The GPU leaves the pool until an admin undrains its node; admins hear once."""
+    if gpu.state == "unhealthy":
+        return  # out of service already when this pass began
     with run.ctx.db.write() as session:
         stmt = select(GpuRow).where(GpuRow.id == gpu.id)
         row = session.exec(lock_for_update(session, stmt)).one()
@@ -71,6 +73,9 @@ def _unreserved(
 ) -> None:
     """Tell each Unix user we can map to Slack once per episode, and the admins."""
     key = f"unreserved:{gpu.node}:{gpu.index}"
+    told_before = run.unreserved.get(key)
+    if told_before is not None and all(u in told_before for u in users):
+        return  # everyone was told before this pass began
     with run.ctx.db.write() as session:
         row = session.get(SettingRow, key)
         told = set(row.value.split(",")) if row and row.value else set()
@@ -119,9 +124,12 @@ def _clear(ctx: Context, key: str) -> None:
             session.delete(row)
 
 
-def told_keys(session: Session) -> set[str]:
-    stmt = select(SettingRow.key).where(col(SettingRow.key).startswith("unreserved:"))
-    return set(session.exec(stmt).all())
+def told(session: Session) -> dict[str, frozenset[str]]:
+    """The GPUs whose unreserved use was told, each with the Unix users told about it."""
+    stmt = select(SettingRow.key, SettingRow.value).where(
+        col(SettingRow.key).startswith("unreserved:")
+    )
+    return {key: frozenset(value.split(",")) for key, value in session.exec(stmt).all()}
 
 
 def unreserved(ctx: Context) -> list[str]:

@@ -109,6 +109,8 @@ def decide(
 def _decision(
     policy: Policy, engine: str, subject: Subject, facts: Mapping[str, Any], matched: list[Rule]
 ) -> Decision:
+    if not matched and subject != Subject.REQUEST:  # most sweep subjects: nothing to do
+        return Decision(subject, policy.revision, engine, dict(facts), (), "default", None)
     matches = tuple(Match(r.id, r.verdict, r.explain(facts), r.observe) for r in matched)
     enforced = [m for m in matches if not m.observe]
     deciding, verdict, because = "default", None, ""

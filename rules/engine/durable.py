@@ -34,6 +34,8 @@ from rules.errors import PolicyError, PolicyEvaluationError, Problem
 from rules.policy import Policy
 
 _CATCH_ALL = "__catch_all__"
+# One encoder for every message (json.dumps with options builds a new one per call).
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _CATCH_ALL_PRI = 65535  # durable's pri is an unsigned short; lower fires first
 _MAX_LEAKED = 256  # sessions left undeleted after an engine failure; the cap is 1024
 
@@ -102,9 +104,23 @@ class DurableEngine:
             ) from exc
         for subject in Subject:
             self._handles[subject] = self._host.get_ruleset(subject.value)._handle
+        # The message carries only the facts some condition reads: the compiled rules cannot
+        # see any other, and a smaller message is cheaper to encode and for durable to parse.
+        self._keys: dict[Subject, tuple[tuple[str, str], ...]] = {
+            subject: tuple(
+                (name, expr.durable_key(name))
+                for name in sorted(
+                    set().union(*(expr.facts_used(r.condition) for r in policy.rules_for(subject)))
+                )
+            )
+            for subject in Subject
+        }
 
     def match(self, subject: Subject, facts: Mapping[str, Any]) -> Sequence[int]:
-        message = {expr.durable_key(k): v for k, v in facts.items()}
+        try:
+            message = {key: facts[name] for name, key in self._keys[subject]}
+        except KeyError:  # a fact is missing: durable never matches a missing field either
+            message = {key: facts[name] for name, key in self._keys[subject] if name in facts}
         with self._lock:
             handle = self._handles.get(subject, 0)
             if not handle:
@@ -116,9 +132,7 @@ class DurableEngine:
             fired: list[int] = []
             ran = 0
             try:
-                code, state = durable_rules_engine.assert_fact(
-                    handle, json.dumps(message, ensure_ascii=False)
-                )
+                code, state = durable_rules_engine.assert_fact(handle, _encode(message))
                 if code != 0:  # 1: nothing matched, 2: already observed; the catch-all forbids both
                     raise PolicyEvaluationError(f"durable answered code {code} to a fresh fact")
                 started = durable_rules_engine.start_action_for_state(handle, state)
