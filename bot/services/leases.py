@@ -22,6 +22,14 @@ def _load_lease(session: Session, lease_id: int) -> LeaseRow | None:
     return session.exec(lock_for_update(session, stmt)).first()
 
 
+def _held(ctx: Context, session: Session, user: str, lease_id: int) -> LeaseRow | Refused:
+    """The active lease `user` may change (its holder, or an admin), locked; or why not."""
+    lease = _load_lease(session, lease_id)
+    if lease is None:
+        return Refused(f"There is no lease L{lease_id}.", "no-lease")
+    return _mine(ctx, user, lease) or lease
+
+
 def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
     if user != lease.holder and not ctx.policy.is_admin(user):
         return Refused(
@@ -42,12 +50,9 @@ def extend(
     policy = ctx.policy
     now = ctx.now()
     with ctx.db.write() as session:
-        lease = _load_lease(session, lease_id)
-        if lease is None:
-            return Refused(f"There is no lease L{lease_id}.", "no-lease")
-        refused = _mine(ctx, user, lease)
-        if refused is not None:
-            return refused
+        lease = _held(ctx, session, user, lease_id)
+        if isinstance(lease, Refused):
+            return lease
         if lease.team not in policy.teams or lease.pool not in policy.pools:
             return Refused(f"L{lease_id}'s team or pool left the rule files; ask an admin.")
         facts = request_facts(
@@ -160,12 +165,9 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
     now = ctx.now()
     with ctx.db.write() as session:
         if lease_id is not None:
-            lease = _load_lease(session, lease_id)
-            if lease is None:
-                return Refused(f"There is no lease L{lease_id}.", "no-lease")
-            refused = _mine(ctx, user, lease)
-            if refused is not None:
-                return refused
+            lease = _held(ctx, session, user, lease_id)
+            if isinstance(lease, Refused):
+                return lease
             leases = [lease]
             requests: list[RequestRow] = []
         else:
@@ -234,17 +236,14 @@ def end_lease(
 
 
 def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
-    """ "Still using": the idle clock may not warn or reclaim for a while, a limited number
-    of times; the idle warning that was standing is withdrawn."""
+    """The "Still using" button: no idle warning or reclaim for a while, a limited number of
+    times; the idle warning that was standing is withdrawn."""
     timing = ctx.policy.timing
     now = ctx.now()
     with ctx.db.write() as session:
-        lease = _load_lease(session, lease_id)
-        if lease is None:
-            return Refused(f"There is no lease L{lease_id}.", "no-lease")
-        refused = _mine(ctx, user, lease)
-        if refused is not None:
-            return refused
+        lease = _held(ctx, session, user, lease_id)
+        if isinstance(lease, Refused):
+            return lease
         if lease.snoozes >= timing.max_snoozes:
             return Refused(
                 f"L{lease_id} was already kept {lease.snoozes} times, the most allowed. "
