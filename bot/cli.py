@@ -439,6 +439,12 @@ def agent(
             metavar="FLEET", help="replay a fleet file instead of reading NVML (tests, demo)"
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="report what enforcement orders would signal; signal nothing"
+        ),
+    ] = False,
 ) -> None:
     """Run the node agent: poll this node's GPUs and push the samples to the bot, signed."""
     from bot.agent import AgentError, run_agent  # noqa: PLC0415 - NVML loads only for the agent
@@ -457,6 +463,7 @@ def agent(
             interval=timedelta(minutes=minutes),
             once=once,
             simulated=simulated,
+            dry_run=dry_run,
         )
     except AgentError as exc:
         _fail(str(exc))

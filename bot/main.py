@@ -131,7 +131,11 @@ def assemble(
         migrate.upgrade(settings.database_url)
     db = Database(settings.database_url)
     services = Services.open(
-        db, read_rules_dir(settings.rules_dir), engine=settings.rules_engine, clock=clock
+        db,
+        read_rules_dir(settings.rules_dir),
+        engine=settings.rules_engine,
+        clock=clock,
+        enforcer=settings.enforcer,
     )
     client = client or web_client(settings)
     jobs = Jobs()
@@ -155,6 +159,8 @@ def assemble(
             telemetry,
             services.ctx.now,
             on_refused=lambda node, why: _refused_agent(services, node, why),
+            orders=services.take_orders,
+            results=services.record_results,
         )
     bot = Bot(settings, db, services, client, app, deliverer, jobs, telemetry, source, ingest)
     jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)

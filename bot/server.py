@@ -1,5 +1,6 @@
 """The HTTP front in HTTP mode: Slack's /slack/events for commands, interactivity and events,
-/healthz, and (with an `ingest`) the node agents' POST /agent/samples, as one small ASGI app.
+/healthz, and (with an `ingest`) the node agents' POST /agent/samples and /agent/results, as
+one small ASGI app.
 
 Bolt's dispatch is synchronous (it returns once the listener called ack()), so it runs in a
 worker thread: one slow request never holds up the event loop and the others' acks.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -24,15 +25,17 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Health = Callable[[], dict[str, Any]]
+AgentHandler = Callable[[Mapping[str, str], bytes], tuple[int, str]]
 
 EVENTS_PATH = "/slack/events"
 AGENT_PATH = "/agent/samples"
+RESULTS_PATH = "/agent/results"
 MAX_BODY = 1 << 20  # Slack's payloads are far smaller; anything bigger is not Slack
 
 
 class SlackAsgi:
-    """POST /slack/events -> the Bolt app; GET /healthz -> health(); POST /agent/samples ->
-    `ingest` when one is given; everything else 404."""
+    """POST /slack/events -> the Bolt app; GET /healthz -> health(); POST /agent/samples and
+    /agent/results -> `ingest` when one is given; everything else 404."""
 
     def __init__(self, app: App, health: Health, *, ingest: Ingest | None = None) -> None:
         self.app = app
@@ -65,7 +68,10 @@ class SlackAsgi:
             await _answer(send, response.status, headers, response.body.encode("utf-8"))
             return
         if path == AGENT_PATH and method == "POST" and self.ingest is not None:
-            await self._agent(scope, receive, send, self.ingest)
+            await self._agent(scope, receive, send, self.ingest.handle)
+            return
+        if path == RESULTS_PATH and method == "POST" and self.ingest is not None:
+            await self._agent(scope, receive, send, self.ingest.handle_results)
             return
         if path == "/healthz" and method in ("GET", "HEAD"):
             report = await asyncio.to_thread(self.health)
@@ -75,7 +81,9 @@ class SlackAsgi:
             return
         await _answer(send, 404, {"content-type": "text/plain"}, b"not found")
 
-    async def _agent(self, scope: Scope, receive: Receive, send: Send, ingest: Ingest) -> None:
+    async def _agent(
+        self, scope: Scope, receive: Receive, send: Send, handle: AgentHandler
+    ) -> None:
         body = await _body(receive)
         text = {"content-type": "text/plain; charset=utf-8"}
         if body is None:
@@ -83,8 +91,10 @@ class SlackAsgi:
             return
         # A repeated header is joined, as HTTP says, so it can never match what was signed.
         headers = {k: v if isinstance(v, str) else ", ".join(v) for k, v in _headers(scope).items()}
-        status, message = await asyncio.to_thread(ingest.handle, headers, body)
-        await _answer(send, status, text, message.encode("utf-8"))
+        status, message = await asyncio.to_thread(handle, headers, body)
+        # A 200 is the ingest's JSON answer (the orders ride on it); refusals are one line.
+        kind = {"content-type": "application/json"} if status == 200 else text
+        await _answer(send, status, kind, message.encode("utf-8"))
 
 
 def _headers(scope: Scope) -> dict[str, str | Sequence[str]]:

@@ -47,6 +47,12 @@ class Settings(BaseSettings):
         default=None,
         description="YAML file of `node: token` for the node agents (gpubot agent); unset: none",
     )
+    enforcer: Literal["notify", "signal", "signal-dry-run"] = Field(
+        default="notify",
+        description="what a reclaim does to running work: notify (default) tells the holder; "
+        "signal has the node agent SIGTERM, then SIGKILL, the holder's processes on those GPUs; "
+        "signal-dry-run records what it would signal",
+    )
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")

@@ -255,3 +255,28 @@ class GpuMinuteRow(SQLModel, table=True):
     memory_used_max_mib: int | None = None
     samples: int = 0
     ok_samples: int = 0
+
+
+class EnforcementRow(SQLModel, table=True):
+    """An order to a node agent to signal a reclaimed lease's processes, and what came of it.
+
+    Written pending in the reclaim's transaction; `sent` once an agent's push carried it away;
+    `done` when the agent posted the results. `targets` are `{gpu, pid, started, user}`:
+    the start time lets the agent refuse a PID that now belongs to another process.
+    """
+
+    __tablename__ = "enforcement"
+
+    id: int | None = Field(default=None, primary_key=True)
+    created_at: datetime = _ts()
+    lease_id: int = Field(foreign_key="lease.id", index=True)
+    node: str = Field(max_length=128)
+    targets: list[dict[str, Any]] = Field(
+        default_factory=list, sa_column=sa.Column(sa.JSON(), nullable=False)
+    )
+    term_grace_s: int = 30
+    dry_run: bool = False
+    state: str = Field(default="pending", max_length=16)  # pending | sent | done
+    sent_at: datetime | None = _ts(nullable=True)
+    done_at: datetime | None = _ts(nullable=True)
+    result: dict[str, Any] = _json()

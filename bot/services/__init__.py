@@ -7,10 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
-from bot.services import admin, borrowing, explain, leases, overview, sweep, sweep_gpus
+from bot.services import (
+    admin,
+    borrowing,
+    enforcement,
+    explain,
+    leases,
+    overview,
+    sweep,
+    sweep_gpus,
+)
 from bot.services.borrowing import BorrowAsk
-from bot.services.context import Context, record, utcnow
+from bot.services.context import Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
 from bot.services.queries import lease_view, list_leases, list_requests, request_view
 from bot.services.sweep import SweepReport
@@ -46,8 +56,9 @@ class Services:
         db: Database,
         live: LivePolicy,
         clock: Callable[[], datetime] = utcnow,
+        enforcer: Enforcer = "notify",
     ) -> None:
-        self.ctx = Context(db, live, clock)
+        self.ctx = Context(db, live, clock, enforcer)
 
     @classmethod
     def open(
@@ -57,9 +68,10 @@ class Services:
         *,
         engine: EngineName = "durable",
         clock: Callable[[], datetime] = utcnow,
+        enforcer: Enforcer = "notify",
     ) -> Services:
         """Load the rules (refusing broken ones), then bring the inventory in step with them."""
-        services = cls(db, LivePolicy(sources, engine), clock)
+        services = cls(db, LivePolicy(sources, engine), clock, enforcer)
         services.sync_inventory()
         return services
 
@@ -115,6 +127,14 @@ class Services:
                 outcome="refused",
                 detail={"why": why},
             )
+
+    def take_orders(self, node: str) -> list[dict[str, Any]]:
+        """The pending enforcement orders for `node`, now marked sent (an agent's push)."""
+        return enforcement.take_orders(self.ctx, node)
+
+    def record_results(self, node: str, order: int, results: list[dict[str, Any]]) -> str | None:
+        """What an agent did with an order; None when recorded, else why not."""
+        return enforcement.record_results(self.ctx, node, order, results)
 
     def snoozes(self, lease_id: int) -> int:
         with self.db.read() as session:

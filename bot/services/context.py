@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
 from sqlmodel import Session
 
@@ -16,6 +17,8 @@ from storage.audit import AuditEntry
 from storage.db import Database
 from storage.tables import AuditRow
 
+Enforcer = Literal["notify", "signal", "signal-dry-run"]
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -26,6 +29,7 @@ class Context:
     db: Database
     live: LivePolicy
     clock: Callable[[], datetime] = utcnow
+    enforcer: Enforcer = "notify"  # what a reclaim does to the holder's running processes
 
     @property
     def policy(self) -> Policy:

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from bot.services import admin, notices, sweep_gpus
+from bot.services import admin, enforcement, notices, sweep_gpus
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.sweep_facts import (
@@ -342,6 +342,8 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
         data = {"lease": lease.id, "reason": reason.value, "because": _because(decision, reason)}
         owed = Owed("lease_reclaimed", f"lease:{lease.id}", lease.holder, data)
         outbox.owe(session, owed, at=now)
+        if run.ctx.enforcer != "notify":  # the order stands or falls with the reclaim
+            enforcement.order(session, run.ctx, lease, run.reading, now)
     run.report.reclaimed.append(f"L{lease.id} {reason}")
 
 

@@ -1,15 +1,19 @@
-"""The bot's end of the node agent: verify a signed push of samples, refuse replays, and hand
-the samples to `Telemetry`. Framework-free: `handle(headers, body) -> (status, message)`.
+"""The bot's end of the node agent: verify a signed push of samples, refuse replays, hand the
+samples to `Telemetry` and answer with the node's enforcement orders; take the agent's results.
+Framework-free: `handle(headers, body)` and `handle_results(headers, body)` -> (status, message).
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,6 +24,9 @@ from bot.telemetry.window import Telemetry
 log = logging.getLogger(__name__)
 
 Refused = Callable[[str, str], None]
+Orders = Callable[[str], list[dict[str, Any]]]  # node -> its pending orders, now marked sent
+# (node, order id, [{pid, outcome}]) -> None when recorded, else why not
+Results = Callable[[str, int, list[dict[str, Any]]], "str | None"]
 MIN_TOKEN_LENGTH = 16
 
 
@@ -48,6 +55,13 @@ def load_tokens(path: Path) -> dict[str, str]:
     return tokens
 
 
+@dataclass(frozen=True, slots=True)
+class _Signed:
+    node: str
+    stamp: int  # the request's X-Gpubot-Timestamp, epoch seconds
+    now: datetime  # the bot's clock when it arrived
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -60,7 +74,10 @@ class Ingest:
     that is not a samples document; 403: samples naming another node; 429: more than
     `max_nonces` pushes from one node within the window. Each refusal is reported to
     `on_refused(node, reason)` for the log and the audit trail; 200 hands the samples, moved
-    onto the bot's clock, to `telemetry.observe`.
+    onto the bot's clock, to `telemetry.observe`, and answers JSON
+    `{"ok": true, "taken": n, "orders": [...]}` with the node's pending `orders(node)`.
+    `handle_results` takes `{"order": id, "results": [{"pid", "outcome"}]}`, signed the same
+    way, and hands it to `results`; 409 when that refuses it.
     """
 
     def __init__(
@@ -70,6 +87,8 @@ class Ingest:
         clock: Callable[[], datetime] = _utcnow,
         on_refused: Refused | None = None,
         *,
+        orders: Orders | None = None,
+        results: Results | None = None,
         max_skew: timedelta = timedelta(minutes=5),
         max_nonces: int = 1000,
     ) -> None:
@@ -77,6 +96,7 @@ class Ingest:
         self.telemetry = telemetry
         self.clock = clock
         self.on_refused = on_refused
+        self.orders, self.results = orders, results
         self.max_skew = max_skew
         self.max_nonces = max_nonces
         # node -> nonce -> epoch second after which its timestamp is refused anyway
@@ -84,6 +104,50 @@ class Ingest:
         self._lock = threading.Lock()
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        """A push of samples (POST /agent/samples)."""
+        signed = self._verify(headers, body)
+        if not isinstance(signed, _Signed):
+            return signed
+        node, stamp, now = signed.node, signed.stamp, signed.now
+        try:
+            samples = from_json(body)
+        except SampleFormatError as exc:
+            return self._refuse(400, node, f"malformed samples: {exc}")
+        strangers = sorted({s.node for s in samples} - {node})
+        if strangers:
+            return self._refuse(403, node, f"samples for another node: {', '.join(strangers)}")
+        # Move the samples onto the bot's clock: a node whose clock lags by a minute would
+        # otherwise look a minute stale. The offset includes the (small) transit time.
+        offset = now - datetime.fromtimestamp(stamp, UTC)
+        taken = self.telemetry.observe([s.shifted(offset) for s in samples])
+        orders: list[dict[str, Any]] = []
+        if self.orders is not None:
+            try:
+                orders = self.orders(node)
+            except Exception:
+                # The samples are taken; the orders stay pending for the next push.
+                log.exception("reading the enforcement orders of %r failed", node)
+        return 200, json.dumps({"ok": True, "taken": taken, "orders": orders})
+
+    def handle_results(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        """What the agent did with an order (POST /agent/results)."""
+        signed = self._verify(headers, body)
+        if not isinstance(signed, _Signed):
+            return signed
+        node = signed.node
+        try:
+            order, results = _results_from_json(body)
+        except ValueError as exc:
+            return self._refuse(400, node, f"malformed results: {exc}")
+        if self.results is None:
+            return self._refuse(409, node, "this bot gives no enforcement orders")
+        refusal = self.results(node, order, results)
+        if refusal is not None:
+            return self._refuse(409, node, refusal)
+        return 200, json.dumps({"ok": True})
+
+    def _verify(self, headers: Mapping[str, str], body: bytes) -> _Signed | tuple[int, str]:
+        """Who sent a correctly signed, fresh, unreplayed request; else the refusal."""
         fields = {name.lower(): value for name, value in headers.items()}
         node = fields.get("x-gpubot-node", "")
         token = self.tokens.get(node) if node else None
@@ -108,18 +172,7 @@ class Ingest:
         verdict = self._spend(node, nonce, int(stamp) + self.max_skew.total_seconds(), now)
         if verdict is not None:
             return verdict
-        try:
-            samples = from_json(body)
-        except SampleFormatError as exc:
-            return self._refuse(400, node, f"malformed samples: {exc}")
-        strangers = sorted({s.node for s in samples} - {node})
-        if strangers:
-            return self._refuse(403, node, f"samples for another node: {', '.join(strangers)}")
-        # Move the samples onto the bot's clock: a node whose clock lags by a minute would
-        # otherwise look a minute stale. The offset includes the (small) transit time.
-        offset = now - datetime.fromtimestamp(int(stamp), UTC)
-        taken = self.telemetry.observe([s.shifted(offset) for s in samples])
-        return 200, f"ok: {taken} of {len(samples)} samples taken"
+        return _Signed(node, int(stamp), now)
 
     def _spend(
         self, node: str, nonce: str, expires: float, now: datetime
@@ -150,3 +203,25 @@ class Ingest:
                 # Reporting a refusal must not turn it into a 500 for the agent.
                 log.exception("on_refused failed for %r", node)
         return status, reason
+
+
+def _results_from_json(body: bytes) -> tuple[int, list[dict[str, Any]]]:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("expected an object")
+    order, results = data.get("order"), data.get("results")
+    if not isinstance(order, int) or isinstance(order, bool):
+        raise ValueError("order: expected an integer id")
+    if not isinstance(results, list):
+        raise ValueError("results: expected a list")
+    out = []
+    for k, item in enumerate(results):
+        pid = item.get("pid") if isinstance(item, dict) else None
+        outcome = item.get("outcome") if isinstance(item, dict) else None
+        if not isinstance(pid, int) or not isinstance(outcome, str):
+            raise ValueError(f"results[{k}]: expected {{pid: int, outcome: str}}")
+        out.append({"pid": pid, "outcome": outcome[:200]})
+    return order, out

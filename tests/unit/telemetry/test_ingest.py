@@ -3,8 +3,10 @@ old timestamps, replays, bad bodies and samples for another node are refused and
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,7 @@ class Bot:
         self,
         body: bytes | None = None,
         *,
+        path: str = "samples",
         node: str = NODE,
         token: str = TOKEN,
         sent: datetime | None = None,
@@ -49,7 +52,8 @@ class Bot:
             "X-Gpubot-Nonce": nonce,
             "X-Gpubot-Signature": sign(token, stamp, nonce, body),
         }
-        return self.ingest.handle(headers, body)
+        handle = self.ingest.handle if path == "samples" else self.ingest.handle_results
+        return handle(headers, body)
 
 
 @pytest.fixture
@@ -59,7 +63,7 @@ def bot() -> Bot:
 
 def test_a_signed_push_lands_in_telemetry(bot: Bot) -> None:
     status, message = bot.push()
-    assert (200, "ok: 1 of 1 samples taken") == (status, message)
+    assert (200, {"ok": True, "taken": 1, "orders": []}) == (status, json.loads(message))
     assert bot.telemetry.gpu(NODE, 0, START).fresh
     assert [] == bot.refused
 
@@ -180,3 +184,26 @@ def test_a_bad_tokens_file_is_one_clear_line(tmp_path: Path, text: str | None, w
         load_tokens(path)
     assert words in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_push_is_answered_with_the_nodes_orders_and_results_are_handed_on(bot: Bot) -> None:
+    """The orders callback's orders ride on the 200; signed results reach the results callback."""
+    handed: list[tuple[str, int, list[dict[str, Any]]]] = []
+    bot.ingest.orders = lambda node: [{"id": 7, "node": node}]
+    bot.ingest.results = lambda node, order, results: handed.append((node, order, results))
+    status, message = bot.push()
+    assert (200, [{"id": 7, "node": NODE}]) == (status, json.loads(message)["orders"])
+    body = json.dumps({"order": 7, "results": [{"pid": 42, "outcome": "gone"}]}).encode()
+    assert 200 == bot.push(body, path="results", nonce="n-2")[0]
+    assert [(NODE, 7, [{"pid": 42, "outcome": "gone"}])] == handed
+
+
+def test_results_are_signed_malformed_ones_and_refused_ones_turned_away(bot: Bot) -> None:
+    """Same signature and replay checks as samples; 400 on a bad body; 409 when refused."""
+    bot.ingest.results = lambda node, order, results: f"no order {order} for {node}"
+    body = json.dumps({"order": 9, "results": []}).encode()
+    assert 401 == bot.push(body, path="results", token="f" * 32)[0]
+    assert (409, "no order 9 for a100-node-01") == bot.push(body, path="results", nonce="a")
+    assert 401 == bot.push(body, path="results", nonce="a")[0]  # replayed
+    status, message = bot.push(b'{"order": "x"}', path="results", nonce="b")
+    assert (400, "malformed results: order: expected an integer id") == (status, message)
