@@ -174,7 +174,8 @@ def append(session: Session, entry: AuditEntry, *, at: datetime) -> AuditRow:
     # Core statements: the ORM unit of work costs more than the hashing does.
     session.execute(_INSERT_ROW, values)
     session.execute(_ADVANCE_HEAD, {"new_id": values["id"], "new_hash": values["hash"]})
-    return AuditRow(**values)
+    # Trusted values just written: skip the model's constructor (about 50 µs an append).
+    return AuditRow.model_construct(**values)
 
 
 def _chronological(
