@@ -5,11 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
+PORT ?= 8080
 
-.PHONY: help demo test check fmt lint typecheck bench system-deps clean
+.PHONY: help demo test check fmt lint typecheck bench screenshots system-deps clean
 
 help:
-	@echo "make demo    run gpubot end to end on its embedded defaults"
+	@echo "make demo    the local Slack workspace at http://127.0.0.1:$(PORT)/ (PORT=... to move it)"
 	@echo "make test    set up and run the whole test suite (SQLite and PostgreSQL)"
 	@echo "make check   format check, lint, mypy --strict, then the tests"
 	@echo "make bench   print the benchmark figures"
@@ -29,14 +30,23 @@ system-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; \
 	fi
+# The browser tests drive Debian's chromium through Playwright (never `playwright install`).
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  echo "installing Chromium from Debian's packages"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
+	fi
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest
 
+# The bot, the local Slack API and the page, on 127.0.0.1 only; Ctrl-C stops it.
 demo: $(STAMP)
-	@echo "The local Slack workspace demo is coming soon; for now try:"
-	@echo "  $(BIN)/gpubot rules check rules/policies"
-	@echo "  $(BIN)/gpubot db upgrade && $(BIN)/gpubot leases"
+	$(BIN)/gpubot demo --port $(PORT)
+
+# Rewrites the PNGs in docs/ that the README shows, from the browser tests.
+screenshots: $(STAMP) system-deps
+	GPUBOT_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/browser
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

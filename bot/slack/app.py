@@ -23,6 +23,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 
 from bot.services import Services
 from bot.settings import Settings
+from bot.slack.blocks import home_view
 from bot.slack.blocks.kit import Message
 from bot.slack.failures import report_failure
 from bot.slack.listeners import actions, commands, events, views
@@ -48,20 +49,41 @@ class SlackDeps:
     def now(self) -> datetime:
         return self.services.ctx.now().astimezone(UTC)
 
-    def after_ack(self, respond: Respond, answer: Callable[[], Message | None]) -> None:
-        """Compute the answer off the listener thread, send it ephemerally, nudge delivery."""
+    def after_ack(
+        self,
+        respond: Respond,
+        answer: Callable[[], Message | None],
+        *,
+        body: dict[str, Any] | None = None,
+        client: WebClient | None = None,
+    ) -> None:
+        """Compute the answer off the listener thread, send it ephemerally, nudge delivery.
+
+        A click on the Home tab has no response_url: its answer goes to the person's DM and
+        their Home is drawn again, so what changed shows where they clicked."""
+        home = client is not None and body is not None and not body.get("response_url")
 
         def run() -> None:
             try:
                 reply = answer()
-                if reply is not None:
+                if home:
+                    assert client is not None
+                    assert body is not None
+                    self._answer_home(client, body["user"]["id"], reply)
+                elif reply is not None:
                     respond(**reply.as_kwargs(), response_type="ephemeral", replace_original=False)
             except Exception as exc:  # a failure must still reach the person, with a reference
-                report_failure(exc, respond)
+                report_failure(exc, None if home else respond)
             finally:
                 self.kick()
 
         self.work.submit(run)
+
+    def _answer_home(self, client: WebClient, user: str, reply: Message | None) -> None:
+        if reply is not None:
+            channel = client.conversations_open(users=user)["channel"]["id"]
+            client.chat_postMessage(channel=channel, **reply.as_kwargs())
+        client.views_publish(user_id=user, view=home_view(self.services.home(user)))
 
 
 def web_client(settings: Settings) -> WebClient:

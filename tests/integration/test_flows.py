@@ -202,3 +202,18 @@ def test_healthz_reports_the_rules_and_the_database(running: Running) -> None:
     assert report["ok"]
     assert running.bot.services.policy.revision == report["rules_revision"]
     assert "sqlite" == report["database"]
+
+
+def test_a_click_on_the_home_tab_is_answered_by_dm_and_the_home_redrawn(running: Running) -> None:
+    """Home-tab buttons carry no response_url: the answer comes by DM, the Home is redrawn."""
+    answered(running, ALICE, "borrow 2 a100 for 6h")
+    running.slack.open_home(ALICE)
+    running.local.wait_for("views.publish")
+    home = running.local.home(ALICE)
+    assert home is not None
+    published = len(running.local.calls.of("views.publish"))
+    running.slack.click(ALICE, home, "lease_extend", block_id="lease:1")
+    running.local.wait_for(
+        "views.publish", lambda a: len(running.local.calls.of("views.publish")) > published
+    )
+    assert "L1 now ends" in dm_text(running, ALICE)

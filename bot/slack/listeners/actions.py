@@ -56,13 +56,16 @@ def _requests(app: App, deps: SlackDeps) -> None:
     services = deps.services
 
     @app.action(APPROVE_ACTION)
-    def approve(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+    def approve(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
         ack()
         user, request_id = _target(body)
         if request_id is not None:
             # The card itself is updated in place by the delivery of `card_settled`.
             deps.after_ack(
-                respond, lambda: _reply(services.approve(user, request_id), settle_reply)
+                respond,
+                lambda: _reply(services.approve(user, request_id), settle_reply),
+                body=body,
+                client=client,
             )
 
     @app.action(DENY_ACTION)
@@ -79,14 +82,19 @@ def _requests(app: App, deps: SlackDeps) -> None:
             client.views_open(trigger_id=body["trigger_id"], view=deny_modal(request_id))
             return None
 
-        deps.after_ack(respond, ask_why)
+        deps.after_ack(respond, ask_why, body=body, client=client)
 
     @app.action(CANCEL_ACTION)
-    def cancel(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+    def cancel(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
         ack()
         user, request_id = _target(body)
         if request_id is not None:
-            deps.after_ack(respond, lambda: _reply(services.cancel(user, request_id), _withdrawn))
+            deps.after_ack(
+                respond,
+                lambda: _reply(services.cancel(user, request_id), _withdrawn),
+                body=body,
+                client=client,
+            )
 
 
 def _withdrawn(request: RequestView) -> Message:
@@ -98,7 +106,7 @@ def _leases(app: App, deps: SlackDeps) -> None:
     services = deps.services
 
     @app.action(EXTEND_ACTION)
-    def extend(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+    def extend(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
         ack()
         user, lease_id = _target(body)
         if lease_id is not None:
@@ -108,17 +116,24 @@ def _leases(app: App, deps: SlackDeps) -> None:
                     services.extend(user, lease_id, EXTEND_STEP, "extended from a button"),
                     extend_reply,
                 ),
+                body=body,
+                client=client,
             )
 
     @app.action(RELEASE_ACTION)
-    def release(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+    def release(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
         ack()
         user, lease_id = _target(body)
         if lease_id is not None:
-            deps.after_ack(respond, lambda: _reply(services.release(user, lease_id), release_reply))
+            deps.after_ack(
+                respond,
+                lambda: _reply(services.release(user, lease_id), release_reply),
+                body=body,
+                client=client,
+            )
 
     @app.action(SNOOZE_ACTION)
-    def still_using(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+    def still_using(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
         ack()
         user, lease_id = _target(body)
         if lease_id is None:
@@ -129,14 +144,19 @@ def _leases(app: App, deps: SlackDeps) -> None:
             text = f"Noted: {lease.code} is in use. No idle warning for the next {quiet}."
             return message(text, [section(text)])
 
-        deps.after_ack(respond, lambda: _reply(services.snooze(user, lease_id), noted))
+        deps.after_ack(
+            respond,
+            lambda: _reply(services.snooze(user, lease_id), noted),
+            body=body,
+            client=client,
+        )
 
 
 def _borrowing(app: App, deps: SlackDeps) -> None:
     services = deps.services
 
     @app.action(BORROW_QUICK_ACTION)
-    def borrow_quick(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
+    def borrow_quick(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
         """One click from an unreserved-use DM: borrow what the process already uses."""
         ack()
         user = body["user"]["id"]
@@ -153,7 +173,12 @@ def _borrowing(app: App, deps: SlackDeps) -> None:
             reason="reserving a GPU already in use",
             prefer=prefer,
         )
-        deps.after_ack(respond, lambda: _borrowed(deps, services.borrow(user, ask)))
+        deps.after_ack(
+            respond,
+            lambda: _borrowed(deps, services.borrow(user, ask)),
+            body=body,
+            client=client,
+        )
 
     @app.action(BORROW_OPEN_ACTION)
     def borrow_open(ack: Ack, body: dict[str, Any], client: WebClient) -> None:

@@ -114,9 +114,11 @@ class SlackDriver:
         action_id: str,
         value: Any = None,
         *,
+        block_id: str | None = None,
         forge: Forge | None = None,
     ) -> Reply:
-        """Use the element `action_id` on a message, ephemeral or view, as it is now."""
+        """Use the element `action_id` (in block `block_id`, when the id repeats) on a message,
+        ephemeral or view, as it is now."""
         ws = self.local.workspace
         current = self._current(source)
         if isinstance(current, Message | Ephemeral):
@@ -129,7 +131,7 @@ class SlackDriver:
             blocks, response_url = current.get("blocks", []), None
         payload = payloads.block_actions(
             user,
-            action_payload(blocks, action_id, value),
+            action_payload(blocks, action_id, value, block_id),
             current,
             trigger_id=ws.tokens.issue_trigger(user),
             response_url=response_url,

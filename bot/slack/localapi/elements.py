@@ -35,12 +35,13 @@ def elements(blocks: list[JSON]) -> Iterator[tuple[str, str, JSON]]:
                 yield kind, block_id, element
 
 
-def find(blocks: list[JSON], action_id: str) -> tuple[str, JSON]:
-    """(block_id, element) of the element with `action_id`; LookupError naming those there are."""
+def find(blocks: list[JSON], action_id: str, block_id: str | None = None) -> tuple[str, JSON]:
+    """(block_id, element) of the element with `action_id` (in block `block_id`, if given: an
+    action_id may repeat across blocks); LookupError naming those there are."""
     seen = []
-    for _, block_id, element in elements(blocks):
-        if element["action_id"] == action_id:
-            return block_id, element
+    for _, found_in, element in elements(blocks):
+        if element["action_id"] == action_id and block_id in (None, found_in):
+            return found_in, element
         seen.append(element["action_id"])
     raise LookupError(f"no element with action_id {action_id!r}; there are {seen}")
 
@@ -75,10 +76,12 @@ def state(element: JSON, value: Any = None) -> JSON:
     return {"type": kind, "value": value}
 
 
-def action_payload(blocks: list[JSON], action_id: str, value: Any = None) -> JSON:
+def action_payload(
+    blocks: list[JSON], action_id: str, value: Any = None, block_id: str | None = None
+) -> JSON:
     """The `actions[0]` Slack sends when a person uses the element (a button: its value, unless
     `value` is given; a select: the option with value `value`)."""
-    block_id, element = find(blocks, action_id)
+    block_id, element = find(blocks, action_id, block_id)
     action: JSON = {"action_id": action_id, "block_id": block_id}
     if element["type"] == "button":
         action |= {"type": "button", "text": element.get("text")}

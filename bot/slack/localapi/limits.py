@@ -76,7 +76,8 @@ def _text(obj: object, where: str, limit: int, problems: list[str], *, plain_onl
 
 
 class _Checker:
-    """Walks one surface's blocks; action_id and block_id must be unique within it."""
+    """Walks one surface's blocks: block_id must be unique within the surface, action_id within
+    its block (Slack's words: "unique among all other action_ids in the containing block")."""
 
     def __init__(self) -> None:
         self.problems: list[str] = []
@@ -89,6 +90,7 @@ class _Checker:
             return
         kind = block["type"]
         where = f"blocks[{index}] ({kind})"
+        self.action_ids = set()
         if kind not in BLOCK_TYPES:
             self.problems.append(f"{where}: unknown block type")
         self._unique(block.get("block_id"), self.block_ids, f"{where}: block_id")

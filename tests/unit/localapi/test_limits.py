@@ -141,6 +141,15 @@ def test_modal_titles_are_at_most_24_characters() -> None:
     ] == check_view(view)
 
 
+def test_an_action_id_may_repeat_in_another_block() -> None:
+    """One Extend button per lease row: the same action_id in blocks with their own ids."""
+    rows = [
+        {"type": "actions", "block_id": f"lease:{n}", "elements": [button("extend")]}
+        for n in (1, 2)
+    ]
+    assert [] == check_blocks(rows)
+
+
 def test_a_home_view_allows_100_blocks() -> None:
     """Views allow twice a message's blocks."""
     assert [] == check_view({"type": "home", "blocks": [section()] * 100})

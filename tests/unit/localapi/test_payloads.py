@@ -134,6 +134,20 @@ def test_block_actions_from_a_view() -> None:
     ]
 
 
+def test_an_action_id_repeated_across_blocks_is_found_in_the_block_named() -> None:
+    """Home tabs repeat Extend per lease (block `lease:<id>`); the click names its block."""
+    button = {"type": "button", "action_id": "approve", "value": "req-7"}
+    blocks: list[dict[str, Any]] = [
+        DECISION,
+        {"type": "actions", "block_id": "other", "elements": [button]},
+    ]
+    assert "req-42" == action_payload(blocks, "approve")["value"]
+    action = action_payload(blocks, "approve", block_id="other")
+    assert ("other", "req-7") == (action["block_id"], action["value"])
+    with pytest.raises(LookupError):
+        action_payload(blocks, "approve", block_id="nowhere")
+
+
 def test_view_submission_state_values_per_element_type() -> None:
     """Text value, selected_option, number as a string; unset inputs keep their initial value."""
     body = payloads.view_submission(

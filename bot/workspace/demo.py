@@ -1,0 +1,179 @@
+"""One process, the whole demo: the local Slack API, the real bot served over HTTP exactly as
+`gpubot serve --http` serves it (its jobs running), the opening leases, and fast-forward.
+
+The page (`page.py`) sits on top; tests and `gpubot demo` start this first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import uvicorn
+from pydantic import SecretStr
+
+from bot.jobs import POLL, SWEEP
+from bot.main import POLL_EVERY, SWEEP_EVERY, Bot, assemble
+from bot.server import SlackAsgi
+from bot.settings import DEFAULT_RULES_DIR, Settings
+from bot.slack.localapi import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver, Workspace
+from bot.slack.localapi.driver import SIGNING_SECRET
+from bot.telemetry.simulated import SimulatedSource
+from bot.workspace.clock import DemoClock
+from bot.workspace.seed import seed
+
+log = logging.getLogger(__name__)
+ACK_TIMEOUT_S = 3.0  # Slack gives up on an app's answer after three seconds
+MAX_FORWARD = timedelta(days=1)
+
+
+@dataclass
+class Demo:
+    """The running parts; `forward` moves the demo clock with the jobs the bot would run."""
+
+    local: LocalSlack
+    bot: Bot
+    clock: DemoClock
+    slack: SlackDriver
+    bot_url: str
+    _server: uvicorn.Server
+    _thread: threading.Thread
+    _time: threading.Lock = field(default_factory=threading.Lock)
+    progress: tuple[int, int] | None = None  # (steps done, steps) while fast-forwarding
+
+    def forward(self, by: timedelta) -> None:
+        """Move time on in poll-sized steps: a poll every step, a sweep and the deliveries it
+        owes every minute, as the jobs would have done had the time really passed."""
+        if not timedelta(0) < by <= MAX_FORWARD:
+            raise ValueError(f"fast-forward between a second and {MAX_FORWARD}")
+        steps = math.ceil(by / POLL_EVERY)
+        per_sweep = max(1, round(SWEEP_EVERY / POLL_EVERY))
+        with self._time:
+            try:
+                for step in range(1, steps + 1):
+                    self.progress = (step - 1, steps)
+                    self.clock.advance(min(POLL_EVERY, by - POLL_EVERY * (step - 1)))
+                    self.bot.poll()
+                    if step % per_sweep == 0 or step == steps:
+                        self.bot.sweep()
+                        self.deliver()
+            finally:
+                self.progress = None
+
+    def deliver(self) -> None:
+        """Run the outbox until nothing it can send is left."""
+        for _ in range(20):
+            report = self.bot.deliverer.deliver_due()
+            if not report.delivered and not report.dropped:
+                return
+
+    def locked(self, job: Callable[[], object]) -> Callable[[], None]:
+        """A job that waits while time is being moved (the scheduler runs jobs on threads)."""
+
+        def run() -> None:
+            with self._time:
+                job()
+
+        return run
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self.bot.close()
+        self.local.stop()
+
+
+def demo_settings(base: Settings, local: LocalSlack, data_dir: Path) -> Settings:
+    """The caller's telemetry choice, on a fresh SQLite file, the default rules (the demo's
+    people are theirs) and the local Slack API."""
+    return base.model_copy(
+        update={
+            "database_url": f"sqlite:///{data_dir / 'gpubot-demo.db'}",
+            "rules_dir": DEFAULT_RULES_DIR,
+            "agent_tokens_file": None,
+            "slack_bot_token": SecretStr(BOT_TOKEN),
+            "slack_signing_secret": SecretStr(SIGNING_SECRET),
+            "slack_app_token": None,
+            "slack_api_url": local.api_url,
+        }
+    )
+
+
+def start(data_dir: Path, base: Settings | None = None) -> Demo:
+    """Start everything but the page; the opening leases are granted and delivered already."""
+    clock = DemoClock()
+    local = LocalSlack(Workspace.default(clock=clock.timestamp)).start()
+    try:
+        bot = assemble(demo_settings(base or Settings(), local, data_dir), clock=clock)
+    except BaseException:
+        local.stop()
+        raise
+    open_approval_channels(local.workspace, bot)
+    try:
+        server, thread, url = _serve(bot)
+    except BaseException:
+        bot.close()
+        local.stop()
+        raise
+    driver = SlackDriver(local, HttpTransport(url + "/slack/events", timeout=ACK_TIMEOUT_S))
+    demo = Demo(local, bot, clock, driver, url, server, thread)
+    try:
+        _open(demo)
+    except BaseException:
+        demo.close()
+        raise
+    return demo
+
+
+def _open(demo: Demo) -> None:
+    """The opening leases and their messages, a first poll, then the jobs (time-locked)."""
+    bot = demo.bot
+    if isinstance(bot.source, SimulatedSource):
+        nodes = {name: node.spec for name, node in bot.source.nodes.items()}
+        for line in seed(bot.services, nodes):
+            log.info("demo lease: %s", line)
+    demo.deliver()
+    bot.poll()  # the fleet panel has readings from the first look on
+    bot.jobs.every(POLL, POLL_EVERY, demo.locked(bot.poll))
+    bot.jobs.every(SWEEP, SWEEP_EVERY, demo.locked(bot.sweep))
+    bot.jobs.start()
+
+
+def open_approval_channels(workspace: Workspace, bot: Bot) -> None:
+    """A team reads its approval channel, so a non-manager sees the cards (and is refused)."""
+    for team in bot.services.policy.teams.values():
+        channel = workspace.channel(team.approval_channel) if team.approval_channel else None
+        if channel is not None:
+            channel.members |= team.members | team.managers
+            workspace.add_channel(channel)
+
+
+def _serve(bot: Bot) -> tuple[uvicorn.Server, threading.Thread, str]:
+    """The bot's HTTP front on a free loopback port, in a thread."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    config = uvicorn.Config(
+        SlackAsgi(bot.app, bot.health, ingest=bot.ingest),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="gpubot-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
+            raise RuntimeError("the bot's HTTP server did not start")
+        time.sleep(0.02)
+    return server, thread, f"http://127.0.0.1:{port}"

@@ -1,0 +1,163 @@
+"""The demo without a browser: the opening leases, fast-forward, the page server's guards, and
+`gpubot demo` itself."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from bot.cli import app
+from bot.settings import Settings
+from bot.telemetry.sources import DEFAULT_FLEET
+from bot.workspace.demo import Demo, start
+from bot.workspace.page import PageServer
+from bot.workspace.run import PROXY_VARIABLES, run
+from bot.workspace.seed import REASON
+
+SIMULATED = Settings(_env_file=None, telemetry="simulated", fleet=DEFAULT_FLEET)
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@pytest.fixture
+def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    running = start(tmp_path, SIMULATED)
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def page(demo: Demo) -> Iterator[PageServer]:
+    server = PageServer(0).start(demo)
+    yield server
+    server.stop()
+
+
+def call(
+    page: PageServer, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json"} if data is not None else {}
+    url = page.url.rstrip("/") + path
+    request = urllib.request.Request(url, data, sent | (headers or {}))  # noqa: S310  (loopback)
+    try:
+        with OPENER.open(request, timeout=10) as answer:
+            raw = answer.read()
+            status = answer.status
+    except urllib.error.HTTPError as error:
+        raw, status = error.read(), error.code
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode()
+
+
+def test_the_demo_opens_with_the_fleets_work_leased_by_its_people(demo: Demo) -> None:
+    """Every opening lease is active and audited as borrowed by its holder, none refused."""
+    leases = demo.bot.services.leases()
+    assert 7 == len(leases)
+    assert {REASON} == {lease.reason for lease in leases}
+    assert "U0ERIN001" in {lease.holder for lease in leases if lease.pool == "inference"}
+
+
+def test_unreserved_use_is_the_exception_once_time_moves_on(demo: Demo) -> None:
+    """Twenty minutes in, only the two processes the fleet runs without a lease are reported."""
+    demo.forward(timedelta(minutes=20))
+    assert 2 == len(demo.bot.services.unreserved())
+    assert demo.clock.offset == timedelta(minutes=20)
+
+
+def test_fast_forward_refuses_to_go_back_or_beyond_a_day(demo: Demo) -> None:
+    for wrong in (timedelta(0), timedelta(days=2)):
+        with pytest.raises(ValueError, match="fast-forward"):
+            demo.forward(wrong)
+
+
+def test_the_page_and_its_state_are_served(page: PageServer) -> None:
+    status, html = call(page, "/")
+    assert 200 == status
+    assert "/static/app.js" in html
+    status, state = call(page, "/ui/state?as=U0VMGR001")
+    assert 200 == status
+    assert "U0VMGR001" == state["me"]
+    assert {"gpu", "vision-approvals"} <= {c["name"] for c in state["conversations"]}
+    assert 3 == len(state["fleet"]["pools"])
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "expected"),
+    [
+        ("/ui/forward", {"minutes": 10}, {"Host": "evil.example:80"}, 403),
+        ("/ui/forward", {"minutes": 10}, {"Content-Type": "text/plain"}, 403),
+        ("/ui/nothing", {}, {}, 404),
+        ("/ui/forward", {"minutes": 0}, {}, 400),
+        ("/ui/command", {"as": "U0BOB0001", "channel": "C0NAPPROV", "text": "/gpu mine"}, {}, 400),
+        ("/ui/command", {"as": "U0NOBODY", "channel": "C0GPU", "text": "/gpu mine"}, {}, 400),
+        ("/static/../demo.py", None, {}, 404),
+    ],
+)
+def test_the_page_server_turns_away_what_the_page_would_never_send(
+    page: PageServer, path: str, body: Any, headers: dict[str, str], expected: int
+) -> None:
+    """Other hosts (DNS rebinding), non-JSON posts (cross-site forms), strangers, bad input."""
+    status, _ = call(page, path, body, headers)
+    assert expected == status
+
+
+def test_plain_text_in_the_composer_is_posted_as_the_persons_message(
+    demo: Demo, page: PageServer
+) -> None:
+    status, _ = call(
+        page, "/ui/command", {"as": "U0BOB0001", "channel": "C0GPU", "text": "hi <all>"}
+    )
+    assert 200 == status
+    assert ["hi &lt;all&gt;"] == [m.text for m in demo.local.messages("C0GPU")]
+
+
+def test_gpubot_demo_prints_where_to_look_and_serves_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUBOT_TELEMETRY", "simulated")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    said: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(port, said.append), kwargs={"stop": stop})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert said, "no banner"
+        assert f"open http://127.0.0.1:{port}/ in a browser" in said[0]
+        with OPENER.open(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            assert 200 == answer.status
+    finally:
+        stop.set()
+        thread.join(20)
+    assert not thread.is_alive()
+
+
+def test_gpubot_demo_on_a_taken_port_says_so_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["demo", "--port", str(port)])
+    assert 2 == result.exit_code
+    assert f"cannot serve the page on 127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output
