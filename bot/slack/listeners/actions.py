@@ -47,26 +47,43 @@ def _reply(result: Any, render: Callable[[Any], Message]) -> Message:
 
 
 def register(app: App, deps: SlackDeps) -> None:
-    _requests(app, deps)
-    _leases(app, deps)
+    services = deps.services
+    # One use case per button, on the id the button carries; the card an approval settles
+    # is updated in place by the delivery of `card_settled`.
+    _button(app, deps, APPROVE_ACTION, services.approve, settle_reply)
+    _button(app, deps, CANCEL_ACTION, services.cancel, _withdrawn)
+    _button(
+        app,
+        deps,
+        EXTEND_ACTION,
+        lambda user, lease: services.extend(user, lease, EXTEND_STEP, "extended from a button"),
+        extend_reply,
+    )
+    _button(app, deps, RELEASE_ACTION, services.release, release_reply)
+    _button(app, deps, SNOOZE_ACTION, services.snooze, lambda lease: _noted(deps, lease))
+    _deny(app, deps)
     _borrowing(app, deps)
 
 
-def _requests(app: App, deps: SlackDeps) -> None:
-    services = deps.services
-
-    @app.action(APPROVE_ACTION)
-    def approve(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
+def _button(
+    app: App,
+    deps: SlackDeps,
+    action_id: str,
+    act: Callable[[str, int], Any],
+    render: Callable[[Any], Message],
+) -> None:
+    @app.action(action_id)
+    def clicked(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
         ack()
-        user, request_id = _target(body)
-        if request_id is not None:
-            # The card itself is updated in place by the delivery of `card_settled`.
+        user, target = _target(body)
+        if target is not None:
             deps.after_ack(
-                respond,
-                lambda: _reply(services.approve(user, request_id), settle_reply),
-                body=body,
-                client=client,
+                respond, lambda: _reply(act(user, target), render), body=body, client=client
             )
+
+
+def _deny(app: App, deps: SlackDeps) -> None:
+    services = deps.services
 
     @app.action(DENY_ACTION)
     def deny(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
@@ -84,72 +101,16 @@ def _requests(app: App, deps: SlackDeps) -> None:
 
         deps.after_ack(respond, ask_why, body=body, client=client)
 
-    @app.action(CANCEL_ACTION)
-    def cancel(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        ack()
-        user, request_id = _target(body)
-        if request_id is not None:
-            deps.after_ack(
-                respond,
-                lambda: _reply(services.cancel(user, request_id), _withdrawn),
-                body=body,
-                client=client,
-            )
-
 
 def _withdrawn(request: RequestView) -> Message:
     text = f"{request.code} withdrawn."
     return message(text, [section(text)])
 
 
-def _leases(app: App, deps: SlackDeps) -> None:
-    services = deps.services
-
-    @app.action(EXTEND_ACTION)
-    def extend(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        ack()
-        user, lease_id = _target(body)
-        if lease_id is not None:
-            deps.after_ack(
-                respond,
-                lambda: _reply(
-                    services.extend(user, lease_id, EXTEND_STEP, "extended from a button"),
-                    extend_reply,
-                ),
-                body=body,
-                client=client,
-            )
-
-    @app.action(RELEASE_ACTION)
-    def release(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        ack()
-        user, lease_id = _target(body)
-        if lease_id is not None:
-            deps.after_ack(
-                respond,
-                lambda: _reply(services.release(user, lease_id), release_reply),
-                body=body,
-                client=client,
-            )
-
-    @app.action(SNOOZE_ACTION)
-    def still_using(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        ack()
-        user, lease_id = _target(body)
-        if lease_id is None:
-            return
-
-        def noted(lease: LeaseView) -> Message:
-            quiet = format_duration(services.policy.timing.snooze)
-            text = f"Noted: {lease.code} is in use. No idle warning for the next {quiet}."
-            return message(text, [section(text)])
-
-        deps.after_ack(
-            respond,
-            lambda: _reply(services.snooze(user, lease_id), noted),
-            body=body,
-            client=client,
-        )
+def _noted(deps: SlackDeps, lease: LeaseView) -> Message:
+    quiet = format_duration(deps.services.policy.timing.snooze)
+    text = f"Noted: {lease.code} is in use. No idle warning for the next {quiet}."
+    return message(text, [section(text)])
 
 
 def _borrowing(app: App, deps: SlackDeps) -> None:
