@@ -79,7 +79,8 @@ class Bot:
         if self.source is None:
             self._store_history(self.services.ctx.now())  # agents' samples have history too
         report = self.services.sweep(self.telemetry)
-        if report.changed and self.deliverer.want():
+        granted = self.services.serve_queue()  # reclaims and expiries free GPUs for the queue
+        if (report.changed or granted) and self.deliverer.want():
             self.jobs.kick(OUTBOX)
 
     def retain(self) -> None:

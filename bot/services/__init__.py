@@ -16,6 +16,7 @@ from bot.services import (
     explain,
     leases,
     overview,
+    queueing,
     sweep,
     sweep_gpus,
 )
@@ -104,7 +105,14 @@ class Services:
         return leases.extend(self.ctx, user, lease_id, by, reason)
 
     def release(self, user: str, lease_id: int | None = None) -> ReleaseResult | Refused:
-        return leases.release(self.ctx, user, lease_id)
+        result = leases.release(self.ctx, user, lease_id)
+        if not isinstance(result, Refused):
+            self.serve_queue(sorted({lease.pool for lease in result.released}))
+        return result
+
+    def serve_queue(self, pools: list[str] | None = None) -> list[LeaseView]:
+        """Grant waiting requests that fit now (after a release, and on every sweep)."""
+        return queueing.serve_queue(self.ctx, pools)
 
     def snooze(self, user: str, lease_id: int) -> LeaseView | Refused:
         return leases.snooze(self.ctx, user, lease_id)

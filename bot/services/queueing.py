@@ -1,0 +1,113 @@
+"""The queue: requests waiting for GPUs are granted when GPUs come free, highest priority
+first, then in order of arrival; the head of a pool's queue is never overtaken."""
+
+from __future__ import annotations
+
+from sqlmodel import Session, select
+
+from bot.services import notices
+from bot.services.borrowing import (
+    SYSTEM,
+    _facts_again,
+    _grant,
+    _lock_pool,
+    approvers_for,
+    route_for,
+)
+from bot.services.context import Context, record
+from bot.services.views import LeaseView
+from rules.domain import Outcome, Priority, RequestKind, RequestState, Subject
+from storage.tables import RequestRow
+
+
+def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]:
+    """Grant what now fits, pool by pool; stop at a head that still has to wait."""
+    granted: list[LeaseView] = []
+    for pool in pools if pools is not None else sorted(ctx.policy.pools):
+        while True:
+            with ctx.db.write() as session:
+                _lock_pool(session, pool)
+                head = _head(session, pool)
+                if head is None:
+                    break
+                lease, moved = _serve(ctx, session, head)
+            if lease is not None:
+                granted.append(lease)
+            if not moved:
+                break
+    return granted
+
+
+def _head(session: Session, pool: str) -> RequestRow | None:
+    rows = session.exec(
+        select(RequestRow).where(
+            RequestRow.pool == pool,
+            RequestRow.state == RequestState.QUEUED,
+            RequestRow.kind == RequestKind.BORROW,
+        )
+    ).all()
+    order = {p.value: -p.rank for p in Priority}
+    ranked = sorted(rows, key=lambda r: (order.get(r.priority, 0), r.created_at, r.id or 0))
+    return ranked[0] if ranked else None
+
+
+def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseView | None, bool]:
+    """Settle the head if the rules allow it now; (lease granted, whether the queue moved)."""
+    now = ctx.now()
+    decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, request))
+    assert decision.verdict is not None
+    outcome = decision.verdict.outcome
+    person = request.decided_by not in (None, SYSTEM)  # a manager already said yes
+    subject = f"request:{request.id}"
+    if outcome == Outcome.DENY:
+        request.state, request.decided_at, request.decided_by = RequestState.DENIED, now, SYSTEM
+        session.add(request)
+        record(
+            session,
+            at=now,
+            actor=SYSTEM,
+            tag="borrow:denied",
+            subject=subject,
+            decision=decision,
+            detail={"from": "queue"},
+        )
+        notices.settled(
+            session, request, by=SYSTEM, verdict="deny", reason=decision.because, at=now
+        )
+        return None, True
+    if outcome == Outcome.ASK and not person:
+        who = decision.verdict.approvers or "managers"
+        request.state = RequestState.PENDING
+        request.approvers = approvers_for(ctx.policy, request.team, who)
+        request.approval_route = route_for(ctx.policy, request.team, who)
+        session.add(request)
+        record(
+            session,
+            at=now,
+            actor=SYSTEM,
+            tag="borrow:asked",
+            subject=subject,
+            decision=decision,
+            detail={"from": "queue"},
+        )
+        notices.approval_cards(session, request, at=now)
+        return None, True
+    if outcome == Outcome.QUEUE:
+        return None, False  # still waiting, and nobody behind it goes first
+    lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
+    if lease is None:
+        return None, False
+    request.state, request.decided_at = RequestState.APPROVED, now
+    request.decided_by = request.decided_by or SYSTEM
+    session.add(request)
+    record(
+        session,
+        at=now,
+        actor=SYSTEM,
+        tag="queue:granted",
+        subject=subject,
+        decision=decision,
+        outcome="approve",
+        detail={"lease": lease.id},
+    )
+    return lease, True

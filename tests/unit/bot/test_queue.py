@@ -1,0 +1,74 @@
+"""Waiting requests are granted when GPUs come free: highest priority first, then arrival;
+the head is never overtaken; the rules are asked again at that moment."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlmodel import col, select
+
+from bot.services import BorrowAsk, Services
+from bot.services.views import BorrowResult, SettleResult
+from rules.domain import Outcome, Priority
+from storage.tables import AuditRow, OutboxRow
+from tests.unit.bot.conftest import ALICE, CAROL, ERIN, NADIA, Clock
+
+pytestmark = pytest.mark.usefixtures("services")
+DAVE, PRIYA = "U0DAVE001", "U0PMGR001"
+
+
+def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
+    result = services.borrow(user, ask)
+    assert isinstance(result, BorrowResult), result
+    return result
+
+
+def full_a100(services: Services) -> int:
+    """vision 8 and nlp 8 (6 + 2 borrowed with nadia's approval): no a100 GPU left."""
+    borrowed(services, ALICE, BorrowAsk("a100", 8))
+    borrowed(services, CAROL, BorrowAsk("a100", 6))
+    asked = borrowed(services, DAVE, BorrowAsk("a100", 2))
+    assert isinstance(services.approve(NADIA, asked.request.id), SettleResult)
+    lease = services.leases(DAVE)[0]
+    return lease.id
+
+
+def test_a_release_grants_the_head_of_the_queue_and_owes_its_dm(services: Services) -> None:
+    """Erin waits inside her nominal; Dave releases; Erin's request becomes a lease."""
+    dave_lease = full_a100(services)
+    waiting = borrowed(services, ERIN, BorrowAsk("a100", 1))
+    assert Outcome.QUEUE == waiting.outcome
+    services.release(DAVE, dave_lease)
+    assert 1 == len(services.leases(ERIN))
+    assert "approved" == services.request(waiting.request.id).state  # type: ignore[union-attr]
+    with services.db.read() as session:
+        tags = session.exec(select(AuditRow.tag).order_by(col(AuditRow.id))).all()
+        dms = session.exec(
+            select(OutboxRow.recipient).where(OutboxRow.kind == "lease_granted")
+        ).all()
+    assert "queue:granted" == tags[-1]
+    assert ERIN in dms
+
+
+def test_high_priority_waits_ahead_and_the_head_is_not_overtaken(
+    services: Services, clock: Clock
+) -> None:
+    """A normal request first, a high one later: the high one is served first; a small
+    request behind a big head keeps waiting even when it alone would fit."""
+    dave_lease = full_a100(services)
+    first = borrowed(services, ERIN, BorrowAsk("a100", 1))
+    clock.advance(timedelta(minutes=1))
+    urgent = borrowed(services, PRIYA, BorrowAsk("a100", 1, priority=Priority.HIGH))
+    assert Outcome.QUEUE == first.outcome == urgent.outcome
+    services.release(DAVE, dave_lease)  # two GPUs free: both fit, the high one goes first
+    granted = sorted(services.leases(PRIYA) + services.leases(ERIN), key=lambda lease: lease.id)
+    assert [PRIYA, ERIN] == [lease.holder for lease in granted]
+
+
+def test_serving_the_queue_again_changes_nothing(services: Services) -> None:
+    """The sweep job serves the queue every minute; with nothing new, nothing happens."""
+    dave_lease = full_a100(services)
+    borrowed(services, ERIN, BorrowAsk("a100", 1))
+    services.release(DAVE, dave_lease)
+    assert [] == services.serve_queue()  # nothing left waiting: a second pass changes nothing
