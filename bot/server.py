@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -132,3 +135,34 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+class Background:
+    """An ASGI app served by uvicorn on a free loopback port, in a thread (the demo, tests)."""
+
+    def __init__(self, asgi: Any, *, name: str = "gpubot-http", timeout: float = 10.0) -> None:
+        import uvicorn  # noqa: PLC0415 - only serving needs the server
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        config = uvicorn.Config(
+            asgi, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name=name, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                self.server.should_exit = True
+                raise RuntimeError(f"{name}: the HTTP server did not start")
+            time.sleep(0.02)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-import uvicorn
 from pydantic import SecretStr
 
 from bot.jobs import POLL, SWEEP
 from bot.main import POLL_EVERY, SWEEP_EVERY, Bot, assemble
-from bot.server import SlackAsgi
+from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from bot.slack.localapi import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver, Workspace
 from bot.slack.localapi.driver import SIGNING_SECRET
@@ -43,8 +40,7 @@ class Demo:
     clock: DemoClock
     slack: SlackDriver
     bot_url: str
-    _server: uvicorn.Server
-    _thread: threading.Thread
+    _http: Background
     _time: threading.Lock = field(default_factory=threading.Lock)
     progress: tuple[int, int] | None = None  # (steps done, steps) while fast-forwarding
 
@@ -84,8 +80,7 @@ class Demo:
         return run
 
     def close(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
+        self._http.stop()
         self.bot.close()
         self.local.stop()
 
@@ -117,13 +112,13 @@ def start(data_dir: Path, base: Settings | None = None) -> Demo:
         raise
     open_approval_channels(local.workspace, bot)
     try:
-        server, thread, url = _serve(bot)
+        http = Background(SlackAsgi(bot.app, bot.health, ingest=bot.ingest))
     except BaseException:
         bot.close()
         local.stop()
         raise
-    driver = SlackDriver(local, HttpTransport(url + "/slack/events", timeout=ACK_TIMEOUT_S))
-    demo = Demo(local, bot, clock, driver, url, server, thread)
+    driver = SlackDriver(local, HttpTransport(http.url + "/slack/events", timeout=ACK_TIMEOUT_S))
+    demo = Demo(local, bot, clock, driver, http.url, http)
     try:
         _open(demo)
     except BaseException:
@@ -153,27 +148,3 @@ def open_approval_channels(workspace: Workspace, bot: Bot) -> None:
         if channel is not None:
             channel.members |= team.members | team.managers
             workspace.add_channel(channel)
-
-
-def _serve(bot: Bot) -> tuple[uvicorn.Server, threading.Thread, str]:
-    """The bot's HTTP front on a free loopback port, in a thread."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    config = uvicorn.Config(
-        SlackAsgi(bot.app, bot.health, ingest=bot.ingest),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="gpubot-http", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            raise RuntimeError("the bot's HTTP server did not start")
-        time.sleep(0.02)
-    return server, thread, f"http://127.0.0.1:{port}"

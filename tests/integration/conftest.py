@@ -4,18 +4,16 @@ serve --http` runs it), talking to the local Slack Web API, driven by signed req
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from pydantic import SecretStr
 
 from bot.main import Bot, assemble
-from bot.server import SlackAsgi
+from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from bot.slack.localapi import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver
 
@@ -88,24 +86,9 @@ class Running:
 @pytest.fixture
 def running(local: LocalSlack, tmp_path: Path) -> Iterator[Running]:
     bot = assemble(settings_for(local, tmp_path))
-    port = free_port()
-    config = uvicorn.Config(
-        SlackAsgi(bot.app, bot.health),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
+    http = Background(SlackAsgi(bot.app, bot.health))
+    yield Running(
+        bot, local, http.url, SlackDriver(local, HttpTransport(http.url + "/slack/events"), SECRET)
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{port}"
-    yield Running(bot, local, url, SlackDriver(local, HttpTransport(url + "/slack/events"), SECRET))
-    server.should_exit = True
-    thread.join(10)
+    http.stop()
     bot.close()

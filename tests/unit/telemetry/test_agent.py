@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from slack_bolt import App
 from typer.testing import CliRunner
 
 from bot.agent import AgentError, run_agent
 from bot.cli import app as cli
-from bot.server import SlackAsgi
+from bot.server import Background, SlackAsgi
 from bot.telemetry.ingest import Ingest
 from bot.telemetry.model import sign, to_json
 from bot.telemetry.window import Telemetry
@@ -84,24 +82,9 @@ def served() -> Iterator[Served]:
     telemetry = Telemetry(stale_after=timedelta(minutes=3))
     refused: list[tuple[str, str]] = []
     ingest = Ingest({NODE: TOKEN}, telemetry, on_refused=lambda n, r: refused.append((n, r)))
-    port = free_port()
-    config = uvicorn.Config(
-        SlackAsgi(slack_app(), lambda: {"ok": True}, ingest=ingest),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield Served(f"http://127.0.0.1:{port}", telemetry, refused)
-    server.should_exit = True
-    thread.join(10)
+    http = Background(SlackAsgi(slack_app(), lambda: {"ok": True}, ingest=ingest))
+    yield Served(http.url, telemetry, refused)
+    http.stop()
 
 
 def token_file(tmp_path: Path, token: str = TOKEN) -> Path:
