@@ -225,7 +225,9 @@ def _gpus(session: Session) -> list[GpuSnapshot]:
 def _act_on_lease(run: Pass, lease: LeaseSnapshot, decision: Decision, warned: Warned) -> None:
     for match in decision.would_have:
         _would_have(run, lease, match, decision, why="observe")
-    for match in decision.actions:
+    # Reclaims first: a lease reclaimed in this pass is warned of nothing any more.
+    ordered = sorted(decision.actions, key=lambda m: m.verdict.action != Action.RECLAIM)
+    for match in ordered:
         action, reason = match.verdict.action, match.verdict.reason
         assert action is not None
         assert reason is not None
@@ -239,6 +241,7 @@ def _act_on_lease(run: Pass, lease: LeaseSnapshot, decision: Decision, warned: W
                 run.report.held_back.append(f"L{lease.id} {reason}: {refusal}")
             else:
                 _reclaim(run, lease, reason, decision)
+                return
         else:
             _notice_once(run, lease, f"notice:{reason}", match.because, decision)
     if "idle" in lease.warnings and not decision.facts["lease.idle"]:

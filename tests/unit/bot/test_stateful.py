@@ -1,0 +1,348 @@
+"""Random sequences of borrow, settle, extend, release, snooze, telemetry, time, delivery and
+sweep, with the safety invariants checked against the database after every step.
+
+One machine per run, on in-memory SQLite and the shipped rules. Telemetry streams one sample a
+minute per leased GPU while time moves (so idle stretches can grow long enough to warn and
+reclaim); a telemetry step sets a lease's GPUs busy, idle or silent and feeds one sample now.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlmodel import col, select
+
+from bot.services import BorrowAsk, Services
+from bot.services.views import LeaseView, RequestView
+from bot.telemetry.model import ProcessInfo, Sample
+from bot.telemetry.window import Telemetry
+from rules.domain import LeaseState, Priority, RequestState
+from storage import audit, outbox
+from storage.db import Database
+from storage.tables import LeaseGpuRow, LeaseRow, OutboxRow, RequestRow
+from tests.builders import default_sources
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
+
+DAVE, PAT = "U0DAVE001", "U0PMGR001"  # nlp member, platform manager
+PEOPLE = (ALICE, BOB, CAROL, DAVE, ERIN, VICTOR, NADIA, PAT, ADA)
+POOLS = ("a100", "l40s", "inference")
+PROTECTED_POOL = "inference"
+# The warning a reclaim stands on, by the reclaim's reason (as in bot.services.sweep).
+WARNING_FOR = {
+    "expired": "expiry",
+    "idle": "idle",
+    "unhealthy": "unhealthy",
+    "preempted": "preempt",
+}
+RANK = {"high": 0, "normal": 1, "low": 2}
+MINUTE = timedelta(minutes=1)
+
+durations = st.one_of(
+    st.sampled_from([30, 45, 60, 90, 120, 240, 24 * 60, 3 * 24 * 60]),
+    st.integers(30, 3 * 24 * 60),
+).map(lambda m: timedelta(minutes=m))
+picks = st.integers(0, 1_000)  # an index into whatever is there now (shrinks towards the first)
+
+
+def _sample(node: str, index: int, util: float, at: datetime) -> Sample:
+    return Sample(
+        node=node,
+        index=index,
+        uuid=f"GPU-{node}-{index}",
+        model="test",
+        memory_total_mib=81920,
+        memory_used_mib=30000,
+        util_pct=util,
+        temperature_c=40.0,
+        power_w=90.0,
+        health="ok",
+        processes=(ProcessInfo(pid=4000 + index, user="alice"),),
+        taken_at=at,
+    )
+
+
+class Governance(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = Clock()
+        self.db = Database("sqlite://")
+        self.db.create_all()
+        self.services = Services.open(self.db, default_sources(), clock=self.clock)
+        self.policy = self.services.policy
+        self.telemetry = Telemetry(self.policy.timing.stale_after, expected_interval=MINUTE)
+        # What each GPU reports while time moves: a utilisation, or None for silence.
+        self.util: dict[tuple[str, int], float | None] = {}
+
+    def teardown(self) -> None:
+        try:
+            with self.db.read() as session:
+                report = audit.verify(session)
+            assert report.ok, report
+        finally:
+            self.services.ctx.live.close()
+            self.db.dispose()
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _active(self) -> list[LeaseView]:
+        return self.services.leases()
+
+    def _pending(self) -> list[RequestView]:
+        return [r for r in self.services.requests() if r.state == RequestState.PENDING]
+
+    def _leased(self) -> list[tuple[str, int]]:
+        return [(s.node, s.index) for lease in self._active() for s in lease.gpus]
+
+    def _feed(self, gpus: list[tuple[str, int]], at: datetime) -> None:
+        """One sample per GPU at `at`, as each is set to report (idle unless told otherwise)."""
+        samples = []
+        for node, index in gpus:
+            util = self.util.get((node, index), 0.0)
+            if util is not None:
+                samples.append(_sample(node, index, util, at))
+        self.telemetry.observe(samples)
+
+    # ---- rules --------------------------------------------------------------------------
+
+    @initialize(
+        user=st.sampled_from([ALICE, BOB, CAROL, DAVE]),
+        pool=st.sampled_from(["a100", "l40s"]),
+        gpus=st.integers(1, 3),
+        minutes=st.integers(30, 360),
+    )
+    def first_lease(self, user: str, pool: str, gpus: int, minutes: int) -> None:
+        """A short lease inside nominal, granted at once, so the sweep has work from the start."""
+        self.services.borrow(user, BorrowAsk(pool, gpus, minutes * MINUTE))
+
+    @initialize(fill=st.booleans())
+    def crowd_l40s(self, fill: bool) -> None:
+        """Sometimes vision and nlp take their l40s nominal first, so later asks queue."""
+        if fill:
+            self.services.borrow(BOB, BorrowAsk("l40s", 3, 12 * 60 * MINUTE))
+            self.services.borrow(DAVE, BorrowAsk("l40s", 3, 12 * 60 * MINUTE))
+
+    @rule(
+        user=st.sampled_from(PEOPLE),
+        pool=st.sampled_from(POOLS),
+        gpus=st.one_of(st.integers(1, 4), st.integers(1, 9)),
+        duration=durations,
+        priority=st.sampled_from(list(Priority)),
+    )
+    def borrow(
+        self, user: str, pool: str, gpus: int, duration: timedelta, priority: Priority
+    ) -> None:
+        self.services.borrow(user, BorrowAsk(pool, gpus, duration, priority))
+
+    @precondition(lambda self: bool(self._pending()))
+    @rule(which=picks, approver=picks, allowed=st.integers(0, 3), approve=st.booleans())
+    def settle(self, which: int, approver: int, allowed: int, approve: bool) -> None:
+        pending = self._pending()
+        request = pending[which % len(pending)]
+        choices = request.approvers if allowed and request.approvers else PEOPLE
+        user = choices[approver % len(choices)]
+        if approve:
+            self.services.approve(user, request.id)
+        else:
+            self.services.deny(user, request.id)
+
+    @precondition(lambda self: bool(self._active()))
+    @rule(
+        which=picks,
+        hours=st.integers(1, 24),
+        by_holder=st.integers(0, 3),
+        other=st.sampled_from(PEOPLE),
+    )
+    def extend(self, which: int, hours: int, by_holder: int, other: str) -> None:
+        leases = self._active()
+        lease = leases[which % len(leases)]
+        self.services.extend(lease.holder if by_holder else other, lease.id, hours * 60 * MINUTE)
+
+    @precondition(lambda self: bool(self._active()))
+    @rule(which=picks, everything=st.booleans(), by_holder=st.integers(0, 3))
+    def release(self, which: int, everything: bool, by_holder: int) -> None:
+        leases = self._active()
+        lease = leases[which % len(leases)]
+        user = lease.holder if by_holder else PEOPLE[which % len(PEOPLE)]
+        self.services.release(user, None if everything else lease.id)
+
+    @precondition(lambda self: bool(self._active()))
+    @rule(which=picks)
+    def snooze(self, which: int) -> None:
+        leases = self._active()
+        lease = leases[which % len(leases)]
+        self.services.snooze(lease.holder, lease.id)
+
+    @precondition(lambda self: bool(self._active()))
+    @rule(which=picks, mode=st.sampled_from(["busy", "idle", "idle", "silent"]))
+    def telemetry_for(self, which: int, mode: str) -> None:
+        leases = self._active()
+        lease = leases[which % len(leases)]
+        util = {"busy": 80.0, "idle": 0.0, "silent": None}[mode]
+        for slot in lease.gpus:
+            self.util[(slot.node, slot.index)] = util
+        self._feed(self._leased(), self.clock.now)
+
+    @rule(minutes=st.integers(1, 90))
+    def advance(self, minutes: int) -> None:
+        gpus = self._leased()  # nothing is granted or ended while time moves
+        for _ in range(minutes):
+            self.clock.advance(MINUTE)
+            self._feed(gpus, self.clock.now)
+
+    @rule()
+    def deliver(self) -> None:
+        now = self.clock.now
+        with self.db.write() as session:
+            pending = session.exec(select(OutboxRow).where(OutboxRow.state == outbox.PENDING))
+            for row in list(pending.all()):
+                assert row.id is not None
+                outbox.delivered(session, row.id, at=now, channel="D0TEST", ts="1.0")
+
+    @rule()
+    def sweep(self) -> None:
+        self.services.sweep(self.telemetry)
+        self.services.serve_queue()
+
+    # The reclaim path needs sweep, deliver, time, sweep in turn: these twins make those steps
+    # more likely among the others (rules are drawn evenly).
+    @rule()
+    def sweep_again(self) -> None:
+        self.sweep()
+
+    @rule()
+    def deliver_again(self) -> None:
+        self.deliver()
+
+    @rule(minutes=st.integers(1, 90))
+    def advance_again(self, minutes: int) -> None:
+        self.advance(minutes)
+
+    # ---- invariants -----------------------------------------------------------------------
+
+    @invariant()
+    def one_lease_per_gpu(self) -> None:
+        with self.db.read() as session:
+            rows = session.exec(
+                select(LeaseGpuRow.gpu_id, LeaseRow.id, LeaseRow.gpus, LeaseRow.state)
+                .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
+                .where(col(LeaseGpuRow.active).is_(True))
+            ).all()
+            active = session.exec(
+                select(LeaseRow.id, LeaseRow.gpus).where(LeaseRow.state == LeaseState.ACTIVE)
+            ).all()
+        holders = Counter(gpu_id for gpu_id, _, _, _ in rows)
+        assert all(n == 1 for n in holders.values()), f"GPU in two active leases: {rows}"
+        assert all(state == LeaseState.ACTIVE for *_, state in rows), (
+            f"an ended lease keeps an active GPU: {rows}"
+        )
+        per_lease = Counter(lease_id for _, lease_id, _, _ in rows)
+        for lease_id, gpus in active:
+            assert per_lease[lease_id] == gpus, f"L{lease_id}: {per_lease[lease_id]} != {gpus}"
+
+    @invariant()
+    def within_quota(self) -> None:
+        with self.db.read() as session:
+            held = session.exec(
+                select(LeaseRow.team, LeaseRow.pool, sa.func.sum(LeaseRow.gpus))
+                .where(LeaseRow.state == LeaseState.ACTIVE)
+                .group_by(col(LeaseRow.team), col(LeaseRow.pool))
+            ).all()
+        for team, pool, gpus in held:
+            quota = self.policy.pools[pool].quotas[team]
+            assert gpus <= quota.nominal + quota.borrowing_limit, (
+                f"{team} holds {gpus} in {pool}, limit {quota.nominal + quota.borrowing_limit}"
+            )
+
+    @invariant()
+    def reclaims_were_warned(self) -> None:
+        grace = self.policy.timing.grace
+        with self.db.read() as session:
+            reclaimed = session.exec(
+                select(LeaseRow).where(LeaseRow.state == LeaseState.RECLAIMED)
+            ).all()
+            for lease in reclaimed:
+                assert lease.pool != PROTECTED_POOL, f"inference L{lease.id} was reclaimed"
+                assert not lease.protected, f"protected L{lease.id} was reclaimed"
+                assert lease.ended_at is not None
+                warning = WARNING_FOR[lease.end_reason]
+                sent = session.exec(
+                    select(OutboxRow).where(
+                        OutboxRow.kind == "lease_warning",
+                        OutboxRow.subject == f"lease:{lease.id}",
+                        OutboxRow.state == outbox.DELIVERED,
+                    )
+                ).all()
+                in_time = [
+                    w
+                    for w in sent
+                    if w.data.get("reason") == warning
+                    and w.delivered_at is not None
+                    and w.delivered_at <= lease.ended_at - grace
+                ]
+                assert in_time, (
+                    f"L{lease.id} reclaimed ({lease.end_reason}) at {lease.ended_at} without a "
+                    f"{warning} warning delivered {grace} before: "
+                    f"{[(w.id, w.data.get('reason'), w.delivered_at) for w in sent]}"
+                )
+                # Stricter: the warning the lease stood on was in time (not one withdrawn by a
+                # snooze, an extension or busy telemetry). The reclaiming pass itself may owe a
+                # nearer-lead expiry warning that replaces it; that one is owed at ended_at.
+                standing = lease.warnings.get(warning)
+                assert isinstance(standing, dict), f"L{lease.id}: no standing {warning} warning"
+                replaced_now = standing.get("owed_at") == lease.ended_at.isoformat()
+                assert replaced_now or int(standing["outbox"]) in {w.id for w in in_time}, (
+                    f"L{lease.id} reclaimed on a withdrawn or late {warning} warning: "
+                    f"stood on outbox {standing['outbox']}, in time: {[w.id for w in in_time]}"
+                )
+
+    @invariant()
+    def protected_never_reclaimed(self) -> None:
+        with self.db.read() as session:
+            found = session.exec(
+                select(LeaseRow.id).where(
+                    LeaseRow.state == LeaseState.RECLAIMED,
+                    sa.or_(col(LeaseRow.protected).is_(True), col(LeaseRow.pool) == PROTECTED_POOL),
+                )
+            ).all()
+        assert not found, f"protected leases reclaimed: {found}"
+
+    @invariant()
+    def queue_in_order(self) -> None:
+        queue = self.services.queue()
+        pools = [r.pool for r in queue]
+        # Services.queue() groups by pool; within a pool: priority, then arrival.
+        assert pools == sorted(pools), f"queue not grouped by pool: {pools}"
+        for pool in set(pools):
+            mine = [r for r in queue if r.pool == pool]
+            keys = [(RANK[r.priority], r.created_at, r.id) for r in mine]
+            assert keys == sorted(keys), f"{pool} queue out of order: {keys}"
+        with self.db.read() as session:
+            queued = session.exec(
+                select(RequestRow.id).where(RequestRow.state == RequestState.QUEUED)
+            ).all()
+        assert sorted(i for i in queued if i is not None) == sorted(r.id for r in queue)
+
+
+def test_random_sequences_keep_the_invariants() -> None:
+    run_state_machine_as_test(
+        Governance,
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=50,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
