@@ -1,6 +1,6 @@
 """The NVML source: this host's GPUs through nvidia-ml-py (`pynvml`), the only module in bot/ that
 imports it. One init per process; NotSupported cached per GPU and capability; a lost GPU is a
-health fact; any other failure is a sample with `error` (unknown, never idle). See notes/nvml.md.
+health fact; any other failure is a sample with `error` (unknown, never idle).
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ class Telemetry:
     constant in memory per GPU.
 
     Idle is by utilisation alone: a sample is busy when util_pct >= idle_threshold_pct. A
-    process holding memory without computing does not make a GPU busy (notes/nvml.md §4: memory
-    held by an idle notebook or a hung job is the usual "allocated but idle" case); the reading
+    process holding memory without computing does not make a GPU busy (memory held by an idle
+    notebook or a hung job is the usual "allocated but idle" case); the reading
     still carries the processes and memory, so the sweep can tell "idle, holding memory" from
     "free".
 

@@ -1,6 +1,6 @@
 """The only module that imports durable-rules (2.0.28); nothing outside it sees a durable type.
 
-durable's C core has sharp edges (see the project's notes), so this wrapper:
+durable's C core has sharp edges (it crashes or leaks when used naively), so this wrapper:
 - gives each compiled policy revision its own Host with the timer threads disabled;
 - compiles every rule to a single-fact condition (joins crash the C core) plus a
   lowest-priority catch-all, so every evaluation runs at least one action (deleting a session

@@ -57,7 +57,7 @@ FACTS = CATALOGUE[Subject.REQUEST]
 def test_conditions_compile_to_single_fact_durable_expressions(
     text: str, compiled: dict[str, Any]
 ) -> None:
-    """Each construct becomes the durable condition the notes allow (no $in, no $not, no joins)."""
+    """Each construct becomes a durable condition that is safe there (no $in, no $not, no joins)."""
     assert compiled == expr.compile_durable(expr.parse(text, FACTS))
 
 
