@@ -42,6 +42,7 @@ class Limits:
     max_extensions: int
     max_extension_total: timedelta
     default_duration: timedelta
+    max_queue_wait: timedelta
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ class LimitsSpec(_Strict):
     max_extensions: Count = 2
     max_extension_total: Duration = timedelta(days=1)
     default_duration: Duration = timedelta(hours=4)
+    max_queue_wait: Duration = timedelta(days=1)
 
 
 class LimitsOverride(_Strict):
@@ -69,6 +70,7 @@ class LimitsOverride(_Strict):
     max_extensions: Count | None = None
     max_extension_total: Duration | None = None
     default_duration: Duration | None = None
+    max_queue_wait: Duration | None = None
 
 
 class PoolSpec(_Strict):

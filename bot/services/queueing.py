@@ -3,7 +3,7 @@ first, then in order of arrival; the head of a pool's queue is never overtaken."
 
 from __future__ import annotations
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from bot.services import notices
 from bot.services.borrowing import (
@@ -16,14 +16,25 @@ from bot.services.borrowing import (
 )
 from bot.services.context import Context, record
 from bot.services.views import LeaseView
-from rules.domain import Outcome, Priority, RequestKind, RequestState, Subject
+from rules.domain import (
+    Outcome,
+    Priority,
+    RequestKind,
+    RequestState,
+    Subject,
+    format_duration,
+)
 from storage.tables import RequestRow
 
 
 def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]:
-    """Grant what now fits, pool by pool; stop at a head that still has to wait."""
+    """Grant what now fits, pool by pool; stop at a head that still has to wait.
+
+    Requests that waited longer than the pool's `max_queue_wait` are withdrawn first, and
+    their requesters told."""
     granted: list[LeaseView] = []
     for pool in pools if pools is not None else sorted(ctx.policy.pools):
+        _time_out(ctx, pool)
         while True:
             with ctx.db.write() as session:
                 _lock_pool(session, pool)
@@ -36,6 +47,34 @@ def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]
             if not moved:
                 break
     return granted
+
+
+def _time_out(ctx: Context, pool: str) -> None:
+    limit = ctx.policy.pools[pool].limits.max_queue_wait
+    now = ctx.now()
+    with ctx.db.write() as session:
+        stale = session.exec(
+            select(RequestRow).where(
+                RequestRow.pool == pool,
+                RequestRow.state == RequestState.QUEUED,
+                col(RequestRow.created_at) <= now - limit,
+            )
+        ).all()
+        for request in stale:
+            request.state, request.decided_at = RequestState.CANCELLED, now
+            request.decided_by = SYSTEM
+            session.add(request)
+            why = f"it waited longer than {format_duration(limit)} for free GPUs"
+            record(
+                session,
+                at=now,
+                actor=SYSTEM,
+                tag="queue:timed-out",
+                subject=f"request:{request.id}",
+                outcome="cancelled",
+                detail={"why": why},
+            )
+            notices.settled(session, request, by=SYSTEM, verdict="timeout", reason=why, at=now)
 
 
 def _head(session: Session, pool: str) -> RequestRow | None:

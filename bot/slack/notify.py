@@ -79,7 +79,9 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
 
 def _decided(code: str, verdict: str, by: str, reason: str, state: str) -> Message:
     """The requester's DM after a person settled their request (grants bring their own DM)."""
-    if verdict == "deny":
+    if verdict == "timeout":
+        text = f"{code} was withdrawn from the queue; `/gpu borrow` asks again."
+    elif verdict == "deny":
         text = f"{mention(by)} denied {code}."
     elif state == "queued":
         text = f"{mention(by)} approved {code}; it waits in the queue for free GPUs."

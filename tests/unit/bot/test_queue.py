@@ -72,3 +72,27 @@ def test_serving_the_queue_again_changes_nothing(services: Services) -> None:
     borrowed(services, ERIN, BorrowAsk("a100", 1))
     services.release(DAVE, dave_lease)
     assert [] == services.serve_queue()  # nothing left waiting: a second pass changes nothing
+
+
+def test_a_request_waiting_longer_than_the_limit_is_withdrawn_and_told(
+    services: Services, clock: Clock
+) -> None:
+    """After max_queue_wait (1d in the shipped limits) the request leaves the queue."""
+    full_a100(services)
+    waiting = borrowed(services, ERIN, BorrowAsk("a100", 1))
+    clock.advance(timedelta(hours=23))
+    assert [] == services.serve_queue()
+    assert "queued" == services.request(waiting.request.id).state  # type: ignore[union-attr]
+    clock.advance(timedelta(hours=2))
+    services.serve_queue()
+    assert "cancelled" == services.request(waiting.request.id).state  # type: ignore[union-attr]
+    with services.db.read() as session:
+        told = session.exec(
+            select(OutboxRow).where(
+                OutboxRow.kind == "request_decided", OutboxRow.recipient == ERIN
+            )
+        ).one()
+        tags = session.exec(select(AuditRow.tag)).all()
+    assert "timeout" == told.data["verdict"]
+    assert "queue:timed-out" in tags
+    assert [] == services.queue()
