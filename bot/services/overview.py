@@ -7,7 +7,7 @@ from collections import defaultdict
 from sqlmodel import Session, col, select
 
 from bot.services.context import Context
-from bot.services.queries import list_leases, list_requests, pool_usage
+from bot.services.queries import free_gpus, list_leases, list_requests, pool_usage
 from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestView
 from rules.domain import GpuState, RequestState
 from storage.tables import GpuRow, LeaseGpuRow, NodeRow, RequestRow
@@ -37,8 +37,22 @@ def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
             for model, (free, leased, down) in sorted(counts[name].items())
         )
         queued = pool_usage(session, name).queued
-        out.append(PoolStatus(name, pool.protected, pool.size, models, queued))
+        stranded = _stranded(session, name) if queued else 0
+        out.append(PoolStatus(name, pool.protected, pool.size, models, queued, stranded))
     return out
+
+
+def _stranded(session: Session, pool: str) -> int:
+    """Fragmentation: free GPUs on nodes too empty for even the smallest waiting request."""
+    waiting = session.exec(
+        select(RequestRow.gpus).where(
+            RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED
+        )
+    ).all()
+    if not waiting:
+        return 0
+    need = min(waiting)
+    return sum(len(free) for free in free_gpus(session, pool).values() if len(free) < need)
 
 
 def quota_use(session: Session, ctx: Context, team: str) -> list[QuotaUse]:

@@ -145,6 +145,7 @@ class PoolStatus:
     size: int
     models: tuple[ModelCount, ...]
     queued: int
+    stranded: int = 0  # free GPUs on nodes where no waiting request fits
 
     @property
     def free(self) -> int:

@@ -95,6 +95,8 @@ def pool_text(pool: PoolStatus) -> str:
     head = f"*{escape(pool.name)}*{' · protected' if pool.protected else ''} · {pool.size} GPUs: "
     head += f"*{pool.free} free* · {pool.leased} leased · {pool.unhealthy} out of service"
     head += f" · {pool.queued} queued"
+    if pool.stranded:
+        head += f" · {pool.stranded} free but stranded (no waiting request fits on their node)"
     models = [
         f"• {escape(m.model)}: {m.free} free, {m.leased} leased, {m.unhealthy} out of service"
         for m in pool.models[:20]

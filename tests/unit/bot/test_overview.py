@@ -101,3 +101,20 @@ def test_the_audit_trail_lists_every_row_with_its_hash(services: Services) -> No
     assert ["borrow:approved", "lease:granted"] == [line.split()[4] for line in trail.lines]
     assert all("hash=" in line for line in trail.lines)
     assert isinstance(services.audit(CAROL, f"L{result.lease.id}"), Refused)
+
+
+def test_status_reports_free_gpus_stranded_where_no_waiting_request_fits(
+    services: Services,
+) -> None:
+    """One free L40S left on a node while a 2-GPU request waits: it is stranded."""
+    services.borrow(ALICE, BorrowAsk("l40s", 3))
+    services.borrow(CAROL, BorrowAsk("l40s", 3))
+    asked = services.borrow(BOB, BorrowAsk("l40s", 1))
+    assert isinstance(asked, BorrowResult)
+    services.approve(ADA, asked.request.id)
+    waiting = services.borrow(ERIN, BorrowAsk("l40s", 2))
+    assert isinstance(waiting, BorrowResult)
+    assert Outcome.QUEUE == waiting.outcome
+    l40s = next(p for p in services.status() if p.name == "l40s")
+    assert (1, 1, 1) == (l40s.free, l40s.queued, l40s.stranded)
+    assert 0 == next(p for p in services.status() if p.name == "a100").stranded
