@@ -379,6 +379,8 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for noisy in ("apscheduler", "alembic"):  # a line per tick, a line per migration check
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = _settings()
     try:
         with _database_errors(settings.database_url):

@@ -101,6 +101,17 @@ def web_client(settings: Settings) -> WebClient:
     )
 
 
+class _ClientFromSettings(logging.Filter):
+    """Bolt reads SLACK_BOT_TOKEN from the environment by itself and then warns that the client
+    we pass (built from that same token) wins; the warning would only mislead an operator."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+_quiet = _ClientFromSettings()
+
+
 def build_app(
     settings: Settings,
     services: Services,
@@ -109,6 +120,9 @@ def build_app(
     kick: Callable[[], None] = lambda: None,
 ) -> App:
     client = client or web_client(settings)
+    bolt_log = logging.getLogger("slack_bolt.App")
+    if _quiet not in bolt_log.filters:
+        bolt_log.addFilter(_quiet)
     secret = settings.slack_signing_secret
     app = App(
         client=client,
