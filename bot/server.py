@@ -137,15 +137,20 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class Background:
     """An ASGI app served by uvicorn on a free loopback port, in a thread (the demo, tests)."""
 
     def __init__(self, asgi: Any, *, name: str = "gpubot-http", timeout: float = 10.0) -> None:
         import uvicorn  # noqa: PLC0415 - only serving needs the server
 
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = free_port()
         config = uvicorn.Config(
             asgi, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
         )

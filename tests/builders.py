@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from bot.telemetry.model import ProcessInfo, Sample
 from rules.loader import load_policy
 from rules.policy import Policy
 
@@ -50,3 +52,24 @@ def a_lease(**overrides: Any) -> dict[str, Any]:
 def a_gpu(**overrides: Any) -> dict[str, Any]:
     """GPU facts: a healthy, leased, busy GPU."""
     return _merge(_baseline("a healthy busy GPU is left alone"), overrides)
+
+
+def a_sample(
+    node: str, index: int, util: float | None, at: datetime, *, error: str | None = None
+) -> Sample:
+    """One GPU reading from an A100 with alice's process on it."""
+    return Sample(
+        node=node,
+        index=index,
+        uuid=f"GPU-{node}-{index}",
+        model="NVIDIA A100-SXM4-80GB",
+        memory_total_mib=81920,
+        memory_used_mib=30000,
+        util_pct=util,
+        temperature_c=40.0,
+        power_w=90.0,
+        health="ok",
+        processes=(ProcessInfo(pid=4000 + index, user="alice"),),
+        taken_at=at,
+        error=error,
+    )

@@ -26,7 +26,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ from urllib.parse import urlencode
 import sqlalchemy as sa
 from sqlmodel import col, func, select
 
-from bot.server import EVENTS_PATH
+from bot.server import EVENTS_PATH, free_port
 from bot.settings import DEFAULT_RULES_DIR
 from bot.slack.localapi import BOT_TOKEN, LocalSlack, payloads, sign
 from bot.slack.localapi import server as local_server
@@ -118,13 +117,6 @@ class Child:
                 f"{self.name} exited with {self.process.returncode} during the run; "
                 f"its log ends:\n{self.log_tail()}"
             )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def server_env(local: LocalSlack, database: Path) -> dict[str, str]:

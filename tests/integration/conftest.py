@@ -3,7 +3,6 @@ serve --http` runs it), talking to the local Slack Web API, driven by signed req
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,13 +48,6 @@ def settings_for(local: LocalSlack, tmp_path: Path, database_url: str | None = N
         SLACK_SIGNING_SECRET=SecretStr(SECRET),
         SLACK_API_URL=local.api_url,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -12,9 +12,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bot.server import free_port
 from bot.settings import DEFAULT_RULES_DIR
 from bot.slack.localapi import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver
-from tests.integration.conftest import SECRET, free_port
+from tests.integration.conftest import SECRET
 
 GPUBOT = Path(sys.executable).parent / "gpubot"
 

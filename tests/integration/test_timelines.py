@@ -23,10 +23,11 @@ from bot.services import BorrowAsk
 from bot.services.views import BorrowResult, GpuSlot
 from bot.settings import DEFAULT_RULES_DIR
 from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
-from bot.telemetry.model import ProcessInfo, Sample
+from bot.telemetry.model import Sample
 from bot.telemetry.window import Telemetry
 from storage import audit
 from storage.tables import AuditRow, OutboxRow
+from tests.builders import a_sample
 from tests.integration.conftest import SECRET, settings_for
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -104,21 +105,7 @@ class Story:
 def _sample(node: str, index: int, value: float | str) -> Sample:
     error = "NVMLError_Unknown: the utilization call failed" if value == "error" else None
     util = None if isinstance(value, str) else float(value)
-    return Sample(
-        node=node,
-        index=index,
-        uuid=f"GPU-{node}-{index}",
-        model="NVIDIA A100-SXM4-80GB",
-        memory_total_mib=81920,
-        memory_used_mib=30000,
-        util_pct=util,
-        temperature_c=40.0,
-        power_w=90.0,
-        health="ok",
-        processes=(ProcessInfo(pid=4000 + index, user="alice"),),
-        taken_at=datetime.now(UTC),
-        error=error,
-    )
+    return a_sample(node, index, util, datetime.now(UTC), error=error)
 
 
 def busy(minute: int) -> float:

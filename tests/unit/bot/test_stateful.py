@@ -26,13 +26,13 @@ from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Services
 from bot.services.views import LeaseView, RequestView
-from bot.telemetry.model import ProcessInfo, Sample
+from bot.telemetry.model import Sample
 from bot.telemetry.window import Telemetry
 from rules.domain import LeaseState, Priority, RequestState
 from storage import audit, outbox
 from storage.db import Database
 from storage.tables import LeaseGpuRow, LeaseRow, OutboxRow, RequestRow
-from tests.builders import default_sources
+from tests.builders import a_sample, default_sources
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
 DAVE, PAT = "U0DAVE001", "U0PMGR001"  # nlp member, platform manager
@@ -57,20 +57,7 @@ picks = st.integers(0, 1_000)  # an index into whatever is there now (shrinks to
 
 
 def _sample(node: str, index: int, util: float, at: datetime) -> Sample:
-    return Sample(
-        node=node,
-        index=index,
-        uuid=f"GPU-{node}-{index}",
-        model="test",
-        memory_total_mib=81920,
-        memory_used_mib=30000,
-        util_pct=util,
-        temperature_c=40.0,
-        power_w=90.0,
-        health="ok",
-        processes=(ProcessInfo(pid=4000 + index, user="alice"),),
-        taken_at=at,
-    )
+    return a_sample(node, index, util, at)
 
 
 class Governance(RuleBasedStateMachine):

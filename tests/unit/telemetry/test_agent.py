@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +21,7 @@ from typer.testing import CliRunner
 
 from bot.agent import AgentError, run_agent
 from bot.cli import app as cli
-from bot.server import Background, SlackAsgi
+from bot.server import Background, SlackAsgi, free_port
 from bot.telemetry.ingest import Ingest
 from bot.telemetry.model import sign, to_json
 from bot.telemetry.window import Telemetry
@@ -50,13 +49,6 @@ def no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
 def slack_app() -> App:
     # Any Bolt app will do: these tests are about the agent route next to it.
     return App(token="xoxb-test", signing_secret="not-a-secret", token_verification_enabled=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
