@@ -21,6 +21,7 @@ from slack_bolt import App
 from slack_bolt.request import BoltRequest
 
 if TYPE_CHECKING:
+    from bot.slack.acks import AcksFirst
     from bot.telemetry.ingest import Ingest
 
 Scope = MutableMapping[str, Any]
@@ -40,8 +41,16 @@ class SlackAsgi:
     """POST /slack/events -> the Bolt app; GET /healthz -> health(); POST /agent/samples and
     /agent/results -> `ingest` when one is given; everything else 404."""
 
-    def __init__(self, app: App, health: Health, *, ingest: Ingest | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        health: Health,
+        *,
+        ingest: Ingest | None = None,
+        acks: AcksFirst | None = None,
+    ) -> None:
         self.app = app
+        self.acks = acks
         self.health = health
         self.ingest = ingest
         # Each dispatch holds its thread until the listener acks; asyncio's default pool (a
@@ -56,19 +65,11 @@ class SlackAsgi:
             return
         path, method = scope["path"], scope["method"]
         if path == EVENTS_PATH and method == "POST":
-            body = await _body(receive)
-            if body is None:
-                await _answer(send, 413, {"content-type": "text/plain"}, b"payload too large")
-                return
-            request = BoltRequest(
-                body=body.decode("utf-8"),
-                query=scope.get("query_string", b"").decode("latin-1"),
-                headers=_headers(scope),
-            )
-            loop = asyncio.get_running_loop()
-            response = await loop.run_in_executor(self._dispatch, self.app.dispatch, request)
-            headers = {k: ", ".join(v) for k, v in response.headers.items()}
-            await _answer(send, response.status, headers, response.body.encode("utf-8"))
+            if self.acks is None:
+                await self._events(scope, receive, send)
+            else:
+                with self.acks.acking():  # the work after earlier acks waits for this one
+                    await self._events(scope, receive, send)
             return
         if path == AGENT_PATH and method == "POST" and self.ingest is not None:
             await self._agent(scope, receive, send, self.ingest.handle)
@@ -83,6 +84,21 @@ class SlackAsgi:
             await _answer(send, status, {"content-type": "application/json"}, payload)
             return
         await _answer(send, 404, {"content-type": "text/plain"}, b"not found")
+
+    async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _body(receive)
+        if body is None:
+            await _answer(send, 413, {"content-type": "text/plain"}, b"payload too large")
+            return
+        request = BoltRequest(
+            body=body.decode("utf-8"),
+            query=scope.get("query_string", b"").decode("latin-1"),
+            headers=_headers(scope),
+        )
+        loop = asyncio.get_running_loop()
+        response = await loop.run_in_executor(self._dispatch, self.app.dispatch, request)
+        headers = {k: ", ".join(v) for k, v in response.headers.items()}
+        await _answer(send, response.status, headers, response.body.encode("utf-8"))
 
     async def _agent(
         self, scope: Scope, receive: Receive, send: Send, handle: AgentHandler

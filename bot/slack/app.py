@@ -23,6 +23,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 
 from bot.services import Services
 from bot.settings import Settings
+from bot.slack.acks import AcksFirst
 from bot.slack.blocks import home_view
 from bot.slack.blocks.kit import Message
 from bot.slack.failures import report_failure
@@ -45,6 +46,8 @@ class SlackDeps:
     work: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpubot-work")
     )
+    # ... and starts once the requests being acked are out of the door (see bot.slack.acks).
+    acks: AcksFirst = field(default_factory=AcksFirst)
 
     def now(self) -> datetime:
         return self.services.ctx.now().astimezone(UTC)
@@ -65,6 +68,7 @@ class SlackDeps:
 
         def run() -> None:
             try:
+                self.acks.wait_turn()
                 reply = answer()
                 if home:
                     assert client is not None
@@ -118,6 +122,7 @@ def build_app(
     *,
     client: WebClient | None = None,
     kick: Callable[[], None] = lambda: None,
+    acks: AcksFirst | None = None,
 ) -> App:
     client = client or web_client(settings)
     bolt_log = logging.getLogger("slack_bolt.App")
@@ -132,7 +137,7 @@ def build_app(
         listener_executor=ThreadPoolExecutor(max_workers=32, thread_name_prefix="gpubot-slack"),
         raise_error_for_unhandled_request=False,
     )
-    deps = SlackDeps(services, People(client), settings, kick)
+    deps = SlackDeps(services, People(client), settings, kick, acks=acks or AcksFirst())
     commands.register(app, deps)
     actions.register(app, deps)
     views.register(app, deps)
