@@ -52,7 +52,7 @@ _REQUEST = [
     ("pool.free", N, "GPUs free, healthy and not drained right now"),
     ("pool.lendable", N, "unused nominal that other teams lend, within their lending limits"),
     ("pool.protected", B, "the pool is protected (never reclaimed automatically)"),
-    ("pool.queued", N, "requests already waiting for GPUs in this pool"),
+    ("pool.queued", N, "requests waiting ahead of this one (0 for the queue's head)"),
     ("lease.extensions", N, "extensions the lease already had (0 for a borrow)"),
     ("lease.extended", D, "total extra time the lease already got (0m for a borrow)"),
     ("lease.extended_after", D, "lease.extended + request.duration for an extension (else 0m)"),
@@ -82,9 +82,13 @@ _LEASE = [
     ("lease.idle_for", D, "how long the lease's GPUs have all been idle"),
     ("lease.snoozed", B, "the holder said Still using and the snooze still runs"),
     ("lease.unhealthy", B, "a GPU of the lease is unhealthy (lost, XID, ECC)"),
+    ("lease.recalled", B, "the lease holds borrowed GPUs that their lending team needs back"),
+    ("lease.warned.preempt", B, "a preemption warning for the recall was delivered"),
+    ("lease.since_warned.preempt", D, "time since the preemption warning was delivered"),
     ("telemetry.fresh", B, "every GPU of the subject has recent, successful samples"),
     ("limits.idle_threshold", D, "how long idle before a warning"),
     ("limits.grace", D, "how long after a delivered warning before reclaim"),
+    ("limits.preempt_notice", D, "how long after a delivered preemption warning before reclaim"),
 ]
 
 _GPU = [

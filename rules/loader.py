@@ -27,6 +27,7 @@ from rules.policy import (
     Policy,
     Pool,
     Quota,
+    Recall,
     Rule,
     Team,
     Timing,
@@ -35,7 +36,7 @@ from rules.policy import (
     parse_sweep_then,
     then_help,
 )
-from rules.schema import CaseFile, LimitsSpec, PolicyFile, WarningsSpec
+from rules.schema import CaseFile, LimitsSpec, PolicyFile, RecallSpec, WarningsSpec
 from rules.yamlsrc import Located, parse
 
 
@@ -188,6 +189,7 @@ class _Builder:
         accounts_at = self.once("accounts")
         limits_at = self.once("limits")
         warnings_at = self.once("warnings")
+        recall_at = self.once("recall")
         automation_at = self.once("automation")
         default_at = self.once("default")
         teams = self._teams()
@@ -226,6 +228,7 @@ class _Builder:
             rules=rules,
             cases=(),
             files=files,
+            recall=Recall(**(recall_at[1] if recall_at else RecallSpec()).model_dump()),
             _team_of=team_of,
         )
 

@@ -56,6 +56,15 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class Recall:
+    """Lender recall: how a team gets its nominal GPUs back from borrowers."""
+
+    notice: timedelta = timedelta(minutes=30)  # after the delivered preemption warning
+    min_runtime: timedelta = timedelta(hours=1)  # a younger lease is never recalled
+    cooldown: timedelta = timedelta(days=1)  # nobody is preempted twice within this
+
+
+@dataclass(frozen=True)
 class Pool:
     name: str
     model: str
@@ -131,6 +140,7 @@ class Policy:
     rules: tuple[Rule, ...]
     cases: tuple[Case, ...]
     files: tuple[str, ...]
+    recall: Recall = field(default_factory=Recall)
     _team_of: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def rules_for(self, subject: Subject) -> tuple[Rule, ...]:

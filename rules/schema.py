@@ -92,6 +92,12 @@ class WarningsSpec(_Strict):
     stale_after: Duration = timedelta(minutes=3)
 
 
+class RecallSpec(_Strict):
+    notice: Duration = timedelta(minutes=30)
+    min_runtime: Duration = timedelta(hours=1)
+    cooldown: Duration = timedelta(days=1)
+
+
 class DefaultSpec(_Strict):
     then: Literal["approve", "queue", "ask", "ask managers", "ask admins", "deny"] = "ask"
     because: str = "no rule matched, so a manager decides"
@@ -123,6 +129,7 @@ class PolicyFile(_Strict):
     pools: dict[Name, PoolSpec] | None = None
     limits: LimitsSpec | None = None
     warnings: WarningsSpec | None = None
+    recall: RecallSpec | None = None
     automation: Literal["active", "paused"] | None = None
     default: DefaultSpec | None = None
     rules: list[RuleSpec] | None = None

@@ -17,6 +17,7 @@ from bot.services import (
     leases,
     overview,
     queueing,
+    recall,
     sweep,
     sweep_gpus,
 )
@@ -27,18 +28,21 @@ from bot.services.queries import lease_view, list_leases, list_requests, request
 from bot.services.sweep import SweepReport
 from bot.services.sweep_facts import Readings
 from bot.services.views import (
+    ApprovalEffects,
     BorrowResult,
     Explanation,
     ExtendResult,
     Home,
     LeaseView,
     PoolStatus,
+    QueueEntry,
     QuotaUse,
     Refused,
     ReleaseResult,
     RequestView,
     SettleResult,
 )
+from rules.domain import RequestState
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.policy import Policy
@@ -85,10 +89,16 @@ class Services:
         return self.ctx.db
 
     def borrow(self, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
-        return borrowing.borrow(self.ctx, user, ask)
+        result = borrowing.borrow(self.ctx, user, ask)
+        if not isinstance(result, Refused) and result.request.state == RequestState.QUEUED:
+            recall.reconcile(self.ctx, [result.request.pool])  # a guarantee may recall at once
+        return result
 
     def approve(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
-        return borrowing.settle(self.ctx, user, request_id, approve=True, reason=reason)
+        result = borrowing.settle(self.ctx, user, request_id, approve=True, reason=reason)
+        if not isinstance(result, Refused) and result.request.state == RequestState.QUEUED:
+            recall.reconcile(self.ctx, [result.request.pool])
+        return result
 
     def deny(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
         return borrowing.settle(self.ctx, user, request_id, approve=False, reason=reason)
@@ -97,7 +107,10 @@ class Services:
         return borrowing.may_settle(self.ctx, user, request_id)
 
     def cancel(self, user: str, request_id: int) -> RequestView | Refused:
-        return borrowing.cancel(self.ctx, user, request_id)
+        result = borrowing.cancel(self.ctx, user, request_id)
+        if not isinstance(result, Refused):
+            recall.reconcile(self.ctx, [result.pool])  # what it recalled may stay now
+        return result
 
     def extend(
         self, user: str, lease_id: int, by: timedelta, reason: str = ""
@@ -112,7 +125,14 @@ class Services:
 
     def serve_queue(self, pools: list[str] | None = None) -> list[LeaseView]:
         """Grant waiting requests that fit now (after a release, and on every sweep)."""
-        return queueing.serve_queue(self.ctx, pools)
+        granted = queueing.serve_queue(self.ctx, pools)
+        recall.reconcile(self.ctx, pools)  # what was granted needs no recall any more
+        return granted
+
+    def approval_effects(self, request_id: int) -> ApprovalEffects | None:
+        with self.db.read() as session:
+            row = session.get(RequestRow, request_id)
+            return recall.effects_of_approval(self.ctx, session, row) if row else None
 
     def snooze(self, user: str, lease_id: int) -> LeaseView | Refused:
         return leases.snooze(self.ctx, user, lease_id)
@@ -190,9 +210,6 @@ class Services:
                 (q for q in overview.quota_use(session, self.ctx, team) if q.pool == pool), None
             )
 
-    def queued_ahead(self, pool: str) -> int:
-        return sum(1 for r in self.queue() if r.pool == pool)
-
     def audit(self, user: str, ref: str) -> Explanation | Refused:
         return explain.audit_trail(self.ctx, user, ref)
 
@@ -210,6 +227,11 @@ class Services:
     def queue(self) -> list[RequestView]:
         with self.db.read() as session:
             return overview.queue(session)
+
+    def queue_explained(self) -> list[QueueEntry]:
+        """The queue, pool by pool, each request with its place, its reasons and its recalls."""
+        with self.db.read() as session:
+            return recall.queue_entries(self.ctx, session)
 
     def home(self, user: str) -> Home:
         with self.db.read() as session:

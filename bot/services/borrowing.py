@@ -5,7 +5,7 @@ Each use case is one database transaction; its audit rows are written in that tr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
@@ -84,6 +84,8 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
         _lock_pool(session, ask.pool)
         free = free_gpus(session, ask.pool)
         usage = pool_usage(session, ask.pool, free)
+        # pool.queued: the waiting requests served before this one (same or higher priority)
+        usage = replace(usage, queued=_ahead_of(session, ask.pool, ask.priority))
         facts = request_facts(
             policy,
             kind=RequestKind.BORROW,
@@ -398,7 +400,21 @@ def _approve(
     return SettleResult(request_view(request), granted, message)
 
 
-def _facts_again(ctx: Context, session: Session, request: RequestRow) -> dict[str, object]:
+def _ahead_of(session: Session, pool: str, priority: Priority) -> int:
+    waiting = session.exec(
+        select(RequestRow.priority).where(
+            RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED
+        )
+    ).all()
+    return sum(1 for p in waiting if Priority(p).rank >= priority.rank)
+
+
+def _facts_again(
+    ctx: Context, session: Session, request: RequestRow, *, ahead: int = 0
+) -> dict[str, object]:
+    """The request's facts now. `pool.queued` is what waits ahead of it: none for the head
+    of the queue, and none for a request a person approves (the card said whom it overtakes)."""
+    usage = pool_usage(session, request.pool)
     return request_facts(
         ctx.policy,
         kind=RequestKind.BORROW,
@@ -409,7 +425,7 @@ def _facts_again(ctx: Context, session: Session, request: RequestRow) -> dict[st
         duration=timedelta(seconds=request.duration_s),
         priority=Priority(request.priority),
         has_reason=bool(request.reason),
-        usage=pool_usage(session, request.pool),
+        usage=replace(usage, queued=ahead),
     )
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from sqlmodel import Session, select
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
 
 from bot.services.context import Context
 from bot.services.views import Explanation, Refused
-from rules.domain import format_duration
+from rules.domain import LeaseState, format_duration
 from rules.policy import show
 from storage import audit
 from storage.tables import AuditRow, LeaseRow, RequestRow
@@ -95,7 +96,30 @@ def _request(ctx: Context, session: Session, user: str, number: int) -> Explanat
     rows = audit.history(session, f"request:{number}")
     if request.lease_id is not None:
         rows += audit.history(session, f"lease:{request.lease_id}")
+    rows += _recalls_for(session, request)
     return Explanation(f"R{number}", summary, tuple(_lines(sorted(rows, key=_order))))
+
+
+def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
+    """The recalls made for a request: how the borrowed leases for it were chosen."""
+    leases = session.exec(
+        select(LeaseRow).where(
+            LeaseRow.pool == request.pool,
+            sa.or_(
+                col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.end_reason) == "preempted"
+            ),
+        )
+    ).all()
+    found = []
+    for lease in leases:
+        mark = lease.warnings.get("recall")
+        if isinstance(mark, dict) and mark.get("request") == request.id:
+            found += [
+                r
+                for r in audit.history(session, f"lease:{lease.id}")
+                if r.tag == "lease:recalled" and r.detail.get("request") == request.id
+            ]
+    return found
 
 
 def _lease(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
@@ -157,6 +181,14 @@ def _lines(rows: list[AuditRow]) -> list[str]:
                 head += f" (saw {seen}; rules {row.revision}, {row.engine})"
             for would in row.detail.get("would_have", []) if row.detail else []:
                 head += f"; observe-only rule `{would['rule']}` would have said {would['then']}"
+        elif row.tag == "lease:recalled":
+            head += (
+                f": recalled for R{row.detail.get('request')} of team "
+                f"{row.detail.get('for_team')}, which needs its nominal GPUs back; "
+                f"chosen because {row.detail.get('because')}"
+            )
+        elif row.tag == "lease:recall-withdrawn":
+            head += f": recall withdrawn, as {row.detail.get('why')}"
         elif row.detail.get("reason"):
             head += f": {row.detail['reason']}"
         out.append(head)

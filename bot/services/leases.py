@@ -55,6 +55,14 @@ def extend(
             return lease
         if lease.team not in policy.teams or lease.pool not in policy.pools:
             return Refused(f"L{lease_id}'s team or pool left the rule files; ask an admin.")
+        recalled = lease.warnings.get("recall")
+        if isinstance(recalled, dict):
+            return Refused(
+                f"L{lease_id} is being recalled: its GPUs are borrowed, and their lending team "
+                f"needs them back for R{recalled.get('request')}, so it cannot be extended. "
+                "`/gpu why` shows why; `/gpu borrow` asks again once it ends.",
+                "recalled",
+            )
         facts = request_facts(
             policy,
             kind=RequestKind.EXTEND,

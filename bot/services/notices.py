@@ -8,6 +8,7 @@ Kinds (the Slack adapter renders each from the database when it delivers):
     lease_ended      tell the holder someone else ended their lease
     lease_warning    expiry, idle or unhealthy, before anything is taken (buttons to answer)
     lease_reclaimed  the lease was reclaimed, and why
+    recall_withdrawn the lease warned of preemption stays: its recall is no longer needed
     unreserved_use   a process runs on a GPU no lease covers: offer a borrow
     admin_notice     a line for each admin (faults, would-haves, unreserved use)
 """
@@ -59,6 +60,11 @@ def granted(session: Session, lease: LeaseRow, *, at: datetime) -> None:
 def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
     data = {"lease": lease.id, "by": by}
     owe(session, Owed("lease_ended", f"lease:{lease.id}", lease.holder, data), at=at)
+
+
+def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:
+    data = {"lease": lease.id}
+    owe(session, Owed("recall_withdrawn", f"lease:{lease.id}", lease.holder, data), at=at)
 
 
 def tell_admins(

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from bot.services import admin, enforcement, notices, sweep_gpus
+from bot.services import admin, enforcement, notices, recall, sweep_gpus
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.sweep_facts import (
@@ -60,10 +60,19 @@ class SweepReport:
     notified: list[str] = field(default_factory=list)
     would_have: list[str] = field(default_factory=list)
     held_back: list[str] = field(default_factory=list)  # reclaims the invariants refused
+    recalled: list[str] = field(default_factory=list)  # leases chosen for a lender recall
+    recall_withdrawn: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.warned or self.reclaimed or self.notified or self.would_have)
+        return bool(
+            self.warned
+            or self.reclaimed
+            or self.notified
+            or self.would_have
+            or self.recalled
+            or self.recall_withdrawn
+        )
 
 
 @dataclass
@@ -98,7 +107,15 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         gpus = _gpus(session)
         paused = admin.is_paused(session, ctx)
         told = sweep_gpus.told(session)
+        # Recalls first, so this pass's preemption warnings follow the queue as it stands:
+        # in every pool where requests wait or a recall is under way.
+        waiting = recall.pools_with_queue(session)
+    recalled = recall.reconcile(ctx, waiting | {s.pool for s in leases if "recall" in s.warnings})
+    if recalled.started or recalled.withdrawn:
+        with ctx.db.read() as session:
+            leases, warned = _leases(session)
     run = Pass(ctx, readings, now, paused, unreserved=told)
+    run.report.recalled, run.report.recall_withdrawn = recalled.started, recalled.withdrawn
     policy, decide, reading = ctx.policy, ctx.live.decide, run.reading
     for lease in leases:
         lease_readings = [reading(node, index) for node, index in lease.slots]
@@ -261,13 +278,18 @@ def _may_reclaim(
         return "telemetry is not fresh, so idleness is unknown"
     if reason == Reason.EXPIRED and run.now < lease.expires_at:
         return "not expired"
+    if reason == Reason.PREEMPTED and not facts["lease.recalled"]:
+        return "the recall was withdrawn"
     warning = _WARNING_FOR.get(reason)
     delivered = warned.at(warning) if warning else None
     if delivered is None:
         return f"no delivered {warning} warning yet"
-    grace = run.ctx.policy.timing.grace
-    if run.now - delivered < grace:
-        return f"grace runs until {(delivered + grace).isoformat()}"
+    # A preemption gives the recall's notice period; every other reclaim the grace period.
+    timing = run.ctx.policy.timing
+    wait = run.ctx.policy.recall.notice if reason == Reason.PREEMPTED else timing.grace
+    if run.now - delivered < wait:
+        kind = "notice" if reason == Reason.PREEMPTED else "grace"
+        return f"{kind} runs until {(delivered + wait).isoformat()}"
     return None
 
 
@@ -293,6 +315,8 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
             return
         if row.warnings.get(key) is not None and not again:
             return
+        if reason == Reason.PREEMPT and "recall" not in row.warnings:
+            return  # withdrawn since the pass began
         stage = expiry_stage(run.ctx.policy, lease, now) if reason == Reason.EXPIRY else None
         data = {
             "lease": lease.id,
@@ -301,6 +325,8 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
             "time_left_min": facts["lease.time_left"],
             "idle_for_min": facts["lease.idle_for"],
         }
+        if reason == Reason.PREEMPT:
+            data["recall"] = row.warnings.get("recall")
         owed = outbox.owe(
             session, Owed("lease_warning", f"lease:{lease.id}", lease.holder, data), at=now
         )
@@ -331,6 +357,8 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
         row = _locked(session, lease)
         if row is None:
             return
+        if reason == Reason.PREEMPTED and "recall" not in row.warnings:
+            return  # withdrawn since the pass began
         record(
             session,
             at=now,

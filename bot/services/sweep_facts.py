@@ -101,6 +101,7 @@ def lease_facts(
     if not fresh:
         idle_for = timedelta(0)  # unknown is never idle
     expiry_at, idle_at = warned.at("expiry"), warned.at("idle")
+    preempt_at = warned.at("preempt")
     return {
         "lease.id": lease.id,
         "lease.pool": lease.pool,
@@ -123,9 +124,13 @@ def lease_facts(
         "lease.idle_for": minutes(idle_for),
         "lease.snoozed": lease.snoozed_until is not None and lease.snoozed_until > now,
         "lease.unhealthy": any(r is not None and not r.healthy for r in readings),
+        "lease.recalled": "recall" in lease.warnings,
+        "lease.warned.preempt": preempt_at is not None,
+        "lease.since_warned.preempt": minutes(now - preempt_at) if preempt_at else 0.0,
         "telemetry.fresh": fresh,
         "limits.idle_threshold": minutes(policy.timing.idle_threshold),
         "limits.grace": minutes(policy.timing.grace),
+        "limits.preempt_notice": minutes(policy.recall.notice),
     }
 
 

@@ -187,3 +187,47 @@ class Home:
     quotas: tuple[QuotaUse, ...]
     pools: tuple[PoolStatus, ...]
     paused: bool = False
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A borrowed lease a recall takes back (or would take back)."""
+
+    lease: int
+    holder: str
+    gpus: int
+    team: str
+
+
+@dataclass(frozen=True)
+class ApprovalEffects:
+    """What approving a request would do, as of now."""
+
+    queued: int  # requests waiting in the pool
+    overtakes: tuple[int, ...] = ()  # granted at once, ahead of these queued requests
+    waits: bool = False  # no GPUs for it now: it would join the queue
+    behind: tuple[int, ...] = ()  # ... behind these
+    recalls: tuple[Recalled, ...] = ()  # ... and recall these borrowed leases
+    notice: timedelta = timedelta(0)  # the recall's notice period
+
+
+@dataclass(frozen=True)
+class Recall:
+    """A recall under way: the lease, and when its GPUs are taken (None: not warned yet)."""
+
+    lease: Recalled
+    taken_at: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One waiting request: its place in its pool's queue and why it waits there."""
+
+    request: RequestView
+    position: int  # 1 is the head of its pool's queue
+    head: str  # the head's code when this one is behind it, else ""
+    waits_for: str  # the rules' reason it waits (what is missing)
+    free: int  # GPUs free in the pool now
+    guaranteed: bool  # inside its team's nominal: borrowed GPUs are recalled for it
+    recalls: tuple[Recall, ...]  # recalls under way in its pool (guaranteed requests only)
+    withdrawn_at: datetime  # when it times out if still waiting

@@ -7,6 +7,7 @@ from bot.slack.blocks import approval_card, grant_message, settled_card
 from bot.slack.blocks.kit import Message, context, escape, mention, message, section
 from bot.slack.blocks.warnings import (
     admin_notice,
+    recall_withdrawn_message,
     reclaimed_message,
     unreserved_message,
     warning_message,
@@ -37,14 +38,22 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
             quota = services.quota_of(request.team, request.pool)
             if quota is None:
                 return None
-            ahead = services.queued_ahead(request.pool)
-            return approval_card(request, name, quota, ahead, services.because(request.id))
+            effects = services.approval_effects(request.id)
+            if effects is None:
+                return None
+            return approval_card(request, name, quota, effects, services.because(request.id))
         if row.kind == "card_settled":
             return settled_card(request, name, note=str(data.get("reason") or ""))
         return _decided(
             request.code, str(data["verdict"]), str(data["by"]), str(data["reason"]), request.state
         )
-    if row.kind in ("lease_granted", "lease_ended", "lease_warning", "lease_reclaimed"):
+    if row.kind in (
+        "lease_granted",
+        "lease_ended",
+        "lease_warning",
+        "lease_reclaimed",
+        "recall_withdrawn",
+    ):
         lease = services.lease(int(data["lease"]))
         if lease is None:
             return None
@@ -63,7 +72,11 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
                 time_left_min=float(data.get("time_left_min") or 0.0),
                 idle_for_min=float(data.get("idle_for_min") or 0.0),
                 snoozes_left=max(0, timing.max_snoozes - services.snoozes(lease.id)),
+                recall=data.get("recall") if isinstance(data.get("recall"), dict) else None,
+                notice=services.policy.recall.notice,
             )
+        if row.kind == "recall_withdrawn":
+            return recall_withdrawn_message(lease) if lease.state == "active" else None
         if row.kind == "lease_reclaimed":
             return reclaimed_message(lease, str(data["reason"]), str(data.get("because") or ""))
         text = f"{mention(str(data['by']))} ended your lease {lease.code} ({lease.pool})."

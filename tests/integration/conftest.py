@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from freezegun import freeze_time
+from freezegun.api import FrozenDateTimeFactory
 from pydantic import SecretStr
 
 from bot.main import Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from bot.slack.localapi import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver
+from tests.integration.story import T0, Story
 
 SECRET = "local-signing-secret"  # noqa: S105  (the local workspace's, never real)
 PROXY_VARIABLES = (
@@ -84,3 +88,22 @@ def running(local: LocalSlack, tmp_path: Path) -> Iterator[Running]:
     )
     http.stop()
     bot.close()
+
+
+@contextmanager
+def story_with(settings: Settings, local: LocalSlack) -> Iterator[Story]:
+    """The bot assembled from `settings` on a frozen clock the test moves."""
+    with freeze_time(T0) as clock:
+        assert isinstance(clock, FrozenDateTimeFactory)  # not ticking: the test moves time
+        bot = assemble(settings)
+        try:
+            yield Story(bot, local, clock, SECRET)
+        finally:
+            bot.close()
+
+
+@pytest.fixture
+def story(local: LocalSlack, tmp_path: Path) -> Iterator[Story]:
+    """The bot on the shipped rules, for timelines told minute by minute."""
+    with story_with(settings_for(local, tmp_path), local) as told:
+        yield told

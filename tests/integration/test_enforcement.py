@@ -10,16 +10,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from freezegun import freeze_time
-from freezegun.api import FrozenDateTimeFactory
 from sqlmodel import select
 
-from bot.main import Bot, assemble
+from bot.main import Bot
 from bot.slack.localapi import LocalSlack
 from bot.telemetry.model import ProcessInfo, Sample, sign, to_json
 from storage.tables import AuditRow, EnforcementRow
-from tests.integration.conftest import settings_for
-from tests.integration.test_timelines import ALICE, T0, Story
+from tests.integration.conftest import settings_for, story_with
+from tests.integration.story import ALICE, Story
 
 NODE = "a100-node-01"
 TOKEN = "9e3b7c1d5a2f4e6b8c0d1e2f3a4b5c6d"  # noqa: S105 - a test fixture, not a credential
@@ -68,11 +66,8 @@ def story(local: LocalSlack, tmp_path: Path) -> Iterator[Story]:
     settings = settings_for(local, tmp_path).model_copy(
         update={"enforcer": "signal", "agent_tokens_file": tokens}
     )
-    with freeze_time(T0) as clock:
-        assert isinstance(clock, FrozenDateTimeFactory)
-        bot = assemble(settings)
-        yield Story(bot, local, clock)
-        bot.close()
+    with story_with(settings, local) as told:
+        yield told
 
 
 def test_a_reclaim_orders_the_holders_processes_signalled_through_the_agent(story: Story) -> None:

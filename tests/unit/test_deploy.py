@@ -14,7 +14,8 @@ import typer
 import yaml
 
 from bot.cli import app
-from bot.settings import Settings
+from bot.rulesdir import read_rules_dir
+from bot.settings import DEFAULT_RULES_DIR, Settings
 from rules.engine.live import build_engine, check
 from rules.loader import load_policy
 
@@ -220,6 +221,10 @@ def test_kubernetes_rules_configmaps_hold_rules_the_bot_accepts() -> None:
     sources = dict(objects[("ConfigMap", "gpubot-rules")]["data"])
     tests = objects[("ConfigMap", "gpubot-rule-tests")]["data"]
     sources.update({f"tests/{name}": text for name, text in tests.items()})
+    assert read_rules_dir(DEFAULT_RULES_DIR) == sources, (
+        "deploy/kubernetes/rules-configmap.yaml no longer holds the shipped rules; remake it "
+        "as its header says"
+    )
     policy = load_policy(sources)
     assert policy.cases
     engine = build_engine(policy, "reference")

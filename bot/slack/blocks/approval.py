@@ -4,7 +4,7 @@ and the reply to the manager who clicked.
 
 from __future__ import annotations
 
-from bot.services.views import QuotaUse, RequestView, SettleResult
+from bot.services.views import ApprovalEffects, QuotaUse, RequestView, SettleResult
 from bot.slack.blocks.kit import (
     APPROVE_ACTION,
     DENY_ACTION,
@@ -61,7 +61,11 @@ def _facts(request: RequestView, requester_name: str) -> list[Block]:
 
 
 def approval_card(
-    request: RequestView, requester_name: str, quota: QuotaUse, queued_ahead: int, because: str
+    request: RequestView,
+    requester_name: str,
+    quota: QuotaUse,
+    effects: ApprovalEffects,
+    because: str,
 ) -> Message:
     """The card for the approvers: the facts, the team's quota, the rules' reason, two buttons."""
     lines = [f"Team *{escape(quota.team)}* in *{escape(quota.pool)}*: {quota_line(quota)}"]
@@ -72,11 +76,7 @@ def approval_card(
         if over:
             then += f", borrowing {over} of at most {quota.borrowing_limit}"
         lines.append(then + ".")
-    lines.append(
-        f"{plural(queued_ahead, 'request')} queued ahead in this pool."
-        if queued_ahead
-        else "Nothing else is queued in this pool."
-    )
+    lines += effect_lines(request, effects)
     value = str(request.id)
     blocks = [
         *_facts(request, escape(requester_name)),
@@ -89,6 +89,43 @@ def approval_card(
         ),
     ]
     return message(escape(_summary(request, requester_name)) + ". Approve or deny?", blocks)
+
+
+def _codes(ids: tuple[int, ...]) -> str:
+    shown = ", ".join(f"R{i}" for i in ids[:8])
+    return shown + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
+
+
+def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
+    """What approving would do: go ahead of the queue, or wait in it and recall leases."""
+    if _is_extension(request):
+        queued = effects.queued
+        return [
+            f"{plural(queued, 'request')} queued in this pool."
+            if queued
+            else "Nothing is queued in this pool."
+        ]
+    if not effects.waits:
+        if not effects.overtakes:
+            return ["GPUs are free: approving grants it at once. Nothing else is queued."]
+        return [
+            f"GPUs are free: approving grants it at once, *ahead of* "
+            f"{_codes(effects.overtakes)}, still waiting in this pool."
+        ]
+    place = f"behind {_codes(effects.behind)}" if effects.behind else "at the head of the queue"
+    lines = [f"No GPUs are free for it now: approving queues it {place}."]
+    if effects.recalls:
+        taken = ", ".join(
+            f"L{r.lease} ({mention(r.holder)}, {plural(r.gpus, 'GPU')}, team "
+            f"{escape(r.team)} borrowing)"
+            for r in effects.recalls[:8]
+        )
+        taken = clip(taken, 1500)
+        lines.append(
+            f"It is inside the team's guarantee, so approving *recalls* {taken}: "
+            f"warned now, taken {format_duration(effects.notice)} after the warning."
+        )
+    return lines
 
 
 def settled_card(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.services.views import LeaseView, PoolStatus, QuotaUse, RequestView
+from bot.services.views import LeaseView, PoolStatus, QueueEntry, QuotaUse, RequestView
 from bot.slack.blocks.kit import (
     CANCEL_ACTION,
     Block,
@@ -130,13 +130,55 @@ def quota_message(quotas: Sequence[QuotaUse], team: str | None = None) -> Messag
     return message(escape(f"{title}: {text or 'none'}"), blocks)
 
 
-def queue_message(requests: Sequence[RequestView]) -> Message:
-    """Queued requests in the order they will be served."""
-    numbered = list(enumerate(requests, start=1))
+def queue_message(entries: Sequence[QueueEntry]) -> Message:
+    """Queued requests pool by pool, in the order they will be served, each with its reasons."""
     blocks = [header("Queue")]
-    blocks += listing(
-        numbered, lambda nr: [section(f"{nr[0]}. {request_text(nr[1], who=True)}")], 45, "request"
-    )
-    if not requests:
+    blocks += listing(entries, lambda e: [section(queue_text(e))], 45, "request")
+    if not entries:
         blocks.append(section("Nothing is queued: every request has been served."))
-    return message(f"{plural(len(requests), 'request')} queued.", blocks)
+    else:
+        blocks.append(
+            context(
+                "Order: priority (high first), then arrival; nobody overtakes the head of a "
+                "pool's queue. A request inside its team's nominal quota recalls borrowed GPUs."
+            )
+        )
+    return message(f"{plural(len(entries), 'request')} queued.", blocks)
+
+
+def queue_text(entry: QueueEntry) -> str:
+    """One waiting request in plain words: where it stands and what it waits for."""
+    request = entry.request
+    pool = escape(request.pool)
+    lines = [f"*{entry.position}.* {request_text(request, who=True)}"]
+    if entry.head:
+        lines.append(f"Waits behind {entry.head}, the head of the {pool} queue.")
+    else:
+        free = plural(entry.free, "GPU")
+        lines.append(f"First in the {pool} queue; {free} free now.")
+    if entry.waits_for:
+        lines.append(f"Why it waits: {clip(escape(entry.waits_for), 300)}")
+    lines += recall_lines(entry)
+    lines.append(f"Withdrawn {slack_date(entry.withdrawn_at)} if still waiting.")
+    return "\n".join(lines)
+
+
+def recall_lines(entry: QueueEntry) -> list[str]:
+    """For a guaranteed request: the borrowed leases being recalled for it, and when."""
+    if not entry.guaranteed:
+        return []
+    if not entry.recalls:
+        return ["It is inside its team's nominal quota; nothing borrowed can be recalled yet."]
+    shown = []
+    for recall in entry.recalls[:6]:
+        lease = recall.lease
+        when = (
+            f"taken {slack_date(recall.taken_at)}"
+            if recall.taken_at
+            else "warned now, taken after the notice"
+        )
+        shown.append(
+            f"L{lease.lease} ({mention(lease.holder)}, {plural(lease.gpus, 'GPU')}, "
+            f"team {escape(lease.team)}): {when}"
+        )
+    return ["Inside its team's nominal quota, so borrowed GPUs are recalled: " + "; ".join(shown)]

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from bot.services.views import BorrowResult, Explanation, Refused
+from bot.services.views import BorrowResult, Explanation, QueueEntry, Refused
 from bot.slack.blocks.kit import (
     MAX_SECTION_TEXT,
     Block,
@@ -22,6 +22,7 @@ from bot.slack.blocks.kit import (
     utc_text,
 )
 from bot.slack.blocks.leases import lease_buttons, placement_lines
+from bot.slack.blocks.overview import recall_lines
 from bot.slack.parse import ParseProblem
 from bot.slack.texts import COMMANDS, FOOTER, OVERVIEW
 from rules.domain import Outcome, format_duration
@@ -38,7 +39,7 @@ def _route(route: str) -> str:
     return "by DM"
 
 
-def borrow_reply(result: BorrowResult, position: int | None = None) -> Message:
+def borrow_reply(result: BorrowResult, queued: QueueEntry | None = None) -> Message:
     """Granted (what and where), asked (whom and why), queued (why and where in line), denied."""
     request, because = result.request, escape(result.because)
     size = f"{plural(request.gpus, 'GPU')} in {escape(request.pool)}"
@@ -59,10 +60,13 @@ def borrow_reply(result: BorrowResult, position: int | None = None) -> Message:
         blocks = [section(f":hourglass: {text}\nYou asked for {size} for {length}.")]
         blocks.append(context("You get a DM when they decide. Why they were asked: " + because))
     elif result.outcome == Outcome.QUEUE:
-        where = f" at position {position}" if position else ""
+        where = f" at position {queued.position} in {escape(request.pool)}" if queued else ""
         text = f"{request.code} is queued{where}: {size} for {length}."
         blocks = [section(f":inbox_tray: {text}\nIt is granted by itself when GPUs come free.")]
-        blocks.append(context(f"Why: {because}"))
+        recalled = recall_lines(queued) if queued else []
+        if recalled:
+            blocks.append(section(recalled[0]))
+        blocks.append(context(f"Why: {because} · `/gpu queue` shows the line"))
     else:
         text = f"{request.code} was denied: {size} for {length}."
         blocks = [section(f":no_entry: {text}\n*Why:* {because}"), section(DENIED_ADVICE)]

@@ -3,7 +3,9 @@ and notices for admins."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from bot.services.views import LeaseView
 from bot.slack.blocks.kit import (
@@ -44,6 +46,8 @@ def warning_message(
     time_left_min: float,
     idle_for_min: float,
     snoozes_left: int,
+    recall: Mapping[str, Any] | None = None,
+    notice: timedelta = timedelta(0),
 ) -> Message:
     """Before anything is taken: what, why, the deadline, and Extend / Release now / Still using."""
     if reason == "expiry":
@@ -62,6 +66,8 @@ def warning_message(
             "If they are really working, say so; otherwise give them back."
         )
         deadline = now + grace
+    elif reason == "preempt":
+        return _preempt_message(lease, because, recall or {}, now + notice, notice)
     else:
         title = f"{lease.code}: a GPU reports a fault"
         line = f"A GPU of *{lease.code}* reports a hardware fault; save your work."
@@ -100,6 +106,57 @@ def warning_message(
         )
     blocks.append(actions(lease_block(lease.id), *elements))
     return message(f"{title}: {clip(because, 300)}", blocks)
+
+
+def _preempt_message(
+    lease: LeaseView,
+    because: str,
+    recall: Mapping[str, Any],
+    deadline: datetime,
+    notice: timedelta,
+) -> Message:
+    """A recall: whose GPUs these are, when they are taken, and Release now."""
+    team = escape(str(recall.get("team") or "their lending team"))
+    wanted = f" for R{recall['request']}" if recall.get("request") else ""
+    title = f"{lease.code} is recalled"
+    line = (
+        f"The GPUs of *{lease.code}* are borrowed from team *{team}*'s guaranteed share, "
+        f"and {team} needs them back{wanted}. Save your work: they are taken "
+        f"{slack_date(deadline)}, {format_duration(notice)} after this message."
+    )
+    why = str(recall.get("because") or because)
+    blocks = [
+        header(title),
+        section(f":warning: {line}\n{clip(escape(why), 500)}"),
+        section("\n".join(placement_lines(lease))),
+        context(
+            "A recalled lease cannot be extended. Releasing now hands the GPUs over at once; "
+            f"`/gpu why {lease.code}` shows how it was chosen."
+        ),
+        actions(
+            lease_block(lease.id),
+            button(
+                "Release now",
+                RELEASE_ACTION,
+                str(lease.id),
+                style="danger",
+                confirm=(
+                    f"Release {lease.code}?",
+                    "Work still running on these GPUs loses them.",
+                    "Release",
+                ),
+            ),
+        ),
+    ]
+    return message(f"{title}: {clip(why, 300)}", blocks)
+
+
+def recall_withdrawn_message(lease: LeaseView) -> Message:
+    text = (
+        f"{lease.code} is no longer recalled: the GPUs it was asked to give back came free "
+        "another way. Keep working; it ends as planned."
+    )
+    return message(text, [section(f":white_check_mark: {escape(text)}")])
 
 
 def reclaimed_message(lease: LeaseView, reason: str, because: str) -> Message:

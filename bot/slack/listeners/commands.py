@@ -83,7 +83,7 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
             shown.blocks.append(section(f"*Unreserved use* (no lease covers it):\n{lines}"))
         return shown
     if isinstance(command, p.Queue):
-        return queue_message(services.queue())
+        return queue_message(services.queue_explained())
     if isinstance(command, p.Quota):
         team = command.team or _team_of(deps, user)
         if team is None:
@@ -104,11 +104,11 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
 def _borrowed(deps: SlackDeps, result: BorrowResult | Refused) -> Message:
     if isinstance(result, Refused):
         return refused_message(result)
-    position = None
+    entry = None
     if result.outcome == Outcome.QUEUE:
-        ids = [r.id for r in deps.services.queue() if r.pool == result.request.pool]
-        position = ids.index(result.request.id) + 1 if result.request.id in ids else None
-    return borrow_reply(result, position)
+        entries = deps.services.queue_explained()
+        entry = next((e for e in entries if e.request.id == result.request.id), None)
+    return borrow_reply(result, entry)
 
 
 def _reply(result: Any, render: Any) -> Message:

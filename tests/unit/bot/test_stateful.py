@@ -12,7 +12,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -24,14 +24,14 @@ from hypothesis.stateful import (
 )
 from sqlmodel import col, select
 
-from bot.services import BorrowAsk, Services
+from bot.services import BorrowAsk, Refused, Services
 from bot.services.views import LeaseView, RequestView
 from bot.telemetry.model import Sample
 from bot.telemetry.window import Telemetry
 from rules.domain import LeaseState, Priority, RequestState
 from storage import audit, outbox
 from storage.db import Database
-from storage.tables import LeaseGpuRow, LeaseRow, OutboxRow, RequestRow
+from storage.tables import AuditRow, LeaseGpuRow, LeaseRow, OutboxRow, RequestRow
 from tests.builders import a_sample, default_sources
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
@@ -76,7 +76,13 @@ class Governance(RuleBasedStateMachine):
         try:
             with self.db.read() as session:
                 report = audit.verify(session)
+                tags = Counter(session.exec(select(AuditRow.tag)).all())
+                ends = Counter(session.exec(select(LeaseRow.end_reason)).all())
             assert report.ok, report
+            # How far runs get, in --hypothesis-show-statistics.
+            event(f"recalled: {tags['lease:recalled'] > 0}")
+            event(f"preempted: {ends['preempted'] > 0}")
+            event(f"recall withdrawn: {tags['lease:recall-withdrawn'] > 0}")
         finally:
             self.services.ctx.live.close()
             self.db.dispose()
@@ -88,6 +94,13 @@ class Governance(RuleBasedStateMachine):
 
     def _pending(self) -> list[RequestView]:
         return [r for r in self.services.requests() if r.state == RequestState.PENDING]
+
+    def _recalling(self) -> bool:
+        with self.db.read() as session:
+            active = session.exec(
+                select(LeaseRow.warnings).where(LeaseRow.state == LeaseState.ACTIVE)
+            ).all()
+        return any("recall" in warnings for warnings in active)
 
     def _leased(self) -> list[tuple[str, int]]:
         return [(s.node, s.index) for lease in self._active() for s in lease.gpus]
@@ -113,12 +126,24 @@ class Governance(RuleBasedStateMachine):
         """A short lease inside nominal, granted at once, so the sweep has work from the start."""
         self.services.borrow(user, BorrowAsk(pool, gpus, minutes * MINUTE))
 
-    @initialize(fill=st.booleans())
-    def crowd_l40s(self, fill: bool) -> None:
-        """Sometimes vision and nlp take their l40s nominal first, so later asks queue."""
-        if fill:
-            self.services.borrow(BOB, BorrowAsk("l40s", 3, 12 * 60 * MINUTE))
-            self.services.borrow(DAVE, BorrowAsk("l40s", 3, 12 * 60 * MINUTE))
+    @initialize(start=st.sampled_from(["empty", "crowded", "lent out"]))
+    def crowd_l40s(self, start: str) -> None:
+        """Sometimes vision and nlp take their l40s nominal first, so later asks queue; and
+        sometimes nlp borrows beyond its nominal and, an hour later, vision asks for its own
+        nominal, so the borrowed lease is recalled."""
+        day = 24 * 60 * MINUTE
+        if start == "crowded":
+            self.services.borrow(BOB, BorrowAsk("l40s", 3, day))
+            self.services.borrow(DAVE, BorrowAsk("l40s", 3, day))
+        elif start == "lent out":
+            self.services.borrow(CAROL, BorrowAsk("l40s", 3, day))
+            self.services.borrow(ERIN, BorrowAsk("l40s", 2, day))
+            for _ in range(2):  # nlp borrows 2 more beyond its nominal, a manager agreeing
+                asked = self.services.borrow(DAVE, BorrowAsk("l40s", 1, day))
+                if not isinstance(asked, Refused) and asked.request.state == "pending":
+                    self.services.approve(NADIA, asked.request.id)
+            self.advance(61)
+            self.services.borrow(ALICE, BorrowAsk("l40s", 3, 4 * 60 * MINUTE))
 
     @rule(
         user=st.sampled_from(PEOPLE),
@@ -202,6 +227,15 @@ class Governance(RuleBasedStateMachine):
         self.services.sweep(self.telemetry)
         self.services.serve_queue()
 
+    @precondition(lambda self: self._recalling())
+    @rule()
+    def recall_runs_its_course(self) -> None:
+        """A recall under way: warned, delivered, the notice waited out, swept again."""
+        self.sweep()
+        self.deliver()
+        self.advance(31)
+        self.sweep()
+
     # The reclaim path needs sweep, deliver, time, sweep in turn: these twins make those steps
     # more likely among the others (rules are drawn evenly).
     @rule()
@@ -254,7 +288,6 @@ class Governance(RuleBasedStateMachine):
 
     @invariant()
     def reclaims_were_warned(self) -> None:
-        grace = self.policy.timing.grace
         with self.db.read() as session:
             reclaimed = session.exec(
                 select(LeaseRow).where(LeaseRow.state == LeaseState.RECLAIMED)
@@ -264,6 +297,9 @@ class Governance(RuleBasedStateMachine):
                 assert not lease.protected, f"protected L{lease.id} was reclaimed"
                 assert lease.ended_at is not None
                 warning = WARNING_FOR[lease.end_reason]
+                preempted = lease.end_reason == "preempted"
+                grace = self.policy.recall.notice if preempted else self.policy.timing.grace
+                assert not preempted or "recall" in lease.warnings, f"L{lease.id}: no recall"
                 sent = session.exec(
                     select(OutboxRow).where(
                         OutboxRow.kind == "lease_warning",
@@ -293,6 +329,32 @@ class Governance(RuleBasedStateMachine):
                     f"L{lease.id} reclaimed on a withdrawn or late {warning} warning: "
                     f"stood on outbox {standing['outbox']}, in time: {[w.id for w in in_time]}"
                 )
+
+    @invariant()
+    def recalls_follow_the_rules(self) -> None:
+        """Only borrowed, unprotected leases past the minimum runtime are recalled, and
+        nobody preempted within the cooldown is recalled again."""
+        recall = self.policy.recall
+        with self.db.read() as session:
+            leases = session.exec(select(LeaseRow)).all()
+        preempted = [
+            (lease.holder, lease.ended_at)
+            for lease in leases
+            if lease.end_reason == "preempted" and lease.ended_at is not None
+        ]
+        for lease in leases:
+            mark = lease.warnings.get("recall")
+            if not isinstance(mark, dict):
+                continue
+            at = datetime.fromisoformat(mark["at"])
+            assert lease.pool != PROTECTED_POOL, f"L{lease.id} in a protected pool recalled"
+            assert not lease.protected, f"protected L{lease.id} recalled"
+            assert at - lease.granted_at >= recall.min_runtime, f"L{lease.id} recalled too young"
+            assert mark["team"] != lease.team, f"L{lease.id} recalled for its own team"
+            recent = [t for holder, t in preempted if holder == lease.holder and t < at]
+            assert all(at - t >= recall.cooldown for t in recent), (
+                f"{lease.holder} preempted again within {recall.cooldown}: L{lease.id}"
+            )
 
     @invariant()
     def protected_never_reclaimed(self) -> None:

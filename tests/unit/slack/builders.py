@@ -21,7 +21,7 @@ from bot.services.views import (
 from bot.slack.blocks import Message
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-ALICE, VICTOR = "U0ALICE01", "U0VMGR001"
+ALICE, BOB, VICTOR = "U0ALICE01", "U0BOB0001", "U0VMGR001"
 
 _LEASE = LeaseView(
     id=7,

@@ -14,10 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.services.views import (
+    ApprovalEffects,
     BorrowResult,
     Explanation,
     ExtendResult,
     GpuSlot,
+    QueueEntry,
+    Recall,
+    Recalled,
     Refused,
     ReleaseResult,
     SettleResult,
@@ -29,6 +33,7 @@ from bot.slack.texts import SUBCOMMANDS
 from rules.domain import Outcome
 from tests.unit.slack.builders import (
     ALICE,
+    BOB,
     T0,
     VICTOR,
     a_home,
@@ -60,13 +65,43 @@ MANY_LEASES = tuple(a_lease(id=n, gpus=(GpuSlot(f"node-{n}", 0),)) for n in rang
 SETTLED = a_request(state="approved", decided_by=VICTOR, decided_at=T0 + timedelta(minutes=5))
 DENIED = a_request(state="denied", decided_by=VICTOR, decided_at=T0 + timedelta(minutes=5))
 
+NOTHING_QUEUED = ApprovalEffects(queued=0)
+WAITING_2 = ApprovalEffects(queued=2, waits=True, behind=(3, 4))
+OVERTAKING = ApprovalEffects(queued=2, overtakes=(3, 4))
+RECALLING = ApprovalEffects(
+    queued=0,
+    waits=True,
+    recalls=(Recalled(7, BOB, 2, "nlp"), Recalled(9, NASTY, 1, NASTY)),
+    notice=timedelta(minutes=30),
+)
+
+
+def _entry(position: int, *, recalls: int = 0, guaranteed: bool = True) -> QueueEntry:
+    """The request at `position` in the a100 queue, with `recalls` leases recalled for it."""
+    return QueueEntry(
+        request=a_request(id=position, state="queued"),
+        position=position,
+        head="R1" if position > 1 else "",
+        waits_for="only 1 of 16 GPUs are free in a100 right now",
+        free=1,
+        guaranteed=guaranteed,
+        recalls=tuple(
+            Recall(Recalled(7 + n, BOB, 2, "nlp"), T0 + timedelta(minutes=30) if n == 0 else None)
+            for n in range(recalls)
+        ),
+        withdrawn_at=T0 + timedelta(days=1),
+    )
+
+
 MESSAGES: dict[str, Callable[[], Message]] = {
-    "approval card": lambda: kit.approval_card(a_request(), "Alice", a_quota(), 2, "over nominal"),
+    "approval card": lambda: kit.approval_card(
+        a_request(), "Alice", a_quota(), WAITING_2, "over nominal"
+    ),
     "approval card, extension": lambda: kit.approval_card(
-        a_request(kind="extend", lease_id=7), "Alice", a_quota(), 0, ""
+        a_request(kind="extend", lease_id=7), "Alice", a_quota(), NOTHING_QUEUED, ""
     ),
     "approval card, nasty": lambda: kit.approval_card(
-        a_request(reason=NASTY), NASTY, a_quota(team=NASTY), 0, NASTY
+        a_request(reason=NASTY), NASTY, a_quota(team=NASTY), RECALLING, NASTY
     ),
     "settled card": lambda: kit.settled_card(SETTLED, "Alice", because="over nominal"),
     "settled card, denied": lambda: kit.settled_card(DENIED, "Alice", note=NASTY),
@@ -78,7 +113,7 @@ MESSAGES: dict[str, Callable[[], Message]] = {
     "grant, many hosts": lambda: kit.grant_message(
         a_lease(gpus=tuple(GpuSlot(f"host-{n:03}", i) for n in range(200) for i in range(8)))
     ),
-    **{f"borrow {o}": partial(kit.borrow_reply, _borrow(o), 3) for o in Outcome},
+    **{f"borrow {o}": partial(kit.borrow_reply, _borrow(o), _entry(3)) for o in Outcome},
     "borrow nasty": lambda: kit.borrow_reply(_borrow(Outcome.DENY, reason=NASTY)),
     **{f"extend {o}": partial(kit.extend_reply, _extend(o)) for o in Outcome},
     "release": lambda: kit.release_reply(ReleaseResult((a_lease(),), (a_request(),))),
@@ -104,7 +139,7 @@ MESSAGES: dict[str, Callable[[], Message]] = {
     "status, none": lambda: kit.status_message([]),
     "quota": lambda: kit.quota_message([a_quota(), a_quota(pool="l40s", used=6)], "vision"),
     "quota, none": lambda: kit.quota_message([], "nlp"),
-    "queue": lambda: kit.queue_message([a_request(state="queued", id=n) for n in range(60)]),
+    "queue": lambda: kit.queue_message([_entry(n, recalls=9) for n in range(1, 61)]),
     "queue, empty": lambda: kit.queue_message([]),
 }
 VIEWS: dict[str, Callable[[], dict[str, Any]]] = {
@@ -159,7 +194,7 @@ def test_grant_dm_gives_one_line_per_host() -> None:
 
 def test_approval_card_buttons_carry_the_request_id() -> None:
     """Approve (primary) and Deny (danger) both hold R12's id, in block `request:12`."""
-    card = kit.approval_card(a_request(), "Alice", a_quota(), 2, "over nominal")
+    card = kit.approval_card(a_request(), "Alice", a_quota(), WAITING_2, "over nominal")
     buttons = card.blocks[-1]
     assert "request:12" == buttons["block_id"]
     assert [("request_approve", "12", "primary"), ("request_deny", "12", "danger")] == [
@@ -170,7 +205,16 @@ def test_approval_card_buttons_carry_the_request_id() -> None:
         assert fact in text
     assert "3 in use of 4 guaranteed" in text
     assert "brings the team to 5 GPUs of 4 guaranteed, borrowing 1 of at most 4" in text
-    assert "2 requests queued ahead" in text
+    assert "approving queues it behind R3, R4" in text
+
+
+def test_the_approval_card_says_whom_approving_overtakes_and_what_it_recalls() -> None:
+    now = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), OVERTAKING, "why"))
+    assert "grants it at once, *ahead of* R3, R4, still waiting" in now
+    later = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), RECALLING, "why"))
+    assert "approving queues it at the head of the queue" in later
+    assert f"*recalls* L7 (<@{BOB}>, 2 GPUs, team nlp borrowing)" in later
+    assert "taken 30m after the warning" in later
 
 
 def test_settled_card_says_who_decided_and_when_without_buttons() -> None:
@@ -184,7 +228,7 @@ def test_settled_card_says_who_decided_and_when_without_buttons() -> None:
 
 def test_user_text_is_escaped_and_truncated() -> None:
     """A hostile reason can neither ping a channel nor burst a field."""
-    card = kit.approval_card(a_request(reason=NASTY), "Alice", a_quota(), 0, "")
+    card = kit.approval_card(a_request(reason=NASTY), "Alice", a_quota(), NOTHING_QUEUED, "")
     text = texts_of(card)
     assert "<!channel>" not in text
     assert "&lt;!channel&gt; &amp; &lt;script&gt;" in text
@@ -203,14 +247,31 @@ def test_service_mrkdwn_keeps_mentions_but_never_broadcasts() -> None:
 
 def test_borrow_replies_say_what_happens_next() -> None:
     approve, ask, queue, deny = (
-        kit.borrow_reply(_borrow(o), position=3)
+        kit.borrow_reply(_borrow(o), _entry(3, recalls=1))
         for o in (Outcome.APPROVE, Outcome.ASK, Outcome.QUEUE, Outcome.DENY)
     )
     assert "CUDA_VISIBLE_DEVICES=0,1" in texts_of(approve)
     assert f"<@{VICTOR}> in <#C0APPROVE>" in texts_of(ask)
-    assert "position 3" in texts_of(queue)
+    assert "position 3 in a100" in texts_of(queue)
+    assert f"borrowed GPUs are recalled: L7 (<@{BOB}>, 2 GPUs, team nlp): taken <!date^" in (
+        texts_of(queue)
+    )
     assert "team over nominal" in texts_of(deny)
     assert kit.replies.DENIED_ADVICE in texts_of(deny)
+
+
+def test_the_queue_says_where_each_request_stands_and_why() -> None:
+    head = texts_of(kit.queue_message([_entry(1, recalls=0, guaranteed=False)]))
+    assert "First in the a100 queue; 1 GPU free now." in head
+    assert "Why it waits: only 1 of 16 GPUs are free in a100 right now" in head
+    assert "Withdrawn <!date^" in head
+    assert "recalled" not in head
+    behind = texts_of(kit.queue_message([_entry(2, recalls=0)]))
+    assert "Waits behind R1, the head of the a100 queue." in behind
+    assert "nothing borrowed can be recalled yet" in behind
+    recalling = texts_of(kit.queue_message([_entry(1, recalls=2)]))
+    assert "L7 (<@U0BOB0001>, 2 GPUs, team nlp): taken <!date^" in recalling
+    assert "L8 (<@U0BOB0001>, 2 GPUs, team nlp): warned now, taken after the notice" in recalling
 
 
 def test_home_with_forty_leases_stays_within_a_hundred_blocks() -> None:

@@ -1,0 +1,111 @@
+"""Lender recall as timelines: a team asks for GPUs inside its nominal quota while another team
+holds them on loan; the borrowed lease is warned, given its notice, reclaimed, and the lender's
+request is granted. Minute by minute, with the sweep, the queue and the deliveries running as
+the scheduler runs them.
+
+In the shipped l40s pool (8 GPUs): nlp's Carol holds nlp's nominal 3, nlp's Dave 2 more on loan
+(approved by an admin), platform's Erin her nominal 2. One GPU is free when vision's Alice asks
+for her team's nominal 3.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from bot.services import BorrowAsk
+from bot.services.views import BorrowResult
+from rules.domain import Outcome
+from storage import audit
+from tests.integration.story import ALICE, ERIN, Story, busy
+
+CAROL, DAVE = "U0CAROL01", "U0DAVE001"
+
+
+def lend_out(story: Story) -> dict[str, int]:
+    """Minute 0: the pool as described above; everyone's GPUs stay busy."""
+    return {
+        CAROL: story.borrow(CAROL, "l40s", 3, hours=8),
+        DAVE: story.borrow(DAVE, "l40s", 2, hours=8),
+        ERIN: story.borrow(ERIN, "l40s", 2, hours=8),
+    }
+
+
+def alice_asks(story: Story) -> int:
+    result = story.bot.services.borrow(ALICE, BorrowAsk("l40s", 3, timedelta(hours=4)))
+    assert isinstance(result, BorrowResult)
+    assert Outcome.QUEUE == result.outcome
+    return result.request.id
+
+
+def test_a_borrowed_lease_is_warned_given_its_notice_reclaimed_and_the_lender_served(
+    story: Story,
+) -> None:
+    leases = lend_out(story)
+    story.run(70, busy, lease=list(leases.values()))
+    request = alice_asks(story)  # recalls Dave's lease at once: nlp holds 5 of its 3
+    queue = story.answer(ALICE, "queue")
+    assert "First in the l40s queue; 1 GPU free now." in queue
+    assert f"borrowed GPUs are recalled: L{leases[DAVE]} (<@{DAVE}>, 2 GPUs, team nlp)" in queue
+    story.run(130, busy, lease=list(leases.values()))
+    granted = story.bot.services.leases(ALICE)
+    assert 1 == len(granted)
+    assert [
+        (71, "warn preempt"),
+        (101, "reclaim preempted"),
+        (101, f"granted L{granted[0].id} to {ALICE}"),
+    ] == story.lease_events()
+    assert "reclaimed" == story.state(leases[DAVE])
+    assert "active" == story.state(leases[CAROL]) == story.state(leases[ERIN])
+
+    warning = next(d for d in story.dms(DAVE) if "is recalled" in d)
+    assert "borrowed from team *vision*'s guaranteed share" in warning
+    assert f"vision needs them back for R{request}" in warning
+    assert "Release now" in warning
+    assert "Extend" not in warning  # a recalled lease cannot be extended
+    assert any("its lender needs the GPUs back" in d for d in story.dms(DAVE))
+    why = story.answer(ALICE, f"why R{request}")
+    assert f"recalled for R{request} of team vision" in why
+    with story.bot.db.read() as session:
+        assert audit.verify(session).ok
+
+
+def test_a_recalled_lease_cannot_be_extended_and_says_why(story: Story) -> None:
+    leases = lend_out(story)
+    story.run(70, busy, lease=list(leases.values()))
+    request = alice_asks(story)
+    answer = story.answer(DAVE, f"extend L{leases[DAVE]} +2h")
+    assert f"L{leases[DAVE]} is being recalled" in answer
+    assert f"needs them back for R{request}" in answer
+
+
+def test_a_recall_no_longer_needed_is_withdrawn_and_the_holder_told(story: Story) -> None:
+    """Carol releases her 3 GPUs at 80: Alice is served from them, and Dave keeps his."""
+    leases = lend_out(story)
+    story.run(70, busy, lease=list(leases.values()))
+    alice_asks(story)
+    story.run(80, busy, lease=list(leases.values()))
+    story.bot.services.release(CAROL, leases[CAROL])
+    story.bot.deliverer.deliver_due()
+    assert 1 == len(story.bot.services.leases(ALICE))
+    story.run(200, busy, lease=[leases[DAVE], leases[ERIN]])
+    assert "active" == story.state(leases[DAVE])
+    assert [(71, "warn preempt")] == story.lease_events()
+    assert any("no longer recalled" in d for d in story.dms(DAVE))
+    with story.bot.db.read() as session:
+        tags = [row.tag for row in audit.history(session, f"lease:{leases[DAVE]}")]
+    assert ["lease:recalled", "lease:warned", "lease:recall-withdrawn"] == [
+        t for t in tags if t.startswith(("lease:recall", "lease:warned"))
+    ]
+
+
+def test_a_lease_younger_than_the_minimum_runtime_is_recalled_only_once_it_is_old_enough(
+    story: Story,
+) -> None:
+    """Alice asks at 30; Dave's lease is half an hour old, so the recall waits until 60."""
+    leases = lend_out(story)
+    story.run(30, busy, lease=list(leases.values()))
+    alice_asks(story)
+    story.run(100, busy, lease=list(leases.values()))
+    assert [(60, "recall L2"), (60, "warn preempt"), (90, "reclaim preempted")] == [
+        e for e in story.lease_events() if not e[1].startswith("granted")
+    ]

@@ -1,0 +1,160 @@
+"""Lender recall as a table: who waits inside its nominal, what is borrowed, who is chosen."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rules.policy import Quota, Recall
+from rules.recall import Holding, Plan, Waiting, plan
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+RULES = Recall(
+    notice=timedelta(minutes=30), min_runtime=timedelta(hours=1), cooldown=timedelta(days=1)
+)
+# l40s in the shipped rules: 8 GPUs, nominals 3 / 3 / 2.
+QUOTAS = {
+    "vision": Quota(nominal=3, borrowing_limit=2, lending_limit=3),
+    "nlp": Quota(nominal=3, borrowing_limit=2, lending_limit=3),
+    "platform": Quota(nominal=2, borrowing_limit=1, lending_limit=2),
+}
+
+
+def held(
+    lease: int,
+    team: str,
+    gpus: int,
+    *,
+    hours_ago: float = 3,
+    priority: str = "normal",
+    holder: str | None = None,
+    protected: bool = False,
+    recalled: bool = False,
+) -> Holding:
+    granted = NOW - timedelta(hours=hours_ago)
+    return Holding(
+        lease=lease,
+        holder=holder or f"U{lease:08}",
+        team=team,
+        gpus=gpus,
+        priority=priority,
+        granted_at=granted,
+        protected=protected,
+        recalled_at=NOW - timedelta(minutes=5) if recalled else None,
+    )
+
+
+def planned(
+    holdings: list[Holding], queue: list[Waiting], free: int, cooled: tuple[str, ...] = ()
+) -> Plan:
+    return plan(QUOTAS, holdings, queue, free, now=NOW, recall=RULES, cooled=cooled)
+
+
+# nlp holds 5 (3 nominal + 2 borrowed in leases 2 and 3), platform 2; 1 GPU free.
+NLP_BORROWING = [
+    held(1, "nlp", 3, hours_ago=5),
+    held(2, "nlp", 1, hours_ago=3),
+    held(3, "nlp", 1, hours_ago=2),
+    held(4, "platform", 2),
+]
+
+
+def test_a_request_inside_nominal_recalls_the_most_recent_borrowed_lease() -> None:
+    """vision asks for 2 of its 3: 1 is free, so 1 more comes back: nlp's newest lease."""
+    result = planned(NLP_BORROWING, [Waiting(10, "vision", 2)], free=1)
+    assert 1 == result.need
+    assert [3] == [v.lease for v in result.start]
+    victim = result.start[0]
+    assert (10, "vision") == (victim.request, victim.for_team)
+    assert "team nlp holds 5 GPUs against a nominal of 3, so 2 are borrowed" in victim.because
+    assert (10,) == result.guaranteed
+    assert 0 == result.short
+
+
+def test_lowest_priority_goes_first_then_the_most_recently_granted() -> None:
+    holdings = [
+        held(1, "nlp", 3, hours_ago=5),
+        held(2, "nlp", 1, hours_ago=3, priority="low"),
+        held(3, "nlp", 1, hours_ago=2, priority="high"),
+        held(4, "platform", 2),
+    ]
+    result = planned(holdings, [Waiting(10, "vision", 2)], free=1)
+    assert [2] == [v.lease for v in result.start]
+
+
+def test_a_borrower_is_never_pushed_below_its_own_nominal() -> None:
+    """vision needs 3 with nothing free; nlp borrows 2 and platform 1: those 3 come back, and
+    not platform's 2-GPU lease, which would take platform below its own 2."""
+    holdings = [
+        held(1, "nlp", 3, hours_ago=5),
+        held(2, "nlp", 1, hours_ago=3),
+        held(3, "nlp", 1, hours_ago=2),
+        held(4, "platform", 2),
+        held(5, "platform", 1, hours_ago=4),  # platform borrows 1 too
+    ]
+    result = planned(holdings, [Waiting(10, "vision", 3)], free=0)
+    assert {3, 2, 5} == {v.lease for v in result.start}
+    assert 0 == result.short
+
+
+@pytest.mark.parametrize(
+    ("why", "victim", "expected"),
+    [
+        ("protected", held(3, "nlp", 1, protected=True), "protected leases are never recalled"),
+        ("too young", held(3, "nlp", 1, hours_ago=0.5), "younger than the minimum runtime"),
+        ("cooled down", held(3, "nlp", 1, holder="U0DAVE001"), "preempted within the last 1d"),
+    ],
+)
+def test_protected_young_and_recently_preempted_leases_are_passed_over(
+    why: str, victim: Holding, expected: str
+) -> None:
+    """Lease 3 cannot be chosen; lease 2 (also borrowed) is taken instead, and the reason
+    lease 3 was passed over is kept for the explanation."""
+    holdings = [held(1, "nlp", 3, hours_ago=5), held(2, "nlp", 1, hours_ago=3), victim]
+    result = planned(holdings, [Waiting(10, "vision", 2)], free=1, cooled=("U0DAVE001",))
+    assert [2] == [v.lease for v in result.start], why
+    assert expected in result.passed_over[3]
+
+
+def test_one_lease_holding_nominal_and_borrowed_gpus_is_recalled_when_nothing_else_will_do() -> (
+    None
+):
+    """nlp took its 3 and 2 borrowed in one lease: that lease goes back, as the lender's
+    guarantee comes first; while any other borrowed lease covers the need, it stays."""
+    holdings = [held(1, "nlp", 5, hours_ago=5), held(4, "platform", 2)]
+    result = planned(holdings, [Waiting(10, "vision", 2)], free=0)
+    assert [1] == [v.lease for v in result.start]
+    smaller = [*holdings, held(5, "platform", 2, hours_ago=4)]  # platform borrows 2
+    result = planned(smaller, [Waiting(10, "vision", 2)], free=0)
+    assert [4] == [v.lease for v in result.start]  # the newest platform lease
+
+
+def test_a_request_beyond_nominal_recalls_nothing() -> None:
+    """Borrowing is never a guarantee: vision already holds its 3, and asks for 1 more."""
+    holdings = [*NLP_BORROWING, held(5, "vision", 3)]
+    result = planned(holdings, [Waiting(10, "vision", 1)], free=0)
+    assert () == result.start
+    assert () == result.guaranteed
+
+
+def test_recalls_under_way_stand_while_needed_and_are_withdrawn_when_not() -> None:
+    under_way = [
+        held(1, "nlp", 3, hours_ago=5),
+        held(2, "nlp", 1, hours_ago=3),
+        held(3, "nlp", 1, hours_ago=2, recalled=True),
+        held(4, "platform", 2),
+    ]
+    still = planned(under_way, [Waiting(10, "vision", 2)], free=1)
+    assert ((3,), (), ()) == (still.keep, still.start, still.withdraw)
+    freed = planned(under_way, [Waiting(10, "vision", 2)], free=2)  # someone released one
+    assert ((), (), (3,)) == (freed.keep, freed.start, freed.withdraw)
+    gone = planned(under_way, [], free=1)  # the request was withdrawn or granted
+    assert (3,) == gone.withdraw
+
+
+def test_guarantees_follow_queue_order_and_add_up_per_team() -> None:
+    """Two vision requests of 2 each: only the first fits the team's 3; the second borrows."""
+    result = planned(NLP_BORROWING, [Waiting(10, "vision", 2), Waiting(11, "vision", 2)], free=1)
+    assert (10,) == result.guaranteed
+    assert 1 == result.need
