@@ -39,7 +39,15 @@ def lease_view(session: Session, lease: LeaseRow) -> LeaseView:
         extended=timedelta(seconds=lease.extended_s),
         ended_at=lease.ended_at,
         end_reason=lease.end_reason,
+        recalled_for=_recalled_for(lease),
     )
+
+
+def _recalled_for(lease: LeaseRow) -> str:
+    mark = lease.warnings.get("recall") if lease.state == LeaseState.ACTIVE else None
+    if not isinstance(mark, dict):
+        return ""
+    return f"{mark.get('team')} (R{mark.get('request')})"
 
 
 def request_view(request: RequestRow) -> RequestView:

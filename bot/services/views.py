@@ -35,6 +35,7 @@ class LeaseView:
     extended: timedelta
     ended_at: datetime | None = None
     end_reason: str = ""
+    recalled_for: str = ""  # "vision (R4)" while a lender recall is under way
 
     @property
     def code(self) -> str:

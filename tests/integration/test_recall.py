@@ -10,15 +10,17 @@ for her team's nominal 3.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from bot.services import BorrowAsk
-from bot.services.views import BorrowResult
-from rules.domain import Outcome
+from bot.services.views import BorrowResult, SettleResult
+from rules.domain import Outcome, Priority
 from storage import audit
 from tests.integration.story import ALICE, ERIN, Story, busy
 
-CAROL, DAVE = "U0CAROL01", "U0DAVE001"
+CAROL, DAVE, BOB, VICTOR = "U0CAROL01", "U0DAVE001", "U0BOB0001", "U0VMGR001"
+APPROVALS = "C0VAPPROV"  # vision's approval channel
 
 
 def lend_out(story: Story) -> dict[str, int]:
@@ -76,6 +78,10 @@ def test_a_recalled_lease_cannot_be_extended_and_says_why(story: Story) -> None:
     answer = story.answer(DAVE, f"extend L{leases[DAVE]} +2h")
     assert f"L{leases[DAVE]} is being recalled" in answer
     assert f"needs them back for R{request}" in answer
+    mine = story.answer(DAVE, "mine")
+    assert f"Recalled: team vision (R{request}) needs these borrowed GPUs back" in mine
+    assert "lease_extend" not in mine  # no Extend button on a recalled lease
+    assert "lease_release" in mine
 
 
 def test_a_recall_no_longer_needed_is_withdrawn_and_the_holder_told(story: Story) -> None:
@@ -109,3 +115,36 @@ def test_a_lease_younger_than_the_minimum_runtime_is_recalled_only_once_it_is_ol
     assert [(60, "recall L2"), (60, "warn preempt"), (90, "reclaim preempted")] == [
         e for e in story.lease_events() if not e[1].startswith("granted")
     ]
+
+
+def asked(story: Story, user: str, gpus: int) -> tuple[int, str]:
+    """A high-priority borrow from a vision member: asked, and the card on vision's channel."""
+    result = story.bot.services.borrow(
+        user, BorrowAsk("l40s", gpus, timedelta(hours=4), Priority.HIGH)
+    )
+    assert isinstance(result, BorrowResult)
+    assert Outcome.ASK == result.outcome
+    story.bot.deliverer.deliver_due()
+    return result.request.id, json.dumps(story.local.messages(APPROVALS)[-1].blocks)
+
+
+def test_approval_cards_say_whom_approving_overtakes_and_which_leases_it_recalls(
+    story: Story,
+) -> None:
+    """Alice asks for her nominal at high priority, so vision's manager decides: the card says
+    approving recalls Dave's lease. Then Bob's high-priority single GPU would fit the free one:
+    his card says approving grants it ahead of Alice's waiting request."""
+    leases = lend_out(story)
+    story.run(70, busy, lease=list(leases.values()))
+    services = story.bot.services
+    alice, card = asked(story, ALICE, 3)
+    assert f"*recalls* L{leases[DAVE]} (<@{DAVE}>, 2 GPUs, team nlp borrowing)" in card
+    assert "active" == story.state(leases[DAVE])  # nothing is recalled before the approval
+
+    assert isinstance(services.approve(VICTOR, alice), SettleResult)
+    assert [] == services.leases(ALICE)  # approved, waiting for the recalled GPUs
+    _, card = asked(story, BOB, 1)
+    assert f"grants it at once, *ahead of* R{alice}" in card
+    story.run(110, busy, lease=list(leases.values()))
+    assert "reclaimed" == story.state(leases[DAVE])
+    assert 1 == len(services.leases(ALICE))

@@ -45,7 +45,13 @@ def lease_summary(lease: LeaseView) -> str:
     head += f"ends {slack_date(lease.expires_at)}"
     if lease.protected:
         head += " · protected"
-    lines = [head, *placement_lines(lease)]
+    lines = [head]
+    if lease.recalled_for:
+        lines.append(
+            f":warning: Recalled: team {escape(lease.recalled_for)} needs these borrowed GPUs "
+            f"back. `/gpu why {lease.code}` says how it was chosen."
+        )
+    lines += placement_lines(lease)
     if lease.reason:
         lines.append(f"_{clip(escape(lease.reason), 300)}_")
     return "\n".join(lines)
@@ -55,9 +61,12 @@ def lease_buttons(lease: LeaseView) -> Block:
     """Extend and Release for one lease, in a block of its own so ids never clash."""
     value = str(lease.id)
     question = f"Give back {lease.code} now? Work still running on these GPUs loses them."
+    extend = (
+        () if lease.recalled_for else (button("Extend", EXTEND_ACTION, value, style="primary"),)
+    )
     return actions(
         lease_block(lease.id),
-        button("Extend", EXTEND_ACTION, value, style="primary"),
+        *extend,  # a recalled lease cannot be extended
         button(
             "Release",
             RELEASE_ACTION,
