@@ -52,7 +52,7 @@ _REQUEST = [
     ("pool.free", N, "GPUs free, healthy and not drained right now"),
     ("pool.lendable", N, "unused nominal that other teams lend, within their lending limits"),
     ("pool.protected", B, "the pool is protected (never reclaimed automatically)"),
-    ("pool.queued", N, "requests waiting ahead of this one (0 for the queue's head)"),
+    ("pool.queued", N, "waiting requests that come first in the queue (0 for its head)"),
     ("lease.extensions", N, "extensions the lease already had (0 for a borrow)"),
     ("lease.extended", D, "total extra time the lease already got (0m for a borrow)"),
     ("lease.extended_after", D, "lease.extended + request.duration for an extension (else 0m)"),

@@ -28,12 +28,18 @@ class PoolUsage:
 
 
 def lendable(policy: Policy, pool: str, borrower: str, held: Mapping[str, int]) -> int:
-    """Unused nominal that the other teams lend, each within its lending limit."""
-    total = 0
+    """What the borrower may still take of the other teams' unused nominal: each lender's
+    unused share within its lending limit, less what the other borrowers already took."""
+    lent, taken = 0, 0
     for team, quota in policy.pools[pool].quotas.items():
-        if team != borrower:
-            total += min(quota.lending_limit, max(0, quota.nominal - held.get(team, 0)))
-    return total
+        if team == borrower:
+            continue
+        used = held.get(team, 0)
+        # What a team holds beyond its nominal was lent to it; that loan counts as its
+        # lenders' unused share already spent, so it never counts as unused here as well.
+        lent += min(quota.lending_limit, max(0, quota.nominal - used))
+        taken += max(0, used - quota.nominal)
+    return max(0, lent - taken)
 
 
 def request_facts(

@@ -1,4 +1,5 @@
-"""Lender recall: which borrowed leases give their GPUs back when a team needs its nominal.
+"""Lender recall: which borrowed leases give their GPUs back when a team needs its nominal,
+and the queue order that puts such guaranteed requests first.
 
 A queued request that fits inside its team's nominal quota is a guarantee: the pool's GPUs
 it waits for are held by teams above their own nominal, that is, borrowed. The planner walks
@@ -7,12 +8,14 @@ need beyond the free GPUs, and covers that shortfall with recalls:
 
 1. recalls already under way stand, oldest first, as long as they are needed; the rest are
    withdrawn (the GPUs came free some other way, or the request went);
-2. new victims come only from teams holding more than their nominal, and only while that team
-   still does: lowest priority first, then the most recently granted; first among leases whose
-   team keeps its nominal without them, and only then a lease that takes it below (one lease
-   holding nominal and borrowed GPUs together);
-3. never a protected lease, never one younger than `min_runtime`, never a holder preempted
-   within `cooldown`.
+2. a team's leases fill its nominal in the order they were granted, and what lies beyond is
+   borrowed; new victims are leases holding borrowed GPUs, lowest priority first, then the most
+   recently granted: first those holding only borrowed GPUs, and a lease that holds some of its
+   team's nominal as well only when nothing else covers the need;
+3. never a protected lease, never one younger than `min_runtime`, never a holder preempted (or
+   warned of a preemption) within `cooldown`.
+
+Each recall is owed to the guaranteed request whose shortfall it covers, in queue order.
 
 Pure: the bot reads the pool, calls `plan`, and applies the plan in one transaction.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Protocol
 
 from rules.domain import Priority, format_duration
 from rules.policy import Quota, Recall
@@ -84,6 +88,97 @@ def _rank(priority: str) -> int:
         return Priority.NORMAL.rank
 
 
+@dataclass(frozen=True)
+class Queued:
+    """A queued borrow, as the queue orders it."""
+
+    request: int
+    team: str
+    gpus: int
+    priority: str
+    created_at: datetime
+
+
+def queue_order(
+    queued: Sequence[Queued], used: Mapping[str, int], quotas: Mapping[str, Quota]
+) -> list[tuple[Queued, bool]]:
+    """The pool's queue in serving order, each with whether it is inside its team's nominal.
+
+    As Kueue orders its heads: requests inside their team's nominal quota (guarantees) first,
+    then by priority (high first), then by arrival. Whether a request is inside nominal counts
+    the team's GPUs held now and its earlier waiting guarantees."""
+    by_priority = sorted(queued, key=lambda q: (-_rank(q.priority), q.created_at, q.request))
+    flagged = list(zip(by_priority, _inside_nominal(by_priority, used, quotas), strict=True))
+    return sorted(flagged, key=lambda f: not f[1])  # stable: guarantees first, order kept
+
+
+class _Demand(Protocol):
+    @property
+    def team(self) -> str: ...
+    @property
+    def gpus(self) -> int: ...
+
+
+def _inside_nominal(
+    demands: Sequence[_Demand], used: Mapping[str, int], quotas: Mapping[str, Quota]
+) -> list[bool]:
+    """For each demand in order: does it fit its team's nominal, with the GPUs the team holds
+    and its earlier demands that fit?"""
+    promised: dict[str, int] = {}
+    out = []
+    for d in demands:
+        quota = quotas.get(d.team)
+        inside = (
+            quota is not None
+            and used.get(d.team, 0) + promised.get(d.team, 0) + d.gpus <= quota.nominal
+        )
+        if inside:
+            promised[d.team] = promised.get(d.team, 0) + d.gpus
+        out.append(inside)
+    return out
+
+
+def borrowed_parts(holdings: Sequence[Holding], quotas: Mapping[str, Quota]) -> dict[int, int]:
+    """How many of each lease's GPUs are borrowed. A team's leases fill its nominal in the
+    order they were granted; whatever lies beyond the nominal is borrowed."""
+    out: dict[int, int] = {}
+    held: dict[str, int] = {}
+    for h in sorted(holdings, key=lambda h: (h.granted_at, h.lease)):
+        quota = quotas.get(h.team)
+        nominal = quota.nominal if quota is not None else 0
+        before = held.get(h.team, 0)
+        held[h.team] = before + h.gpus
+        out[h.lease] = max(0, held[h.team] - nominal) - max(0, before - nominal)
+    return out
+
+
+class _Claims:
+    """What each guarantee still lacks once the free GPUs went to those before it, handed
+    out to recalled GPUs in queue order."""
+
+    def __init__(self, guaranteed: Sequence[Waiting], free: int) -> None:
+        self._open: list[list[Any]] = []
+        spare = free
+        for w in guaranteed:
+            short = w.gpus - min(spare, w.gpus)
+            spare -= w.gpus - short
+            if short:
+                self._open.append([w, short])
+        self.need = sum(short for _, short in self._open)
+
+    def take(self, gpus: int) -> Waiting:
+        """The guarantee the next `gpus` recalled GPUs go to."""
+        waiting: Waiting = self._open[0][0]
+        while gpus > 0 and self._open:
+            waiting = self._open[0][0]
+            took = min(gpus, self._open[0][1])
+            self._open[0][1] -= took
+            gpus -= took
+            if self._open[0][1] == 0:
+                self._open.pop(0)
+        return waiting
+
+
 def plan(
     quotas: Mapping[str, Quota],
     holdings: Sequence[Holding],
@@ -94,72 +189,69 @@ def plan(
     recall: Recall,
     cooled: Collection[str] = (),
 ) -> Plan:
-    """What recall should do in one pool now. `cooled`: holders preempted within cooldown."""
+    """What recall should do in one pool now. `queue` is in serving order; `cooled`: holders
+    preempted (or warned of a preemption) within the cooldown."""
     used: dict[str, int] = {}
     for h in holdings:
         used[h.team] = used.get(h.team, 0) + h.gpus
     # Which queued requests are guarantees: inside nominal with the team's earlier ones.
-    promised: dict[str, int] = {}
-    guaranteed: list[Waiting] = []
-    for w in queue:
-        quota = quotas.get(w.team)
-        after = used.get(w.team, 0) + promised.get(w.team, 0) + w.gpus
-        if quota is not None and after <= quota.nominal:
-            promised[w.team] = promised.get(w.team, 0) + w.gpus
-            guaranteed.append(w)
-    need = max(0, sum(w.gpus for w in guaranteed) - free)
-    first = guaranteed[0] if guaranteed else Waiting(0, "", 0)
+    inside = _inside_nominal(queue, used, quotas)
+    guaranteed = [w for w, fits in zip(queue, inside, strict=True) if fits]
+    claims = _Claims(guaranteed, free)
+    need = claims.need
+    borrowed = borrowed_parts(holdings, quotas)
+    claim_for = claims.take
 
     keep: list[int] = []
     withdraw: list[int] = []
     covered = 0
-    remaining = dict(used)
     under_way = sorted(
         (h for h in holdings if h.recalled_at is not None),
         key=lambda h: (h.recalled_at, h.lease),
     )
     for h in under_way:
-        if covered < need:
+        # A recall stands while it is needed and the lease still holds borrowed GPUs (an
+        # earlier lease of its team may have ended, leaving this one inside the nominal).
+        if covered < need and borrowed.get(h.lease, 0) > 0:
             keep.append(h.lease)
             covered += h.gpus
-            remaining[h.team] -= h.gpus
+            claim_for(h.gpus)
         else:
             withdraw.append(h.lease)
 
     start: list[Victim] = []
     passed: dict[int, str] = {}
     candidates = sorted(
-        (h for h in holdings if h.recalled_at is None),
+        (h for h in holdings if h.recalled_at is None and borrowed.get(h.lease, 0) > 0),
         key=lambda h: (_rank(h.priority), -h.granted_at.timestamp(), -h.lease),
     )
-    # First only leases whose team stays at or above its nominal without them; a lease that
-    # would take its team below (one lease holding nominal and borrowed GPUs together) only
-    # when nothing else covers the need.
-    for strict in (True, False):
+    # First the leases that hold only borrowed GPUs; one that holds some of its team's
+    # nominal as well only when nothing else covers the need.
+    for whole in (True, False):
         for h in candidates:
             if covered >= need:
                 break
             if h.lease in passed or any(v.lease == h.lease for v in start):
                 continue
-            quota = quotas.get(h.team)
-            nominal = quota.nominal if quota is not None else 0
-            left = remaining.get(h.team, 0)
-            if left <= nominal or (strict and left - h.gpus < nominal):
-                continue  # not borrowing (any more): its own guarantee is not taken
+            if whole != (borrowed[h.lease] == h.gpus):
+                continue
             why_not = _why_not(h, now, recall, cooled)
             if why_not:
                 passed[h.lease] = why_not
                 continue
+            quota = quotas.get(h.team)
+            nominal = quota.nominal if quota is not None else 0
             because = (
-                f"team {h.team} holds {left} GPUs against a nominal of {nominal}, so "
-                f"{left - nominal} are borrowed; L{h.lease} is {h.priority} priority and among "
-                "its most recently granted leases"
+                f"team {h.team} holds {used[h.team]} GPUs against a nominal of {nominal}, so "
+                f"{used[h.team] - nominal} are borrowed; L{h.lease} holds {borrowed[h.lease]} "
+                "of them and comes first among the borrowed leases that may be recalled "
+                f"(lowest priority, here {h.priority}, then the most recently granted)"
             )
+            owed = claim_for(h.gpus)
             start.append(
-                Victim(h.lease, h.holder, h.team, h.gpus, first.request, first.team, because)
+                Victim(h.lease, h.holder, h.team, h.gpus, owed.request, owed.team, because)
             )
             covered += h.gpus
-            remaining[h.team] = left - h.gpus
     return Plan(
         need=need,
         keep=tuple(keep),

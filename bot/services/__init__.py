@@ -42,7 +42,6 @@ from bot.services.views import (
     RequestView,
     SettleResult,
 )
-from rules.domain import RequestState
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.policy import Policy
@@ -90,13 +89,14 @@ class Services:
 
     def borrow(self, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
         result = borrowing.borrow(self.ctx, user, ask)
-        if not isinstance(result, Refused) and result.request.state == RequestState.QUEUED:
-            recall.reconcile(self.ctx, [result.request.pool])  # a guarantee may recall at once
+        if not isinstance(result, Refused):
+            # A guarantee may recall at once; a grant may take GPUs a guarantee counted on.
+            recall.reconcile(self.ctx, [result.request.pool])
         return result
 
     def approve(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
         result = borrowing.settle(self.ctx, user, request_id, approve=True, reason=reason)
-        if not isinstance(result, Refused) and result.request.state == RequestState.QUEUED:
+        if not isinstance(result, Refused):
             recall.reconcile(self.ctx, [result.request.pool])
         return result
 
@@ -120,7 +120,9 @@ class Services:
     def release(self, user: str, lease_id: int | None = None) -> ReleaseResult | Refused:
         result = leases.release(self.ctx, user, lease_id)
         if not isinstance(result, Refused):
-            self.serve_queue(sorted({lease.pool for lease in result.released}))
+            # Freed GPUs go to the queue; withdrawn requests may leave recalls unneeded.
+            pools = {lease.pool for lease in result.released}
+            self.serve_queue(sorted(pools | {r.pool for r in result.cancelled}))
         return result
 
     def serve_queue(self, pools: list[str] | None = None) -> list[LeaseView]:
@@ -226,7 +228,7 @@ class Services:
 
     def queue(self) -> list[RequestView]:
         with self.db.read() as session:
-            return overview.queue(session)
+            return overview.queue(session, self.ctx)
 
     def queue_explained(self) -> list[QueueEntry]:
         """The queue, pool by pool, each request with its place, its reasons and its recalls."""

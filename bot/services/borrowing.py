@@ -13,7 +13,14 @@ from sqlmodel import Session, col, select
 
 from bot.services import notices
 from bot.services.context import Context, record
-from bot.services.queries import free_gpus, gpu_ids, lease_view, pool_usage, request_view
+from bot.services.queries import (
+    free_gpus,
+    gpu_ids,
+    lease_view,
+    ordered_queue,
+    pool_usage,
+    request_view,
+)
 from bot.services.views import BorrowResult, LeaseView, Refused, RequestView, SettleResult
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.engine import Decision
@@ -84,8 +91,8 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
         _lock_pool(session, ask.pool)
         free = free_gpus(session, ask.pool)
         usage = pool_usage(session, ask.pool, free)
-        # pool.queued: the waiting requests served before this one (same or higher priority)
-        usage = replace(usage, queued=_ahead_of(session, ask.pool, ask.priority))
+        # pool.queued: the waiting requests that would be served before this one
+        usage = replace(usage, queued=_ahead(ctx, session, ask, team.name, now))
         facts = request_facts(
             policy,
             kind=RequestKind.BORROW,
@@ -342,8 +349,14 @@ def _approve(
     """An approval answers `ask`; the rules are asked again so a deny or a full pool still
     holds (quotas may have moved since the request was made)."""
     if request.kind == RequestKind.EXTEND:
-        from bot.services.leases import apply_extension  # noqa: PLC0415 - mutual use cases
+        from bot.services.leases import apply_extension, recheck_extension  # noqa: PLC0415
 
+        refused = recheck_extension(ctx, session, request)
+        if refused is not None:  # ended, recalled, or at its limits since it was asked
+            detail = {"by": user, "why": refused}
+            return _no_longer(
+                session, request, user, now, refused, detail=detail, tag="extend:denied"
+            )
         lease = apply_extension(ctx, session, request, actor=user, now=now)
         request.state = RequestState.APPROVED
         session.add(request)
@@ -355,20 +368,8 @@ def _approve(
     outcome = decision.verdict.outcome
     detail = {"reason": reason, "by": user, "rules_now": str(decision.verdict)}
     if outcome == Outcome.DENY:
-        request.state = RequestState.DENIED
-        session.add(request)
-        record(
-            session,
-            at=now,
-            actor=user,
-            tag="borrow:denied",
-            subject=f"request:{request.id}",
-            decision=decision,
-            detail=detail,
-        )
-        message = f"R{request.id} can no longer be granted: {decision.because}"
-        notices.settled(session, request, by=user, verdict="deny", reason=message, at=now)
-        return SettleResult(request_view(request), None, message)
+        why = decision.because
+        return _no_longer(session, request, user, now, why, detail=detail, decision=decision)
     record(
         session,
         at=now,
@@ -379,10 +380,13 @@ def _approve(
         outcome="approve",
         detail=detail,
     )
-    granted = _grant(ctx, session, request, now, actor=user, decision=decision)
+    # The approval answers `ask`; a `queue` that matched too (lenders have too little) holds.
+    waits = decision.once_approved() == Outcome.QUEUE
+    granted = None if waits else _grant(ctx, session, request, now, actor=user, decision=decision)
     if granted is None:
         request.state = RequestState.QUEUED
-        message = f"<@{user}> approved R{request.id}; it waits for free GPUs."
+        why = _queue_reason(decision) if waits else "free GPUs"
+        message = f"<@{user}> approved R{request.id}; it waits for {why}."
     else:
         request.state = RequestState.APPROVED
         message = f"<@{user}> approved R{request.id}."
@@ -400,13 +404,66 @@ def _approve(
     return SettleResult(request_view(request), granted, message)
 
 
-def _ahead_of(session: Session, pool: str, priority: Priority) -> int:
-    waiting = session.exec(
-        select(RequestRow.priority).where(
-            RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED
-        )
-    ).all()
-    return sum(1 for p in waiting if Priority(p).rank >= priority.rank)
+def _ahead(ctx: Context, session: Session, ask: BorrowAsk, team: str, now: datetime) -> int:
+    new = RequestRow(
+        kind=RequestKind.BORROW,
+        requester="",
+        team=team,
+        pool=ask.pool,
+        gpus=ask.gpus,
+        duration_s=0,
+        priority=ask.priority,
+        state=RequestState.QUEUED,
+        outcome=Outcome.QUEUE.value,
+        created_at=now,
+    )
+    ordered = [r for r, _ in ordered_queue(session, ctx.policy, ask.pool, extra=new)]
+    return next(i for i, r in enumerate(ordered) if r is new)
+
+
+def waiting_before(ctx: Context, session: Session, pool: str, priority: Priority) -> int:
+    """Queued requests in the pool that outrank a lease of `priority` wanting more time:
+    those inside their team's nominal, and those of the same or a higher priority."""
+    return sum(
+        1
+        for r, inside in ordered_queue(session, ctx.policy, pool)
+        if inside or Priority(r.priority).rank >= priority.rank
+    )
+
+
+def _no_longer(
+    session: Session,
+    request: RequestRow,
+    user: str,
+    now: datetime,
+    why: str,
+    *,
+    detail: dict[str, str],
+    tag: str = "borrow:denied",
+    decision: Decision | None = None,
+) -> SettleResult:
+    """An approval that comes too late: the request is denied, with why, and its cards say so."""
+    request.state = RequestState.DENIED
+    session.add(request)
+    record(
+        session,
+        at=now,
+        actor=user,
+        tag=tag,
+        subject=f"request:{request.id}",
+        decision=decision,
+        outcome="deny",
+        detail=detail,
+    )
+    message = f"R{request.id} can no longer be granted: {why}"
+    notices.settled(session, request, by=user, verdict="deny", reason=message, at=now)
+    return SettleResult(request_view(request), None, message)
+
+
+def _queue_reason(decision: Decision) -> str:
+    """Why an approved request still waits, from the `queue` rule that holds it."""
+    found = (m.because for m in decision.matches if m.verdict.outcome == Outcome.QUEUE)
+    return f"its turn: {next(found, 'no GPUs are free')}"
 
 
 def _facts_again(

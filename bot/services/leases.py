@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, select, update
 
 from bot.services import notices
-from bot.services.borrowing import approvers_for, open_requests_for, route_for
+from bot.services.borrowing import approvers_for, open_requests_for, route_for, waiting_before
 from bot.services.context import Context, record
 from bot.services.queries import lease_view, pool_usage, request_view
 from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult
@@ -55,28 +56,23 @@ def extend(
             return lease
         if lease.team not in policy.teams or lease.pool not in policy.pools:
             return Refused(f"L{lease_id}'s team or pool left the rule files; ask an admin.")
-        recalled = lease.warnings.get("recall")
-        if isinstance(recalled, dict):
-            return Refused(
-                f"L{lease_id} is being recalled: its GPUs are borrowed, and their lending team "
-                f"needs them back for R{recalled.get('request')}, so it cannot be extended. "
-                "`/gpu why` shows why; `/gpu borrow` asks again once it ends.",
-                "recalled",
+        recalled = recall_refusal(lease)
+        if recalled is not None:
+            return recalled
+        waiting = session.exec(
+            select(RequestRow.id).where(
+                RequestRow.lease_id == lease.id,
+                RequestRow.kind == RequestKind.EXTEND,
+                RequestRow.state == RequestState.PENDING,
             )
-        facts = request_facts(
-            policy,
-            kind=RequestKind.EXTEND,
-            user=lease.holder,
-            team=lease.team,
-            pool=lease.pool,
-            gpus=lease.gpus,
-            duration=by,
-            priority=Priority(lease.priority),
-            has_reason=bool(reason.strip()) or bool(lease.reason),
-            usage=pool_usage(session, lease.pool),
-            lease_extensions=lease.extensions,
-            lease_extended=timedelta(seconds=lease.extended_s),
-        )
+        ).first()
+        if waiting is not None:
+            return Refused(
+                f"L{lease_id} already has an extension waiting for approval (R{waiting}). "
+                "Wait for that answer, or withdraw it in `/gpu mine` and ask again.",
+                "extension-pending",
+            )
+        facts = extension_facts(ctx, session, lease, by, has_reason=bool(reason.strip()))
         decision = ctx.live.decide(Subject.REQUEST, facts)
         assert decision.verdict is not None
         assert decision.verdict.outcome is not None
@@ -135,6 +131,62 @@ def extend(
         return ExtendResult(
             outcome, view, decision.because, decision.deciding, request_view(request)
         )
+
+
+def recall_refusal(lease: LeaseRow) -> Refused | None:
+    """A recalled lease is never extended: its GPUs go back to their lending team."""
+    recalled = lease.warnings.get("recall")
+    if not isinstance(recalled, dict):
+        return None
+    return Refused(
+        f"L{lease.id} is being recalled: its GPUs are borrowed, and their lending team "
+        f"needs them back for R{recalled.get('request')}, so it cannot be extended. "
+        "`/gpu why` shows why; `/gpu borrow` asks again once it ends.",
+        "recalled",
+    )
+
+
+def extension_facts(
+    ctx: Context, session: Session, lease: LeaseRow, by: timedelta, *, has_reason: bool
+) -> dict[str, object]:
+    """The request facts of extending `lease` by `by`, as the pool stands now."""
+    return request_facts(
+        ctx.policy,
+        kind=RequestKind.EXTEND,
+        user=lease.holder,
+        team=lease.team,
+        pool=lease.pool,
+        gpus=lease.gpus,
+        duration=by,
+        priority=Priority(lease.priority),
+        has_reason=has_reason or bool(lease.reason),
+        # pool.queued: the waiting demand that outranks this lease
+        usage=replace(
+            pool_usage(session, lease.pool),
+            queued=waiting_before(ctx, session, lease.pool, Priority(lease.priority)),
+        ),
+        lease_extensions=lease.extensions,
+        lease_extended=timedelta(seconds=lease.extended_s),
+    )
+
+
+def recheck_extension(ctx: Context, session: Session, request: RequestRow) -> str | None:
+    """Before an approved extension is applied: why it can no longer be, or None.
+
+    The lease may have ended, been recalled, or reached its limits since the request."""
+    assert request.lease_id is not None
+    lease = _load_lease(session, request.lease_id)
+    if lease is None or lease.state != LeaseState.ACTIVE:
+        return f"L{request.lease_id} has ended."
+    recalled = recall_refusal(lease)
+    if recalled is not None:
+        return recalled.message
+    by = timedelta(seconds=request.duration_s)
+    facts = extension_facts(ctx, session, lease, by, has_reason=bool(request.reason))
+    decision = ctx.live.decide(Subject.REQUEST, facts)
+    if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
+        return decision.because
+    return None
 
 
 def apply_extension(

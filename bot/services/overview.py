@@ -7,7 +7,14 @@ from collections import defaultdict
 from sqlmodel import Session, col, select
 
 from bot.services.context import Context
-from bot.services.queries import free_gpus, list_leases, list_requests, pool_usage
+from bot.services.queries import (
+    free_gpus,
+    list_leases,
+    list_requests,
+    ordered_queue,
+    pool_usage,
+    request_view,
+)
 from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestView
 from rules.domain import GpuState, RequestState
 from storage.tables import GpuRow, LeaseGpuRow, NodeRow, RequestRow
@@ -69,11 +76,17 @@ def quota_use(session: Session, ctx: Context, team: str) -> list[QuotaUse]:
     return out
 
 
-def queue(session: Session) -> list[RequestView]:
-    """Requests waiting for GPUs, in the order they will be served: priority, then arrival."""
-    rank = {"high": 0, "normal": 1, "low": 2}
-    waiting = [r for r in list_requests(session) if r.state == RequestState.QUEUED]
-    return sorted(waiting, key=lambda r: (r.pool, rank.get(r.priority, 1), r.created_at, r.id))
+def queue(session: Session, ctx: Context) -> list[RequestView]:
+    """Requests waiting for GPUs, pool by pool, in the order they will be served: those inside
+    their team's nominal first, then priority, then arrival."""
+    pools = session.exec(
+        select(RequestRow.pool).where(RequestRow.state == RequestState.QUEUED).distinct()
+    ).all()
+    return [
+        request_view(row)
+        for pool in sorted(pools)
+        for row, _ in ordered_queue(session, ctx.policy, pool)
+    ]
 
 
 def home(session: Session, ctx: Context, user: str, *, paused: bool) -> Home:

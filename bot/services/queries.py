@@ -9,8 +9,10 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services.views import GpuSlot, LeaseView, RequestView
-from rules.domain import GpuState, LeaseState, RequestState
+from rules.domain import GpuState, LeaseState, RequestKind, RequestState
 from rules.facts import PoolUsage
+from rules.policy import Policy
+from rules.recall import Queued, queue_order
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, RequestRow
 
 
@@ -146,3 +148,27 @@ def gpu_ids(session: Session, slots: list[tuple[str, int]]) -> list[int]:
         assert gpu_id is not None
         ids.append(gpu_id)
     return ids
+
+
+def ordered_queue(
+    session: Session, policy: Policy, pool: str, *, extra: RequestRow | None = None
+) -> list[tuple[RequestRow, bool]]:
+    """The pool's queued borrows in serving order (rules.recall.queue_order), each with
+    whether it is inside its team's nominal; `extra`, a request not queued (yet), placed
+    among them as if it were."""
+    rows = list(
+        session.exec(
+            select(RequestRow).where(
+                RequestRow.pool == pool,
+                RequestRow.state == RequestState.QUEUED,
+                RequestRow.kind == RequestKind.BORROW,
+            )
+        ).all()
+    )
+    if extra is not None and all(r.id != extra.id or r.id is None for r in rows):
+        rows.append(extra)
+    quotas = policy.pools[pool].quotas if pool in policy.pools else {}
+    by_id = {r.id if r.id is not None else -1: r for r in rows}
+    items = [Queued(key, r.team, r.gpus, r.priority, r.created_at) for key, r in by_id.items()]
+    held = pool_usage(session, pool).held
+    return [(by_id[q.request], inside) for q, inside in queue_order(items, held, quotas)]

@@ -1,5 +1,6 @@
-"""The queue: requests waiting for GPUs are granted when GPUs come free, highest priority
-first, then in order of arrival; the head of a pool's queue is never overtaken."""
+"""The queue: requests waiting for GPUs are granted when GPUs come free: those inside their
+team's nominal quota first, then the highest priority, then in order of arrival; the head of a
+pool's queue is never overtaken."""
 
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ from bot.services.borrowing import (
     route_for,
 )
 from bot.services.context import Context, record
+from bot.services.queries import ordered_queue
 from bot.services.views import LeaseView
 from rules.domain import (
     Outcome,
-    Priority,
-    RequestKind,
     RequestState,
     Subject,
     format_duration,
@@ -38,7 +38,7 @@ def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]
         while True:
             with ctx.db.write() as session:
                 _lock_pool(session, pool)
-                head = _head(session, pool)
+                head = _head(ctx, session, pool)
                 if head is None:
                     break
                 lease, moved = _serve(ctx, session, head)
@@ -77,17 +77,9 @@ def _time_out(ctx: Context, pool: str) -> None:
             notices.settled(session, request, by=SYSTEM, verdict="timeout", reason=why, at=now)
 
 
-def _head(session: Session, pool: str) -> RequestRow | None:
-    rows = session.exec(
-        select(RequestRow).where(
-            RequestRow.pool == pool,
-            RequestRow.state == RequestState.QUEUED,
-            RequestRow.kind == RequestKind.BORROW,
-        )
-    ).all()
-    order = {p.value: -p.rank for p in Priority}
-    ranked = sorted(rows, key=lambda r: (order.get(r.priority, 0), r.created_at, r.id or 0))
-    return ranked[0] if ranked else None
+def _head(ctx: Context, session: Session, pool: str) -> RequestRow | None:
+    ordered = ordered_queue(session, ctx.policy, pool)
+    return ordered[0][0] if ordered else None
 
 
 def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseView | None, bool]:
@@ -131,7 +123,7 @@ def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseVi
         )
         notices.approval_cards(session, request, at=now)
         return None, True
-    if outcome == Outcome.QUEUE:
+    if outcome == Outcome.QUEUE or (person and decision.once_approved() == Outcome.QUEUE):
         return None, False  # still waiting, and nobody behind it goes first
     lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
     if lease is None:

@@ -15,18 +15,18 @@ from datetime import datetime
 
 from sqlmodel import Session, col, select
 
-from bot.services import notices
-from bot.services.borrowing import _lock_pool
+from bot.services import admin, notices
+from bot.services.borrowing import _facts_again, _lock_pool
 from bot.services.context import Context, record
-from bot.services.queries import free_gpus, request_view
+from bot.services.queries import free_gpus, ordered_queue, request_view
 from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
-from rules.domain import LeaseState, Priority, RequestKind, RequestState
-from storage import audit
+from rules.domain import LeaseState, Outcome, RequestKind, RequestState, Subject
 from storage.tables import LeaseRow, OutboxRow, RequestRow
 
 RECALLER = "gpubot"
 KEY = "recall"
+WARNED = "recall_warned"  # a recall that warned its holder, then was withdrawn
 
 
 @dataclass
@@ -44,18 +44,6 @@ class PoolPicture:
     free: int
     cooled: frozenset[str]
     rows: dict[int, LeaseRow]
-
-
-def queue_order(rows: Iterable[RequestRow]) -> list[RequestRow]:
-    """The documented order: priority (high first), then arrival."""
-
-    def rank(r: RequestRow) -> int:
-        try:
-            return -Priority(r.priority).rank
-        except ValueError:
-            return -Priority.NORMAL.rank
-
-    return sorted(rows, key=lambda r: (rank(r), r.created_at, r.id or 0))
 
 
 def recalled_at(row: LeaseRow) -> datetime | None:
@@ -83,20 +71,20 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         )
         for row in leases
     )
-    waiting = session.exec(
-        select(RequestRow).where(
-            RequestRow.pool == pool,
-            RequestRow.state == RequestState.QUEUED,
-            RequestRow.kind == RequestKind.BORROW,
-        )
-    ).all()
-    queue = tuple(recall.Waiting(r.id or 0, r.team, r.gpus) for r in queue_order(waiting))
+    ordered = ordered_queue(session, ctx.policy, pool)
+    queue = tuple(recall.Waiting(r.id or 0, r.team, r.gpus) for r, _ in ordered)
     since = now - ctx.policy.recall.cooldown
-    cooled = session.exec(
-        select(LeaseRow.holder).where(
-            LeaseRow.end_reason == "preempted", col(LeaseRow.ended_at) >= since
-        )
-    ).all()
+    cooled = set(
+        session.exec(
+            select(LeaseRow.holder).where(
+                LeaseRow.end_reason == "preempted", col(LeaseRow.ended_at) >= since
+            )
+        ).all()
+    )
+    for row in leases:
+        warned = row.warnings.get(WARNED)
+        if isinstance(warned, dict) and datetime.fromisoformat(str(warned["at"])) >= since:
+            cooled.add(row.holder)
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
         holdings, queue, free, frozenset(cooled), {row.id or 0: row for row in leases}
@@ -136,7 +124,9 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             _lock_pool(session, pool)
             seen = picture(ctx, session, pool, now)
             plan = plan_for(ctx, seen, pool, now)
-            for victim in plan.start:
+            # Paused automation starts no recall (the kill switch); withdrawing one is safe.
+            paused = admin.is_paused(session, ctx)
+            for victim in () if paused else plan.start:
                 _start(session, seen.rows[victim.lease], victim, now)
                 report.started.append(f"L{victim.lease}")
             for lease_id in plan.withdraw:
@@ -173,6 +163,8 @@ def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime
 def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
     warned = "preempt" in row.warnings
     row.warnings = {k: v for k, v in row.warnings.items() if k not in (KEY, "preempt")}
+    if warned:  # a warning the holder had to heed counts for the cooldown, as a preemption
+        row.warnings = {**row.warnings, WARNED: {"at": now.isoformat()}}
     session.add(row)
     why = "the GPUs it was recalled for came free another way, or nobody waits for them any more"
     record(
@@ -192,34 +184,52 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
     """What approving `request` would do now: whom it overtakes, which leases it recalls."""
     now = ctx.now()
     seen = picture(ctx, session, request.pool, now)
-    free = seen.free
     waiting = [w.request for w in seen.queue if w.request != request.id]
     if request.kind != RequestKind.BORROW:
         return ApprovalEffects(queued=len(waiting))
-    if request.gpus <= free:  # granted at once, ahead of whoever is waiting
-        return ApprovalEffects(queued=len(waiting), overtakes=tuple(waiting))
-    # It would join the queue at its place and recall what its guarantee needs.
-    placed = queue_order([*_rows(session, waiting), request])
-    # (a pending request has no place yet: it is ordered among the queue as if it had one)
+    before = {v.lease for v in plan_for(ctx, seen, request.pool, now).start}
+    quotas, rules = ctx.policy.pools[request.pool].quotas, ctx.policy.recall
+    if request.gpus <= seen.free:
+        # Granted at once, ahead of whoever waits; the GPUs it takes may be the ones a
+        # waiting guarantee counted on, and then more borrowed leases are recalled.
+        granted = recall.Holding(
+            -1, request.requester, request.team, request.gpus, request.priority, now, False
+        )
+        after = recall.plan(
+            quotas,
+            (*seen.holdings, granted),
+            seen.queue,
+            seen.free - request.gpus,
+            now=now,
+            recall=rules,
+            cooled=seen.cooled,
+        )
+        return ApprovalEffects(
+            queued=len(waiting),
+            overtakes=tuple(waiting),
+            recalls=_new(after, before),
+            notice=rules.notice,
+        )
+    # It would join the queue at its place and recall what its guarantee needs (a pending
+    # request has no place yet: it is ordered among the queue as if it had one).
+    placed = [r for r, _ in ordered_queue(session, ctx.policy, request.pool, extra=request)]
     queue = tuple(recall.Waiting(r.id or 0, r.team, r.gpus) for r in placed)
-    quotas = ctx.policy.pools[request.pool].quotas
-    hypothetical = recall.plan(
-        quotas, seen.holdings, queue, free, now=now, recall=ctx.policy.recall, cooled=seen.cooled
+    after = recall.plan(
+        quotas, seen.holdings, queue, seen.free, now=now, recall=rules, cooled=seen.cooled
     )
-    before = plan_for(ctx, seen, request.pool, now)
-    already = {v.lease for v in before.start}
-    recalls = tuple(
-        Recalled(v.lease, v.holder, v.gpus, v.team)
-        for v in hypothetical.start
-        if v.lease not in already
-    )
-    ahead = tuple(r.id or 0 for r in placed[: placed.index(request)])
     return ApprovalEffects(
         queued=len(waiting),
         waits=True,
-        behind=ahead,
-        recalls=recalls,
-        notice=ctx.policy.recall.notice,
+        behind=tuple(r.id or 0 for r in placed[: placed.index(request)]),
+        recalls=_new(after, before),
+        notice=rules.notice,
+    )
+
+
+def _new(after: recall.Plan, before: set[int]) -> tuple[Recalled, ...]:
+    """The recalls a plan starts that the pool would not start anyway."""
+    return tuple(
+        Recalled(v.lease, v.holder, v.gpus, v.team) for v in after.start if v.lease not in before
     )
 
 
@@ -251,7 +261,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
                     request=request_view(row),
                     position=position,
                     head=head if position > 1 else "",
-                    waits_for=_because(session, row),
+                    waits_for=_waits_for(ctx, session, row, position - 1),
                     free=seen.free,
                     guaranteed=guaranteed,
                     recalls=under_way if guaranteed else (),
@@ -261,9 +271,17 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
     return out
 
 
-def _because(session: Session, row: RequestRow) -> str:
-    found = audit.get(session, row.audit_id) if row.audit_id else None
-    return str(found.detail.get("because", "")) if found else ""
+def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> str:
+    """Why a queued request waits, as the rules see it now (not when it was decided)."""
+    decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, row, ahead=ahead))
+    if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
+        return f"the rules would now refuse it: {decision.because}"
+    holding = [
+        m.because for m in decision.matches if not m.observe and m.verdict.outcome == Outcome.QUEUE
+    ]
+    if holding:
+        return holding[0]
+    return "nothing holds it back any more: it is granted at the next pass of the queue"
 
 
 def _taken_at(ctx: Context, session: Session, row: LeaseRow) -> datetime | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rules.catalogue import CATALOGUE, FactType
-from rules.domain import Subject
+from rules.domain import Outcome, Subject
 from rules.errors import FactError
 from rules.policy import Case, Policy, Rule, Verdict, render
 
@@ -41,6 +41,16 @@ class Decision:
     @property
     def matching(self) -> list[str]:
         return [m.rule for m in self.matches]
+
+    def once_approved(self) -> Outcome:
+        """The outcome once a person has said yes: `ask` is answered, while a `deny` or a
+        `queue` that also matched still holds (a borrow beyond what lenders have waits)."""
+        left = [
+            m.verdict.outcome
+            for m in self.matches
+            if not m.observe and m.verdict.outcome not in (None, Outcome.ASK)
+        ]
+        return max(left, key=lambda o: o.severity, default=Outcome.APPROVE)
 
     @property
     def would_have(self) -> tuple[Match, ...]:

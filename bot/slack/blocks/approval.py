@@ -107,13 +107,17 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
         ]
     if not effects.waits:
         if not effects.overtakes:
-            return ["GPUs are free: approving grants it at once. Nothing else is queued."]
-        return [
-            f"GPUs are free: approving grants it at once, *ahead of* "
-            f"{_codes(effects.overtakes)}, still waiting in this pool."
-        ]
-    place = f"behind {_codes(effects.behind)}" if effects.behind else "at the head of the queue"
-    lines = [f"No GPUs are free for it now: approving queues it {place}."]
+            lines = ["GPUs are free: approving grants it at once. Nothing else is queued."]
+        else:
+            lines = [
+                f"GPUs are free: approving grants it at once, *ahead of* "
+                f"{_codes(effects.overtakes)}, still waiting in this pool."
+            ]
+        why = "It takes GPUs that requests inside their team's nominal wait for"
+    else:
+        place = f"behind {_codes(effects.behind)}" if effects.behind else "at the head of the queue"
+        lines = [f"No GPUs are free for it now: approving queues it {place}."]
+        why = "It is inside the team's guarantee"
     if effects.recalls:
         taken = ", ".join(
             f"L{r.lease} ({mention(r.holder)}, {plural(r.gpus, 'GPU')}, team "
@@ -122,7 +126,7 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
         )
         taken = clip(taken, 1500)
         lines.append(
-            f"It is inside the team's guarantee, so approving *recalls* {taken}: "
+            f"{why}, so approving *recalls* {taken}: "
             f"warned now, taken {format_duration(effects.notice)} after the warning."
         )
     return lines

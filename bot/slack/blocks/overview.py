@@ -139,8 +139,9 @@ def queue_message(entries: Sequence[QueueEntry]) -> Message:
     else:
         blocks.append(
             context(
-                "Order: priority (high first), then arrival; nobody overtakes the head of a "
-                "pool's queue. A request inside its team's nominal quota recalls borrowed GPUs."
+                "Order: requests inside their team's nominal quota first, then priority (high "
+                "first), then arrival; nobody overtakes the head of a pool's queue. A request "
+                "inside nominal recalls borrowed GPUs."
             )
         )
     return message(f"{plural(len(entries), 'request')} queued.", blocks)

@@ -77,7 +77,7 @@ def line_of(path: Path, needle: str) -> int:
 # ---- rules check ------------------------------------------------------------------------
 
 OK_LINE = (
-    "OK: 25 rules (15 request, 8 lease, 2 gpu), 37 cases passed; "
+    "OK: 27 rules (17 request, 8 lease, 2 gpu), 38 cases passed; "
     f"revision {default_policy().revision}; engine durable"
 )
 
@@ -137,7 +137,7 @@ def test_rules_check_names_a_failing_case_and_where_it_is(tmp_path: Path) -> Non
         "expected approve, got deny"
     )
     assert result.stderr.startswith(expected)
-    assert "FAILED: 1 of 37 cases failed" in result.stderr
+    assert "FAILED: 1 of 38 cases failed" in result.stderr
 
 
 def test_rules_check_of_a_missing_directory_exits_2_without_a_traceback(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ import pytest
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Services
-from bot.services.views import BorrowResult, SettleResult
+from bot.services.views import BorrowResult, ExtendResult, SettleResult
 from rules.domain import Outcome, Priority
 from storage.tables import AuditRow, OutboxRow
-from tests.unit.bot.conftest import ALICE, CAROL, ERIN, NADIA, Clock
+from tests.unit.bot.conftest import ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
 pytestmark = pytest.mark.usefixtures("services")
 DAVE, PRIYA = "U0DAVE001", "U0PMGR001"
@@ -96,3 +96,40 @@ def test_a_request_waiting_longer_than_the_limit_is_withdrawn_and_told(
     assert "timeout" == told.data["verdict"]
     assert "queue:timed-out" in tags
     assert [] == services.queue()
+
+
+def test_an_extension_asks_a_manager_while_demand_that_outranks_it_waits(
+    services: Services,
+) -> None:
+    """Alice would keep her nominal a100s longer: at once while only Bob's low-priority borrow
+    waits; a manager decides once Priya's request, inside platform's nominal, waits."""
+    full_a100(services)
+    alice_lease = services.leases(ALICE)[0].id
+
+    def extend() -> ExtendResult:
+        result = services.extend(ALICE, alice_lease, timedelta(hours=1))
+        assert isinstance(result, ExtendResult)
+        return result
+
+    bob = borrowed(services, BOB, BorrowAsk("a100", 1, priority=Priority.LOW))
+    assert isinstance(services.approve(VICTOR, bob.request.id), SettleResult)
+    assert "queued" == services.request(bob.request.id).state  # type: ignore[union-attr]
+    assert Outcome.APPROVE == extend().outcome
+    borrowed(services, PRIYA, BorrowAsk("a100", 1, priority=Priority.LOW))
+    asked = extend()
+    assert (Outcome.ASK, "extension-while-others-wait") == (asked.outcome, asked.deciding)
+    assert "1 waiting requests in a100 come first" in asked.because
+
+
+def test_a_request_inside_nominal_is_served_before_a_borrow_of_higher_priority(
+    services: Services,
+) -> None:
+    """Bob's approved high-priority borrow waits; Priya asks later, at low priority but inside
+    platform's nominal: she is first in line, and the next free GPU is hers."""
+    dave_lease = full_a100(services)
+    bob = borrowed(services, BOB, BorrowAsk("a100", 1, priority=Priority.HIGH))
+    assert isinstance(services.approve(VICTOR, bob.request.id), SettleResult)
+    priya = borrowed(services, PRIYA, BorrowAsk("a100", 1, priority=Priority.LOW))
+    assert [priya.request.id, bob.request.id] == [r.id for r in services.queue()]
+    services.release(DAVE, dave_lease)  # two GPUs come free: Priya first, then Bob
+    assert 1 == len(services.leases(PRIYA)) == len(services.leases(BOB))

@@ -64,3 +64,11 @@ def test_lending_stops_at_each_lenders_lending_limit_and_unused_nominal() -> Non
     assert 0 == lendable(policy, "a100", "vision", {"nlp": 7, "platform": 2})
     assert 2 == lendable(policy, "a100", "vision", {"nlp": 6})
     assert 0 == lendable(policy, "inference", "vision", {})
+
+
+def test_what_other_borrowers_took_is_no_longer_lendable() -> None:
+    """a100: vision lends at most 4 of its unused 8. nlp already borrows 4 of them, so platform
+    may borrow none; were nlp to borrow 2, platform could take the other 2."""
+    policy = default_policy()
+    assert 0 == lendable(policy, "a100", "platform", {"nlp": 10, "platform": 2})
+    assert 2 == lendable(policy, "a100", "platform", {"nlp": 8, "platform": 2})

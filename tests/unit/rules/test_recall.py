@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rules.policy import Quota, Recall
-from rules.recall import Holding, Plan, Waiting, plan
+from rules.recall import Holding, Plan, Queued, Waiting, plan, queue_order
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 RULES = Recall(
@@ -83,9 +83,10 @@ def test_lowest_priority_goes_first_then_the_most_recently_granted() -> None:
     assert [2] == [v.lease for v in result.start]
 
 
-def test_a_borrower_is_never_pushed_below_its_own_nominal() -> None:
-    """vision needs 3 with nothing free; nlp borrows 2 and platform 1: those 3 come back, and
-    not platform's 2-GPU lease, which would take platform below its own 2."""
+def test_a_lease_holding_nominal_gpus_too_goes_only_when_nothing_else_covers() -> None:
+    """vision needs 3 with nothing free; nlp borrows 2 (leases 2 and 3, its newest) and
+    platform 1. Platform's older lease 5 fills its nominal first, so its borrowed GPU is in
+    lease 4, which goes too, with a nominal GPU, as nothing else covers the need."""
     holdings = [
         held(1, "nlp", 3, hours_ago=5),
         held(2, "nlp", 1, hours_ago=3),
@@ -94,7 +95,7 @@ def test_a_borrower_is_never_pushed_below_its_own_nominal() -> None:
         held(5, "platform", 1, hours_ago=4),  # platform borrows 1 too
     ]
     result = planned(holdings, [Waiting(10, "vision", 3)], free=0)
-    assert {3, 2, 5} == {v.lease for v in result.start}
+    assert [3, 2, 4] == [v.lease for v in result.start]
     assert 0 == result.short
 
 
@@ -158,3 +159,54 @@ def test_guarantees_follow_queue_order_and_add_up_per_team() -> None:
     result = planned(NLP_BORROWING, [Waiting(10, "vision", 2), Waiting(11, "vision", 2)], free=1)
     assert (10,) == result.guaranteed
     assert 1 == result.need
+
+
+def test_the_queue_puts_guarantees_first_then_priority_then_arrival() -> None:
+    """nlp holds 5 of its 3: its high-priority request borrows and waits behind vision's low
+    ones inside nominal; vision's third request no longer fits its 3 and borrows too."""
+    at = [NOW + timedelta(minutes=m) for m in range(4)]
+    queued = [
+        Queued(1, "nlp", 1, "high", at[0]),
+        Queued(2, "vision", 2, "low", at[1]),
+        Queued(3, "vision", 1, "low", at[2]),
+        Queued(4, "vision", 1, "normal", at[3]),
+    ]
+    order = queue_order(queued, {"nlp": 5}, QUOTAS)
+    assert [(4, True), (2, True), (1, False), (3, False)] == [(q.request, g) for q, g in order]
+
+
+def test_a_teams_nominal_lease_is_never_recalled_in_place_of_its_borrowed_one() -> None:
+    """Dave's borrowed lease 2 cannot go (cooldown): Carol's older lease 1 fills nlp's nominal,
+    so it is not taken instead, and vision waits."""
+    holdings = [held(1, "nlp", 3, hours_ago=5), held(2, "nlp", 2, holder="U0DAVE001")]
+    result = planned(holdings, [Waiting(10, "vision", 2)], free=0, cooled=("U0DAVE001",))
+    assert () == result.start
+    assert 2 == result.short
+
+
+def test_a_recall_is_withdrawn_once_its_lease_holds_no_borrowed_gpu() -> None:
+    """Carol's older nlp lease ended: Dave's lease now fills nlp's nominal, so its recall goes,
+    and platform's borrowed lease is recalled instead."""
+    holdings = [
+        held(2, "nlp", 2, hours_ago=3, recalled=True),
+        held(4, "platform", 2, hours_ago=4),
+        held(5, "platform", 1, hours_ago=2),
+    ]
+    result = planned(holdings, [Waiting(10, "vision", 3)], free=2)
+    assert ((), (2,)) == (result.keep, result.withdraw)
+    assert [5] == [v.lease for v in result.start]
+
+
+def test_each_recall_is_owed_to_the_request_whose_shortfall_it_covers() -> None:
+    """vision's 2 take the free GPU and one recalled; platform's 1 the next recalled one."""
+    holdings = [
+        held(1, "nlp", 3, hours_ago=5),
+        held(2, "nlp", 1, hours_ago=3),
+        held(3, "nlp", 1, hours_ago=2),
+        held(4, "platform", 1, hours_ago=4),
+    ]
+    queue = [Waiting(10, "vision", 2), Waiting(11, "platform", 1)]
+    result = planned(holdings, queue, free=1)
+    assert [(3, 10, "vision"), (2, 11, "platform")] == [
+        (v.lease, v.request, v.for_team) for v in result.start
+    ]

@@ -215,6 +215,15 @@ def test_the_approval_card_says_whom_approving_overtakes_and_what_it_recalls() -
     assert "approving queues it at the head of the queue" in later
     assert f"*recalls* L7 (<@{BOB}>, 2 GPUs, team nlp borrowing)" in later
     assert "taken 30m after the warning" in later
+    taking = ApprovalEffects(
+        queued=1,
+        overtakes=(3,),
+        recalls=(Recalled(7, BOB, 2, "nlp"),),
+        notice=timedelta(minutes=30),
+    )
+    both = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), taking, "why"))
+    assert "It takes GPUs that requests inside their team's nominal wait for, so approving" in both
+    assert f"*recalls* L7 (<@{BOB}>, 2 GPUs, team nlp borrowing)" in both
 
 
 def test_settled_card_says_who_decided_and_when_without_buttons() -> None:

@@ -1,0 +1,138 @@
+"""Fair sharing at the use cases: lending limits across borrowers, approvals that answer `ask`
+and nothing else, extensions that cannot outrun their limits or a recall, and recalls that
+follow the queue as it changes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from bot.services import BorrowAsk, Services
+from bot.services.views import BorrowResult, ExtendResult, Refused, SettleResult
+from rules.domain import Outcome
+from tests.unit.bot.conftest import ADA, ALICE, CAROL, ERIN, NADIA, Clock
+
+pytestmark = pytest.mark.usefixtures("services")
+DAVE, PAT = "U0DAVE001", "U0PMGR001"
+DAY = timedelta(days=1)
+
+
+def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
+    result = services.borrow(user, ask)
+    assert isinstance(result, BorrowResult), result
+    return result
+
+
+def approved(services: Services, manager: str, result: BorrowResult) -> SettleResult:
+    settled = services.approve(manager, result.request.id)
+    assert isinstance(settled, SettleResult), settled
+    return settled
+
+
+def lent_out(services: Services, clock: Clock) -> int:
+    """l40s: Carol holds nlp's nominal 3, Dave 2 more on loan, Erin platform's 2; an hour on,
+    Alice asks for vision's nominal 3 and Dave's lease is recalled. Dave's lease id."""
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(timedelta(minutes=61))
+    assert Outcome.QUEUE == borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY)).outcome
+    dave = services.leases(DAVE)[0]
+    assert dave.recalled_for.startswith("vision")
+    return dave.id
+
+
+def test_an_approval_answers_ask_but_a_borrow_still_waits_for_lenders(services: Services) -> None:
+    """a100: vision lends at most 4 and nlp already borrows them; platform's borrow of 2 is
+    approved by its manager, yet it waits, as the lenders have nothing left."""
+    borrowed(services, CAROL, BorrowAsk("a100", 6, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("a100", 4, DAY)))
+    borrowed(services, ERIN, BorrowAsk("a100", 2, DAY))
+    asked = borrowed(services, PAT, BorrowAsk("a100", 2, DAY))
+    assert Outcome.ASK == asked.outcome
+    settled = approved(services, ADA, asked)
+    assert "queued" == settled.request.state
+    assert "other teams lend only 0 unused GPUs" in settled.message
+    assert [] == services.leases(PAT)
+
+
+def test_a_second_extension_waits_for_the_first_and_the_limits_hold(
+    services: Services,
+) -> None:
+    """Carol's nlp lease while nlp borrows: each extension asks Nadia. A second request while
+    one waits is refused, so approvals can never add up past the limits."""
+    lease = borrowed(services, CAROL, BorrowAsk("a100", 6, DAY)).lease
+    assert lease is not None
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("a100", 2, DAY)))
+    for _ in range(2):
+        first = services.extend(CAROL, lease.id, timedelta(hours=10))
+        assert isinstance(first, ExtendResult)
+        assert first.request is not None
+        assert Outcome.ASK == first.outcome
+        second = services.extend(CAROL, lease.id, timedelta(hours=10))
+        assert isinstance(second, Refused)
+        assert f"already has an extension waiting for approval (R{first.request.id})" in (
+            second.message
+        )
+        settled = services.approve(NADIA, first.request.id)
+        assert isinstance(settled, SettleResult)
+        assert settled.lease is not None
+    third = services.extend(CAROL, lease.id, timedelta(hours=10))
+    assert isinstance(third, ExtendResult)
+    assert Outcome.DENY == third.outcome
+    view = services.lease(lease.id)
+    assert view is not None
+    assert (2, timedelta(hours=20)) == (view.extensions, view.extended)
+
+
+def test_an_extension_approved_after_a_recall_is_denied(services: Services, clock: Clock) -> None:
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    dave = services.leases(DAVE)[0].id
+    pending = services.extend(DAVE, dave, timedelta(hours=2))
+    assert isinstance(pending, ExtendResult)
+    assert pending.request is not None
+    assert Outcome.ASK == pending.outcome
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(timedelta(minutes=61))
+    borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY))
+    settled = services.approve(NADIA, pending.request.id)
+    assert isinstance(settled, SettleResult)
+    assert settled.lease is None
+    assert f"L{dave} is being recalled" in settled.message
+
+
+def test_withdrawing_the_request_by_releasing_everything_withdraws_its_recall(
+    services: Services, clock: Clock
+) -> None:
+    dave = lent_out(services, clock)
+    services.release(ALICE)  # Alice holds nothing: this withdraws her queued request
+    view = services.lease(dave)
+    assert view is not None
+    assert "" == view.recalled_for
+
+
+def test_paused_automation_starts_no_recall(services: Services, clock: Clock) -> None:
+    assert isinstance(services.pause(ADA), str)
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(timedelta(minutes=61))
+    borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY))
+    assert "" == services.leases(DAVE)[0].recalled_for
+    assert isinstance(services.resume(ADA), str)
+    services.serve_queue(["l40s"])
+    assert services.leases(DAVE)[0].recalled_for.startswith("vision")
+
+
+def test_the_queue_says_why_each_request_waits_as_things_are_now(
+    services: Services, clock: Clock
+) -> None:
+    lent_out(services, clock)
+    (entry,) = services.queue_explained()
+    assert "only 1 of 8 GPUs are free in l40s right now" == entry.waits_for
+    for node in ("l40s-node-01", "l40s-node-02"):
+        assert isinstance(services.drain(ADA, node), str)
+    (entry,) = services.queue_explained()
+    assert "only 0 of 8 GPUs are free in l40s right now" == entry.waits_for
