@@ -43,6 +43,7 @@ class Holding:
     granted_at: datetime
     protected: bool
     recalled_at: datetime | None = None  # under recall since then
+    recalled_for: int = 0  # ... for this request
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Plan:
     start: tuple[Victim, ...] = ()  # new recalls
     withdraw: tuple[int, ...] = ()  # recalls no longer needed
     passed_over: Mapping[int, str] = field(default_factory=dict)  # lease -> why not chosen
+    reassign: tuple[Victim, ...] = ()  # recalls that stand, now owed to another request
     guaranteed: tuple[int, ...] = ()  # the requests inside their team's nominal
     covered: int = 0  # GPUs the kept and new recalls give back
 
@@ -203,6 +205,7 @@ def plan(
     claim_for = claims.take
 
     keep: list[int] = []
+    reassign: list[Victim] = []
     withdraw: list[int] = []
     covered = 0
     under_way = sorted(
@@ -215,7 +218,12 @@ def plan(
         if covered < need and borrowed.get(h.lease, 0) > 0:
             keep.append(h.lease)
             covered += h.gpus
-            claim_for(h.gpus)
+            owed = claim_for(h.gpus)
+            if owed.request != h.recalled_for:  # what it was recalled for went, others wait
+                because = f"it now makes room for R{owed.request} of team {owed.team}"
+                reassign.append(
+                    Victim(h.lease, h.holder, h.team, h.gpus, owed.request, owed.team, because)
+                )
         else:
             withdraw.append(h.lease)
 
@@ -258,6 +266,7 @@ def plan(
         start=tuple(start),
         withdraw=tuple(withdraw),
         passed_over=passed,
+        reassign=tuple(reassign),
         guaranteed=tuple(w.request for w in guaranteed),
         covered=covered,
     )

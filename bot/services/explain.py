@@ -117,7 +117,8 @@ def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
             found += [
                 r
                 for r in audit.history(session, f"lease:{lease.id}")
-                if r.tag == "lease:recalled" and r.detail.get("request") == request.id
+                if r.tag in ("lease:recalled", "lease:recall-reassigned")
+                and r.detail.get("request") == request.id
             ]
     return found
 
@@ -186,6 +187,11 @@ def _lines(rows: list[AuditRow]) -> list[str]:
                 f": recalled for R{row.detail.get('request')} of team "
                 f"{row.detail.get('for_team')}, which needs its nominal GPUs back; "
                 f"chosen because {row.detail.get('because')}"
+            )
+        elif row.tag == "lease:recall-reassigned":
+            head += (
+                f": the recall stands, now for R{row.detail.get('request')} of team "
+                f"{row.detail.get('for_team')}"
             )
         elif row.tag == "lease:recall-withdrawn":
             head += f": recall withdrawn, as {row.detail.get('why')}"

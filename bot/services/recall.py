@@ -53,6 +53,11 @@ def recalled_at(row: LeaseRow) -> datetime | None:
     return datetime.fromisoformat(str(mark["at"]))
 
 
+def _recalled_for(row: LeaseRow) -> int:
+    mark = row.warnings.get(KEY)
+    return int(mark.get("request") or 0) if isinstance(mark, dict) else 0
+
+
 def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
     leases = session.exec(
         select(LeaseRow).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
@@ -68,6 +73,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
             granted_at=row.granted_at,
             protected=row.protected or protected_pool,
             recalled_at=recalled_at(row),
+            recalled_for=_recalled_for(row),
         )
         for row in leases
     )
@@ -129,6 +135,8 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             for victim in () if paused else plan.start:
                 _start(session, seen.rows[victim.lease], victim, now)
                 report.started.append(f"L{victim.lease}")
+            for victim in plan.reassign:
+                _reassign(session, seen.rows[victim.lease], victim, now)
             for lease_id in plan.withdraw:
                 _withdraw(session, seen.rows[lease_id], now)
                 report.withdrawn.append(f"L{lease_id}")
@@ -160,8 +168,30 @@ def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime
     )
 
 
+def _reassign(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:
+    """A recall that stands for another waiting request: the record says whom it serves."""
+    mark = row.warnings.get(KEY)
+    assert isinstance(mark, dict)
+    row.warnings = {
+        **row.warnings,
+        KEY: {**mark, "request": victim.request, "team": victim.for_team},
+    }
+    session.add(row)
+    record(
+        session,
+        at=now,
+        actor=RECALLER,
+        tag="lease:recall-reassigned",
+        subject=f"lease:{row.id}",
+        outcome="recall",
+        detail={"request": victim.request, "for_team": victim.for_team, "because": victim.because},
+    )
+
+
 def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
-    warned = "preempt" in row.warnings
+    # Only a delivered warning was heard; one still in the outbox is dropped unsent, as the
+    # warning it stood for is gone.
+    warned = _delivered(session, row.warnings.get("preempt")) is not None
     row.warnings = {k: v for k, v in row.warnings.items() if k not in (KEY, "preempt")}
     if warned:  # a warning the holder had to heed counts for the cooldown, as a preemption
         row.warnings = {**row.warnings, WARNED: {"at": now.isoformat()}}
@@ -286,13 +316,16 @@ def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> s
 
 def _taken_at(ctx: Context, session: Session, row: LeaseRow) -> datetime | None:
     """The earliest a recalled lease is reclaimed: its warning's delivery plus the notice."""
-    sent = row.warnings.get("preempt")
+    delivered = _delivered(session, row.warnings.get("preempt"))
+    return delivered + ctx.policy.recall.notice if delivered is not None else None
+
+
+def _delivered(session: Session, sent: object) -> datetime | None:
+    """When the warning recorded as `sent` (a lease's warnings entry) reached its holder."""
     if not isinstance(sent, dict) or "outbox" not in sent:
         return None
     owed = session.get(OutboxRow, int(sent["outbox"]))
-    if owed is None or owed.delivered_at is None:
-        return None
-    return owed.delivered_at + ctx.policy.recall.notice
+    return owed.delivered_at if owed is not None else None
 
 
 def _rows(session: Session, ids: list[int]) -> list[RequestRow]:

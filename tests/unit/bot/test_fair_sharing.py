@@ -11,7 +11,7 @@ import pytest
 from bot.services import BorrowAsk, Services
 from bot.services.views import BorrowResult, ExtendResult, Refused, SettleResult
 from rules.domain import Outcome
-from tests.unit.bot.conftest import ADA, ALICE, CAROL, ERIN, NADIA, Clock
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
 pytestmark = pytest.mark.usefixtures("services")
 DAVE, PAT = "U0DAVE001", "U0PMGR001"
@@ -136,3 +136,27 @@ def test_the_queue_says_why_each_request_waits_as_things_are_now(
         assert isinstance(services.drain(ADA, node), str)
     (entry,) = services.queue_explained()
     assert "only 0 of 8 GPUs are free in l40s right now" == entry.waits_for
+
+
+def test_a_recall_whose_request_went_stands_for_the_next_one_that_needs_it(
+    services: Services, clock: Clock
+) -> None:
+    """a100 is full: nlp holds 6 and Dave 4 more on loan, Erin 2, Bob 4 of vision's 8. Alice
+    asks for 4 more inside vision's nominal: Dave's lease is recalled for her. Victor's 2 wait
+    behind her, beyond what vision may count on while she waits. Alice withdraws: Victor's 2
+    are now inside the nominal, so the recall stands, for him."""
+    borrowed(services, CAROL, BorrowAsk("a100", 6, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("a100", 4, DAY)))
+    borrowed(services, ERIN, BorrowAsk("a100", 2, DAY))
+    borrowed(services, BOB, BorrowAsk("a100", 4, DAY))
+    clock.advance(timedelta(minutes=61))
+    alice = borrowed(services, ALICE, BorrowAsk("a100", 4, DAY))
+    victor = borrowed(services, VICTOR, BorrowAsk("a100", 2, DAY))
+    assert Outcome.QUEUE == alice.outcome == victor.outcome
+    dave = services.leases(DAVE)[0].id
+    assert f"vision (R{alice.request.id})" == services.lease(dave).recalled_for  # type: ignore[union-attr]
+    assert not isinstance(services.cancel(ALICE, alice.request.id), Refused)
+    assert f"vision (R{victor.request.id})" == services.lease(dave).recalled_for  # type: ignore[union-attr]
+    why = services.why(ADA, f"R{victor.request.id}")
+    assert not isinstance(why, Refused)
+    assert any(f"the recall stands, now for R{victor.request.id}" in line for line in why.lines)
