@@ -44,6 +44,12 @@ class Holding:
     protected: bool
     recalled_at: datetime | None = None  # under recall since then
     recalled_for: int = 0  # ... for this request
+    usable: int | None = None  # GPUs that come back free if reclaimed (None: all of them)
+
+    @property
+    def returns(self) -> int:
+        """What reclaiming it gives the queue: GPUs on a drained node or unhealthy give none."""
+        return self.gpus if self.usable is None else self.usable
 
 
 @dataclass(frozen=True)
@@ -215,10 +221,10 @@ def plan(
     for h in under_way:
         # A recall stands while it is needed and the lease still holds borrowed GPUs (an
         # earlier lease of its team may have ended, leaving this one inside the nominal).
-        if covered < need and borrowed.get(h.lease, 0) > 0:
+        if covered < need and borrowed.get(h.lease, 0) > 0 and h.returns > 0:
             keep.append(h.lease)
-            covered += h.gpus
-            owed = claim_for(h.gpus)
+            covered += h.returns
+            owed = claim_for(h.returns)
             if owed.request != h.recalled_for:  # what it was recalled for went, others wait
                 because = f"it now makes room for R{owed.request} of team {owed.team}"
                 reassign.append(
@@ -229,6 +235,7 @@ def plan(
 
     start: list[Victim] = []
     passed: dict[int, str] = {}
+    losing = {h.holder for h in holdings if h.lease in keep}
     candidates = sorted(
         (h for h in holdings if h.recalled_at is None and borrowed.get(h.lease, 0) > 0),
         key=lambda h: (_rank(h.priority), -h.granted_at.timestamp(), -h.lease),
@@ -243,7 +250,11 @@ def plan(
                 continue
             if whole != (borrowed[h.lease] == h.gpus):
                 continue
-            why_not = _why_not(h, now, recall, cooled)
+            why_not = _why_not(h, now, recall, cooled) or (
+                "its holder already loses another lease to a recall under way"
+                if h.holder in losing
+                else ""
+            )
             if why_not:
                 passed[h.lease] = why_not
                 continue
@@ -255,11 +266,11 @@ def plan(
                 "of them and comes first among the borrowed leases that may be recalled "
                 f"(lowest priority, here {h.priority}, then the most recently granted)"
             )
-            owed = claim_for(h.gpus)
+            owed = claim_for(h.returns)
             start.append(
                 Victim(h.lease, h.holder, h.team, h.gpus, owed.request, owed.team, because)
             )
-            covered += h.gpus
+            covered += h.returns
     return Plan(
         need=need,
         keep=tuple(keep),
@@ -275,6 +286,8 @@ def plan(
 def _why_not(h: Holding, now: datetime, recall: Recall, cooled: Collection[str]) -> str:
     if h.protected:
         return "protected leases are never recalled"
+    if h.returns == 0:
+        return "its GPUs would not come back usable (drained or unhealthy)"
     age = now - h.granted_at
     if age < recall.min_runtime:
         left = format_duration(recall.min_runtime - age)

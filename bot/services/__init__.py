@@ -109,7 +109,8 @@ class Services:
     def cancel(self, user: str, request_id: int) -> RequestView | Refused:
         result = borrowing.cancel(self.ctx, user, request_id)
         if not isinstance(result, Refused):
-            recall.reconcile(self.ctx, [result.pool])  # what it recalled may stay now
+            # A new head may fit now, and what it recalled may stay.
+            self.serve_queue([result.pool])
         return result
 
     def extend(

@@ -4,6 +4,7 @@ pool's queue is never overtaken."""
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import notices
@@ -57,7 +58,9 @@ def _time_out(ctx: Context, pool: str) -> None:
             select(RequestRow).where(
                 RequestRow.pool == pool,
                 RequestRow.state == RequestState.QUEUED,
-                col(RequestRow.created_at) <= now - limit,
+                # It queued when made, or when a person approved it (decided_at).
+                sa.func.coalesce(col(RequestRow.decided_at), col(RequestRow.created_at))
+                <= now - limit,
             )
         ).all()
         for request in stale:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import admin, notices
@@ -21,12 +22,19 @@ from bot.services.context import Context, record
 from bot.services.queries import free_gpus, ordered_queue, request_view
 from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
-from rules.domain import LeaseState, Outcome, RequestKind, RequestState, Subject
-from storage.tables import LeaseRow, OutboxRow, RequestRow
+from rules.domain import GpuState, LeaseState, Outcome, RequestKind, RequestState, Subject
+from storage.tables import (
+    AuditRow,
+    GpuRow,
+    LeaseGpuRow,
+    LeaseRow,
+    NodeRow,
+    OutboxRow,
+    RequestRow,
+)
 
 RECALLER = "gpubot"
 KEY = "recall"
-WARNED = "recall_warned"  # a recall that warned its holder, then was withdrawn
 
 
 @dataclass
@@ -63,6 +71,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         select(LeaseRow).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
     ).all()
     protected_pool = ctx.policy.pools[pool].protected
+    usable = _usable(session, [row.id or 0 for row in leases])
     holdings = tuple(
         recall.Holding(
             lease=row.id or 0,
@@ -74,6 +83,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
             protected=row.protected or protected_pool,
             recalled_at=recalled_at(row),
             recalled_for=_recalled_for(row),
+            usable=usable.get(row.id or 0, 0),
         )
         for row in leases
     )
@@ -87,14 +97,36 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
             )
         ).all()
     )
-    for row in leases:
-        warned = row.warnings.get(WARNED)
-        if isinstance(warned, dict) and datetime.fromisoformat(str(warned["at"])) >= since:
-            cooled.add(row.holder)
+    # Holders warned of a preemption that was then withdrawn count too, in every pool.
+    withdrawn = session.exec(
+        select(AuditRow.detail).where(
+            AuditRow.tag == "lease:recall-withdrawn", col(AuditRow.at) >= since
+        )
+    ).all()
+    cooled |= {str(d["holder"]) for d in withdrawn if d.get("warned") and d.get("holder")}
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
         holdings, queue, free, frozenset(cooled), {row.id or 0: row for row in leases}
     )
+
+
+def _usable(session: Session, lease_ids: list[int]) -> dict[int, int]:
+    """Per lease, its GPUs that would come back free: healthy, on an undrained node."""
+    if not lease_ids:
+        return {}
+    rows = session.exec(
+        select(LeaseGpuRow.lease_id, sa.func.count())
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(
+            col(LeaseGpuRow.lease_id).in_(lease_ids),
+            col(LeaseGpuRow.active).is_(True),
+            GpuRow.state == GpuState.OK,
+            col(NodeRow.drained).is_(False),
+        )
+        .group_by(col(LeaseGpuRow.lease_id))
+    ).all()
+    return {int(lease_id): int(n) for lease_id, n in rows}
 
 
 def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recall.Plan:
@@ -193,8 +225,6 @@ def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
     # warning it stood for is gone.
     warned = _delivered(session, row.warnings.get("preempt")) is not None
     row.warnings = {k: v for k, v in row.warnings.items() if k not in (KEY, "preempt")}
-    if warned:  # a warning the holder had to heed counts for the cooldown, as a preemption
-        row.warnings = {**row.warnings, WARNED: {"at": now.isoformat()}}
     session.add(row)
     why = "the GPUs it was recalled for came free another way, or nobody waits for them any more"
     record(
@@ -204,7 +234,8 @@ def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
         tag="lease:recall-withdrawn",
         subject=f"lease:{row.id}",
         outcome="keep",
-        detail={"why": why},
+        # A warning the holder had to heed counts for the cooldown, as a preemption would.
+        detail={"why": why, "warned": warned, "holder": row.holder},
     )
     if warned:  # the holder was told it would be taken: tell them it stays
         notices.recall_withdrawn(session, row, at=now)
@@ -217,9 +248,18 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
     waiting = [w.request for w in seen.queue if w.request != request.id]
     if request.kind != RequestKind.BORROW:
         return ApprovalEffects(queued=len(waiting))
+    # What the rules say once a person approves (as the approval itself will ask them).
+    decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, request))
+    if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
+        return ApprovalEffects(queued=len(waiting), refused=decision.because)
+    held = decision.once_approved() == Outcome.QUEUE
+    waits_for = next(
+        (m.because for m in decision.matches if m.verdict.outcome == Outcome.QUEUE), ""
+    )
+    paused = admin.is_paused(session, ctx)
     before = {v.lease for v in plan_for(ctx, seen, request.pool, now).start}
     quotas, rules = ctx.policy.pools[request.pool].quotas, ctx.policy.recall
-    if request.gpus <= seen.free:
+    if request.gpus <= seen.free and not held:
         # Granted at once, ahead of whoever waits; the GPUs it takes may be the ones a
         # waiting guarantee counted on, and then more borrowed leases are recalled.
         granted = recall.Holding(
@@ -237,8 +277,9 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         return ApprovalEffects(
             queued=len(waiting),
             overtakes=tuple(waiting),
-            recalls=_new(after, before),
+            recalls=() if paused else _new(after, before),
             notice=rules.notice,
+            paused=paused,
         )
     # It would join the queue at its place and recall what its guarantee needs (a pending
     # request has no place yet: it is ordered among the queue as if it had one).
@@ -251,8 +292,10 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         queued=len(waiting),
         waits=True,
         behind=tuple(r.id or 0 for r in placed[: placed.index(request)]),
-        recalls=_new(after, before),
+        recalls=() if paused else _new(after, before),
         notice=rules.notice,
+        waits_for=waits_for if held else "",
+        paused=paused,
     )
 
 
@@ -276,6 +319,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
             Recall(
                 Recalled(h.lease, h.holder, h.gpus, h.team),
                 _taken_at(ctx, session, seen.rows[h.lease]),
+                h.recalled_for,
             )
             for h in sorted(seen.holdings, key=lambda h: h.lease)
             if h.recalled_at is not None
@@ -294,8 +338,8 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
                     waits_for=_waits_for(ctx, session, row, position - 1),
                     free=seen.free,
                     guaranteed=guaranteed,
-                    recalls=under_way if guaranteed else (),
-                    withdrawn_at=row.created_at + wait,
+                    recalls=tuple(r for r in under_way if r.request == row.id),
+                    withdrawn_at=(row.decided_at or row.created_at) + wait,
                 )
             )
     return out

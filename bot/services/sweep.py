@@ -107,23 +107,28 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         gpus = _gpus(session)
         paused = admin.is_paused(session, ctx)
         told = sweep_gpus.told(session)
-        # Recalls first, so this pass's preemption warnings follow the queue as it stands:
-        # in every pool where requests wait or a recall is under way.
         waiting = recall.pools_with_queue(session)
-    recalled = recall.reconcile(ctx, waiting | {s.pool for s in leases if "recall" in s.warnings})
-    if recalled.started or recalled.withdrawn:
-        with ctx.db.read() as session:
-            leases, warned = _leases(session)
     run = Pass(ctx, readings, now, paused, unreserved=told)
-    run.report.recalled, run.report.recall_withdrawn = recalled.started, recalled.withdrawn
     policy, decide, reading = ctx.policy, ctx.live.decide, run.reading
-    for lease in leases:
-        lease_readings = [reading(node, index) for node, index in lease.slots]
-        facts = lease_facts(policy, lease, lease_readings, warned[lease.id], now)
-        _act_on_lease(run, lease, decide(Subject.LEASE, facts), warned[lease.id])
+
+    def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
+        for lease in on:
+            lease_readings = [reading(node, index) for node, index in lease.slots]
+            facts = lease_facts(policy, lease, lease_readings, warned[lease.id], now)
+            _act_on_lease(run, lease, decide(Subject.LEASE, facts), warned[lease.id])
+
+    act(leases, warned)
     for gpu in gpus:
         facts = gpu_facts(gpu, reading(gpu.node, gpu.index))
         act_on_gpu(run, gpu, decide(Subject.GPU, facts))
+    # Recalls last, once this pass's reclaims freed what they free, in every pool where
+    # requests wait or a recall is under way; the leases recalled now are warned at once.
+    recalled = recall.reconcile(ctx, waiting | {s.pool for s in leases if "recall" in s.warnings})
+    run.report.recalled, run.report.recall_withdrawn = recalled.started, recalled.withdrawn
+    if recalled.started:
+        with ctx.db.read() as session:
+            fresh, warned = _leases(session)
+        act([s for s in fresh if f"L{s.id}" in recalled.started], warned)
     return run.report
 
 

@@ -210,6 +210,9 @@ class ApprovalEffects:
     behind: tuple[int, ...] = ()  # ... behind these
     recalls: tuple[Recalled, ...] = ()  # ... and recall these borrowed leases
     notice: timedelta = timedelta(0)  # the recall's notice period
+    refused: str = ""  # the rules would now deny it: why
+    waits_for: str = ""  # the rule that keeps it waiting even once approved
+    paused: bool = False  # automation is paused: no recall starts
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,7 @@ class Recall:
 
     lease: Recalled
     taken_at: datetime | None
+    request: int = 0  # the waiting request it makes room for
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,11 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
             if queued
             else "Nothing is queued in this pool."
         ]
+    if effects.refused:
+        return [
+            f"The rules would now refuse it ({clip(escape(effects.refused), 500)}), so "
+            "approving denies it with that reason."
+        ]
     if not effects.waits:
         if not effects.overtakes:
             lines = ["GPUs are free: approving grants it at once. Nothing else is queued."]
@@ -116,8 +121,15 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
         why = "It takes GPUs that requests inside their team's nominal wait for"
     else:
         place = f"behind {_codes(effects.behind)}" if effects.behind else "at the head of the queue"
-        lines = [f"No GPUs are free for it now: approving queues it {place}."]
+        lines = [
+            f"It waits even once approved ({clip(escape(effects.waits_for), 500)}): "
+            f"approving queues it {place}."
+            if effects.waits_for
+            else f"No GPUs are free for it now: approving queues it {place}."
+        ]
         why = "It is inside the team's guarantee"
+        if effects.paused:
+            lines.append("Automation is paused: no borrowed lease is recalled for it meanwhile.")
     if effects.recalls:
         taken = ", ".join(
             f"L{r.lease} ({mention(r.holder)}, {plural(r.gpus, 'GPU')}, team "

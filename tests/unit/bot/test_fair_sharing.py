@@ -7,10 +7,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlmodel import select
 
-from bot.services import BorrowAsk, Services
+from bot.services import BorrowAsk, Services, recall
 from bot.services.views import BorrowResult, ExtendResult, Refused, SettleResult
+from bot.telemetry.window import Telemetry
 from rules.domain import Outcome
+from storage import outbox
+from storage.tables import OutboxRow
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
 pytestmark = pytest.mark.usefixtures("services")
@@ -51,6 +55,10 @@ def test_an_approval_answers_ask_but_a_borrow_still_waits_for_lenders(services: 
     borrowed(services, ERIN, BorrowAsk("a100", 2, DAY))
     asked = borrowed(services, PAT, BorrowAsk("a100", 2, DAY))
     assert Outcome.ASK == asked.outcome
+    effects = services.approval_effects(asked.request.id)  # what the card says
+    assert effects is not None
+    assert effects.waits
+    assert "other teams lend only 0 unused GPUs" in effects.waits_for
     settled = approved(services, ADA, asked)
     assert "queued" == settled.request.state
     assert "other teams lend only 0 unused GPUs" in settled.message
@@ -160,3 +168,59 @@ def test_a_recall_whose_request_went_stands_for_the_next_one_that_needs_it(
     why = services.why(ADA, f"R{victor.request.id}")
     assert not isinstance(why, Refused)
     assert any(f"the recall stands, now for R{victor.request.id}" in line for line in why.lines)
+
+
+def test_the_queue_wait_counts_from_the_approval_not_the_ask(
+    services: Services, clock: Clock
+) -> None:
+    """Platform's borrow waited 23h for a manager; approved, it waits for lenders, and is
+    withdrawn a day after the approval, not an hour after it."""
+    for user, gpus, manager in ((CAROL, 6, NADIA), (DAVE, 4, NADIA), (ERIN, 2, PAT)):
+        approved(services, manager, borrowed(services, user, BorrowAsk("a100", gpus, 3 * DAY)))
+    asked = borrowed(services, PAT, BorrowAsk("a100", 2, DAY))
+    clock.advance(timedelta(hours=23))
+    assert "queued" == approved(services, ADA, asked).request.state
+    clock.advance(timedelta(hours=2))
+    services.serve_queue(["a100"])
+    assert "queued" == services.request(asked.request.id).state  # type: ignore[union-attr]
+    clock.advance(timedelta(hours=23))
+    services.serve_queue(["a100"])
+    assert "cancelled" == services.request(asked.request.id).state  # type: ignore[union-attr]
+
+
+def test_a_borrowed_lease_on_a_drained_node_is_not_recalled(
+    services: Services, clock: Clock
+) -> None:
+    """Its GPUs would not come back to the queue: reclaiming them would serve nobody."""
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    (node,) = {slot.node for slot in services.leases(DAVE)[0].gpus}
+    assert isinstance(services.drain(ADA, node), str)
+    clock.advance(timedelta(minutes=61))
+    borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY))
+    assert "" == services.leases(DAVE)[0].recalled_for
+
+
+def test_a_holder_warned_then_spared_is_not_recalled_again_within_the_cooldown(
+    services: Services, clock: Clock
+) -> None:
+    dave = lent_out(services, clock)
+    with services.db.write() as session:  # the preemption warning reached Dave
+        for row in session.exec(select(OutboxRow)).all():
+            outbox.delivered(session, row.id or 0, at=clock.now, channel="D0DAVE", ts="1.0")
+    services.sweep(Telemetry(timedelta(minutes=3)))
+    with services.db.write() as session:
+        for row in session.exec(select(OutboxRow)).all():
+            outbox.delivered(session, row.id or 0, at=clock.now, channel="D0DAVE", ts="1.0")
+    services.release(CAROL)  # Alice is served from Carol's GPUs: Dave's recall is withdrawn
+    assert "" == services.lease(dave).recalled_for  # type: ignore[union-attr]
+    services.release(DAVE)  # and whatever Dave holds next, in any pool, is spared a day
+    clock.advance(timedelta(hours=23))
+    with services.db.read() as session:
+        for pool in ("a100", "l40s"):
+            seen = recall.picture(services.ctx, session, pool, clock.now)
+            assert DAVE in seen.cooled
+    clock.advance(timedelta(hours=2))
+    with services.db.read() as session:
+        assert DAVE not in recall.picture(services.ctx, session, "a100", clock.now).cooled

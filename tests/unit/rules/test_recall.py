@@ -31,6 +31,7 @@ def held(
     holder: str | None = None,
     protected: bool = False,
     recalled: bool = False,
+    usable: int | None = None,
 ) -> Holding:
     granted = NOW - timedelta(hours=hours_ago)
     return Holding(
@@ -42,6 +43,8 @@ def held(
         granted_at=granted,
         protected=protected,
         recalled_at=NOW - timedelta(minutes=5) if recalled else None,
+        recalled_for=10 if recalled else 0,
+        usable=usable,
     )
 
 
@@ -105,6 +108,7 @@ def test_a_lease_holding_nominal_gpus_too_goes_only_when_nothing_else_covers() -
         ("protected", held(3, "nlp", 1, protected=True), "protected leases are never recalled"),
         ("too young", held(3, "nlp", 1, hours_ago=0.5), "younger than the minimum runtime"),
         ("cooled down", held(3, "nlp", 1, holder="U0DAVE001"), "preempted within the last 1d"),
+        ("drained", held(3, "nlp", 1, usable=0), "would not come back usable"),
     ],
 )
 def test_protected_young_and_recently_preempted_leases_are_passed_over(
