@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-QUIET_S = 0.05  # no request in flight for this long: the burst is over
+QUIET_S = 0.1  # no request in flight for this long: the burst is over
 LONGEST_S = 0.5  # the most an answer ever waits for acks
 
 
