@@ -11,6 +11,7 @@ from bot.services.views import LeaseView
 from bot.slack.blocks.kit import (
     EXTEND_ACTION,
     RELEASE_ACTION,
+    Block,
     Message,
     actions,
     button,
@@ -74,17 +75,7 @@ def warning_message(
         deadline = now + grace
     elements = [
         button("Extend 2h", EXTEND_ACTION, str(lease.id), style="primary"),
-        button(
-            "Release now",
-            RELEASE_ACTION,
-            str(lease.id),
-            style="danger",
-            confirm=(
-                f"Release {lease.code}?",
-                "Work still running on these GPUs loses them.",
-                "Release",
-            ),
-        ),
+        _release_now(lease),
     ]
     if reason == "idle" and snoozes_left > 0:
         elements.append(button("Still using", SNOOZE_ACTION, str(lease.id)))
@@ -106,6 +97,21 @@ def warning_message(
         )
     blocks.append(actions(lease_block(lease.id), *elements))
     return message(f"{title}: {clip(because, 300)}", blocks)
+
+
+def _release_now(lease: LeaseView) -> Block:
+    """The Release now button of a warning, behind a confirmation."""
+    return button(
+        "Release now",
+        RELEASE_ACTION,
+        str(lease.id),
+        style="danger",
+        confirm=(
+            f"Release {lease.code}?",
+            "Work still running on these GPUs loses them.",
+            "Release",
+        ),
+    )
 
 
 def _preempt_message(
@@ -133,20 +139,7 @@ def _preempt_message(
             "A recalled lease cannot be extended. Releasing now hands the GPUs over at once; "
             f"`/gpu why {lease.code}` shows how it was chosen."
         ),
-        actions(
-            lease_block(lease.id),
-            button(
-                "Release now",
-                RELEASE_ACTION,
-                str(lease.id),
-                style="danger",
-                confirm=(
-                    f"Release {lease.code}?",
-                    "Work still running on these GPUs loses them.",
-                    "Release",
-                ),
-            ),
-        ),
+        actions(lease_block(lease.id), _release_now(lease)),
     ]
     return message(f"{title}: {clip(why, 300)}", blocks)
 
