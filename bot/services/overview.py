@@ -13,6 +13,7 @@ from bot.services.queries import (
     list_requests,
     ordered_queue,
     pool_usage,
+    pools_with_queue,
     request_view,
 )
 from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestView
@@ -79,9 +80,7 @@ def quota_use(session: Session, ctx: Context, team: str) -> list[QuotaUse]:
 def queue(session: Session, ctx: Context) -> list[RequestView]:
     """Requests waiting for GPUs, pool by pool, in the order they will be served: those inside
     their team's nominal first, then priority, then arrival."""
-    pools = session.exec(
-        select(RequestRow.pool).where(RequestRow.state == RequestState.QUEUED).distinct()
-    ).all()
+    pools = pools_with_queue(session)
     return [
         request_view(row)
         for pool in sorted(pools)

@@ -172,3 +172,13 @@ def ordered_queue(
     items = [Queued(key, r.team, r.gpus, r.priority, r.created_at) for key, r in by_id.items()]
     held = pool_usage(session, pool).held
     return [(by_id[q.request], inside) for q, inside in queue_order(items, held, quotas)]
+
+
+def pools_with_queue(session: Session) -> set[str]:
+    """The pools where borrows wait in the queue."""
+    found = session.exec(
+        select(RequestRow.pool)
+        .where(RequestRow.state == RequestState.QUEUED, RequestRow.kind == RequestKind.BORROW)
+        .distinct()
+    ).all()
+    return set(found)

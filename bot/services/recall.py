@@ -19,10 +19,10 @@ from sqlmodel import Session, col, select
 from bot.services import admin, notices
 from bot.services.borrowing import _facts_again, _lock_pool
 from bot.services.context import Context, record
-from bot.services.queries import free_gpus, ordered_queue, request_view
+from bot.services.queries import free_gpus, ordered_queue, pools_with_queue, request_view
 from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
-from rules.domain import GpuState, LeaseState, Outcome, RequestKind, RequestState, Subject
+from rules.domain import GpuState, LeaseState, Outcome, RequestKind, Subject
 from storage.tables import (
     AuditRow,
     GpuRow,
@@ -52,6 +52,7 @@ class PoolPicture:
     free: int
     cooled: frozenset[str]
     rows: dict[int, LeaseRow]
+    requests: dict[int, RequestRow]  # the queued ones, by id
 
 
 def recalled_at(row: LeaseRow) -> datetime | None:
@@ -106,7 +107,12 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
     cooled |= {str(d["holder"]) for d in withdrawn if d.get("warned") and d.get("holder")}
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
-        holdings, queue, free, frozenset(cooled), {row.id or 0: row for row in leases}
+        holdings,
+        queue,
+        free,
+        frozenset(cooled),
+        {row.id or 0: row for row in leases},
+        {r.id or 0: r for r, _ in ordered},
     )
 
 
@@ -140,15 +146,6 @@ def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recal
         recall=ctx.policy.recall,
         cooled=seen.cooled,
     )
-
-
-def pools_with_queue(session: Session) -> set[str]:
-    found = session.exec(
-        select(RequestRow.pool)
-        .where(RequestRow.state == RequestState.QUEUED, RequestRow.kind == RequestKind.BORROW)
-        .distinct()
-    ).all()
-    return set(found)
 
 
 def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
@@ -324,11 +321,10 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
             for h in sorted(seen.holdings, key=lambda h: h.lease)
             if h.recalled_at is not None
         )
-        rows = {r.id: r for r in _rows(session, [w.request for w in seen.queue])}
         head = f"R{seen.queue[0].request}" if seen.queue else ""
         wait = ctx.policy.pools[pool].limits.max_queue_wait
         for position, waiting in enumerate(seen.queue, start=1):
-            row = rows[waiting.request]
+            row = seen.requests[waiting.request]
             guaranteed = waiting.request in plan.guaranteed
             out.append(
                 QueueEntry(
@@ -370,9 +366,3 @@ def _delivered(session: Session, sent: object) -> datetime | None:
         return None
     owed = session.get(OutboxRow, int(sent["outbox"]))
     return owed.delivered_at if owed is not None else None
-
-
-def _rows(session: Session, ids: list[int]) -> list[RequestRow]:
-    if not ids:
-        return []
-    return list(session.exec(select(RequestRow).where(col(RequestRow.id).in_(ids))).all())

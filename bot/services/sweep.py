@@ -25,6 +25,7 @@ from sqlmodel import Session, col, select
 from bot.services import admin, enforcement, notices, recall, sweep_gpus
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
+from bot.services.queries import pools_with_queue
 from bot.services.sweep_facts import (
     GpuSnapshot,
     LeaseSnapshot,
@@ -107,7 +108,7 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         gpus = _gpus(session)
         paused = admin.is_paused(session, ctx)
         told = sweep_gpus.told(session)
-        waiting = recall.pools_with_queue(session)
+        waiting = pools_with_queue(session)
     run = Pass(ctx, readings, now, paused, unreserved=told)
     policy, decide, reading = ctx.policy, ctx.live.decide, run.reading
 
