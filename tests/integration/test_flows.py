@@ -58,6 +58,14 @@ def test_a_borrow_inside_quota_is_granted_with_a_dm(running: Running) -> None:
     assert [] == running.local.violations
 
 
+def test_a_command_that_mentions_payload_is_still_a_command(running: Running) -> None:
+    """Over signed HTTP: Bolt alone would take any form body containing "payload" for an
+    interaction and leave the command unanswered."""
+    call = answered(running, ALICE, "borrow 1 a100 for 2h because payload tests")
+    assert "Granted" in text_of(call)
+    assert "payload tests" in json.dumps(running.bot.services.leases(ALICE)[0].reason)
+
+
 def test_ask_then_the_manager_approves_and_the_card_updates_in_place(running: Running) -> None:
     """Over nominal: a card with buttons in the approval channel; Approve grants and DMs."""
     answered(running, ALICE, "borrow 8 a100 for 6h")

@@ -81,12 +81,12 @@ class InProcessTransport:
         self.app = app
 
     def deliver(self, inbound: Inbound) -> Outcome:
-        from slack_bolt.request import BoltRequest  # noqa: PLC0415  (Bolt only when used)
+        from bot.server import bolt_request  # noqa: PLC0415  (Bolt only when used)
 
         headers: dict[str, str | Sequence[str]] = {
             name.lower(): value for name, value in inbound.headers.items()
         }
-        response = self.app.dispatch(BoltRequest(body=inbound.body.decode(), headers=headers))
+        response = self.app.dispatch(bolt_request(inbound.body.decode(), headers=headers))
         answered = {name: values[0] for name, values in response.headers.items() if values}
         return Outcome(response.status, response.body, answered)
 
