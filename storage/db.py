@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -22,6 +23,8 @@ _S = TypeVar("_S", bound=sa.Select[Any])
 #: Execution option carried by the write engine; the SQLite `begin` hook reads it.
 _WRITE_OPTION = "gpubot_write"
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The most a brief write (`Database.brief`) waits for the database before it gives up.
+BRIEF_WAIT = timedelta(seconds=2)
 
 
 def normalise_url(url: str) -> sa.URL:
@@ -42,13 +45,24 @@ class Database:
     `write()` is one transaction: committed when the block ends, rolled back when it raises.
     On SQLite it starts with BEGIN IMMEDIATE, so a read-then-write transaction takes the write
     lock up front and waits (busy timeout) instead of failing with "database is locked" when
-    another writer got there first. An in-memory SQLite database has a single connection,
-    so its sessions take turns across threads and must not be nested.
+    another writer got there first; the writers of this process queue on a lock before that,
+    so they wake the moment the one before them commits instead of polling SQLite's busy handler.
+    An in-memory SQLite database has a single connection, so its sessions take turns across
+    threads and must not be nested.
+
+    `unit()` is a unit of work: one write transaction that every `write()` and `read()` of the
+    same thread joins until it ends (a `write()` inside it is a savepoint), so a use case and
+    the bookkeeping around it commit together or not at all.
     """
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = normalise_url(url)
         self._turns: threading.RLock | None = None
+        self._writers: threading.RLock | None = None
+        self._ambient = threading.local()
+        self._brief_engine: Engine | None = None
+        if self.url.get_backend_name() == "sqlite" and not _is_memory(self.url):
+            self._writers = threading.RLock()
         if self.url.get_backend_name() == "sqlite":
             self.engine = self._sqlite_engine(echo)
         else:
@@ -56,7 +70,8 @@ class Database:
             self.engine = sa.create_engine(self.url, echo=echo, pool_pre_ping=True)
         self._writer = self.engine.execution_options(**{_WRITE_OPTION: True})
 
-    def _sqlite_engine(self, echo: bool) -> Engine:
+    def _sqlite_engine(self, echo: bool, busy_timeout_ms: int | None = None) -> Engine:
+        busy_timeout_ms = busy_timeout_ms or _SQLITE_BUSY_TIMEOUT_MS
         memory = _is_memory(self.url)
         if memory:
             # One connection is the whole database; StaticPool keeps it alive for every thread.
@@ -77,7 +92,7 @@ class Database:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             try:
-                cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+                cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
                 cursor.execute("PRAGMA foreign_keys = ON")
                 if not memory:
                     cursor.execute("PRAGMA journal_mode = WAL")
@@ -105,11 +120,27 @@ class Database:
     def _turn(self) -> AbstractContextManager[Any]:
         return self._turns if self._turns is not None else nullcontext()
 
+    def _write_turn(self) -> AbstractContextManager[Any]:
+        if self._turns is not None:
+            return self._turns
+        return self._writers if self._writers is not None else nullcontext()
+
+    def _joined(self) -> Session | None:
+        session: Session | None = getattr(self._ambient, "session", None)
+        return session
+
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A session inside one write transaction: commit on success, rollback on exception."""
+        """A session inside one write transaction: commit on success, rollback on exception.
+
+        Inside a `unit()`, a savepoint of the unit's transaction instead."""
+        joined = self._joined()
+        if joined is not None:
+            with joined.begin_nested():
+                yield joined
+            return
         with (
-            self._turn(),
+            self._write_turn(),
             Session(self._writer, expire_on_commit=False) as session,
             session.begin(),
         ):
@@ -117,14 +148,78 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """A session for reads; whatever it did is rolled back when the block ends."""
+        """A session for reads; whatever it did is rolled back when the block ends.
+
+        Inside a `unit()`, the unit's own session, so reads see what the unit wrote."""
+        joined = self._joined()
+        if joined is not None:
+            yield joined
+            return
         with self._turn(), Session(self.engine, expire_on_commit=False) as session:
             yield session
 
     @contextmanager
+    def unit(self) -> Iterator[Session]:
+        """One write transaction that the thread's `write()` and `read()` calls join."""
+        if self._joined() is not None:
+            raise RuntimeError("units of work do not nest")
+        with self.write() as session:
+            self._ambient.session = session
+            try:
+                yield session
+            finally:
+                self._ambient.session = None
+
+    @contextmanager
+    def brief(self) -> Iterator[Session]:
+        """A short write transaction that waits at most BRIEF_WAIT for the database and then
+        raises (sqlalchemy.exc.OperationalError) instead of waiting on: the ack path uses it,
+        since Slack gives a request 3 seconds and then shows the person an error."""
+        if self._turns is not None:  # one in-memory connection: nothing else to wait for
+            with self.write() as session:
+                yield session
+            return
+        wait_s = BRIEF_WAIT.total_seconds()
+        if self.dialect == "sqlite":
+            # In-process writers queue on the lock; another process holding SQLite's lock is
+            # waited out by this engine's shorter busy timeout.
+            assert self._writers is not None
+            if not self._writers.acquire(timeout=wait_s):
+                raise sa.exc.OperationalError("BEGIN", {}, TimeoutError("database is busy"))
+            try:
+                with (
+                    Session(self._brief_writer(), expire_on_commit=False) as session,
+                    session.begin(),
+                ):
+                    yield session
+            finally:
+                self._writers.release()
+            return
+        with Session(self._brief_writer(), expire_on_commit=False) as session, session.begin():
+            ms = int(wait_s * 1000)
+            session.execute(sa.text(f"SET LOCAL lock_timeout = {ms}"))
+            session.execute(sa.text(f"SET LOCAL statement_timeout = {ms}"))
+            yield session
+
+    def _brief_writer(self) -> Engine:
+        if self._brief_engine is None:
+            wait_s = BRIEF_WAIT.total_seconds()
+            if self.dialect == "sqlite":
+                engine = self._sqlite_engine(False, busy_timeout_ms=int(wait_s * 1000))
+            else:
+                engine = sa.create_engine(
+                    self.url,
+                    pool_pre_ping=True,
+                    pool_size=2,
+                    connect_args={"connect_timeout": max(1, int(wait_s))},
+                )
+            self._brief_engine = engine.execution_options(**{_WRITE_OPTION: True})
+        return self._brief_engine
+
+    @contextmanager
     def begin(self) -> Iterator[Connection]:
         """A Core connection in one write transaction (migrations, bulk maintenance)."""
-        with self._turn(), self._writer.begin() as connection:
+        with self._write_turn(), self._writer.begin() as connection:
             yield connection
 
     def create_all(self) -> None:
@@ -135,6 +230,8 @@ class Database:
     def dispose(self) -> None:
         """Close every pooled connection (an in-memory database is gone afterwards)."""
         self.engine.dispose()
+        if self._brief_engine is not None:
+            self._brief_engine.dispose()
 
     def __repr__(self) -> str:
         return f"Database({self.url.render_as_string(hide_password=True)!r})"
@@ -145,3 +242,11 @@ def lock_for_update(session: Session, stmt: _S) -> _S:
     if session.get_bind().dialect.name == "postgresql":
         return stmt.with_for_update()
     return stmt
+
+
+def one_line(exc: BaseException) -> str:
+    """A database error in one line for the log: the driver's message without the statement,
+    its parameters or a connection dump (which would show the server's address)."""
+    original = getattr(exc, "orig", None) or exc
+    text = str(original).splitlines()[0][:160] if str(original) else ""
+    return f"{type(original).__name__}: {text}" if text else type(original).__name__

@@ -1,7 +1,10 @@
 """The transactional outbox: owe a message inside a decision's transaction, then deliver it.
 
 `owe` runs in the caller's transaction. `due` hands the delivery worker what is ready, oldest
-first; `delivered` and `failed` record the outcome. Failed rows stay pending with a backoff.
+first. A row is `claim`ed (committed) before it goes to Slack, with its next attempt already
+pushed back, so a delivery whose outcome cannot be recorded is never re-sent in a loop;
+`delivered`, `failed` and `dropped` record the outcome. A row claimed by a process that is gone
+is in doubt: the deliverer checks before it sends it again.
 """
 
 from __future__ import annotations
@@ -11,12 +14,32 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from storage.tables import OutboxRow
 
-PENDING, DELIVERED, DROPPED = "pending", "delivered", "dropped"
+PENDING, SENDING, DELIVERED, DROPPED, FAILED = (
+    "pending",
+    "sending",
+    "delivered",
+    "dropped",
+    "failed",
+)
 _MAX_BACKOFF = timedelta(minutes=5)
+#: `claimed_by` of a row whose last send may have reached Slack without an answer: whoever
+#: takes it next looks for the message before sending it again.
+IN_DOUBT = "?"
+#: How long a send in doubt is left before it is looked for: a slow Slack may still be
+#: posting it well after the client gave up waiting.
+IN_DOUBT_WAIT = timedelta(minutes=1)
+#: Attempts before a message is given up (about two hours of a Slack outage at 5-minute backoff).
+MAX_ATTEMPTS = 30
+
+
+def backoff(attempts: int) -> timedelta:
+    """The wait after the `attempts`-th attempt: 2 s, 4 s, 8 s ... at most 5 minutes."""
+    return min(_MAX_BACKOFF, timedelta(seconds=2 ** min(max(attempts, 1), 10)))
 
 
 @dataclass(frozen=True)
@@ -44,14 +67,38 @@ def owe(session: Session, message: Owed, *, at: datetime) -> OutboxRow:
 
 
 def due(session: Session, now: datetime, limit: int = 50) -> list[OutboxRow]:
-    """Pending rows whose next attempt has come, in the order they were owed."""
+    """Rows to send whose next attempt has come, in the order they were owed: pending ones,
+    and claimed ones whose outcome was never recorded."""
     stmt = (
         select(OutboxRow)
-        .where(OutboxRow.state == PENDING, col(OutboxRow.next_attempt_at) <= now)
+        .where(col(OutboxRow.state).in_([PENDING, SENDING]), col(OutboxRow.next_attempt_at) <= now)
         .order_by(col(OutboxRow.id))
         .limit(limit)
     )
     return list(session.exec(stmt).all())
+
+
+def claim(session: Session, row: OutboxRow, *, at: datetime, by: str) -> bool:
+    """Take `row` for one attempt: count it and push its next attempt back before it is sent.
+    False when someone else took it first (its state or schedule moved since it was read)."""
+    assert row.id is not None
+    attempts = row.attempts + 1
+    result = session.execute(
+        sa.update(OutboxRow)
+        .where(
+            col(OutboxRow.id) == row.id,
+            col(OutboxRow.state).in_([PENDING, SENDING]),
+            col(OutboxRow.attempts) == row.attempts,
+        )
+        .values(
+            state=SENDING,
+            attempts=attempts,
+            claimed_at=at,
+            claimed_by=by,
+            next_attempt_at=at + backoff(attempts),
+        )
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def delivered(
@@ -60,17 +107,36 @@ def delivered(
     row = session.get(OutboxRow, row_id)
     assert row is not None
     row.state, row.delivered_at, row.channel, row.ts = DELIVERED, at, channel, ts
-    row.attempts += 1
     session.add(row)
 
 
-def failed(session: Session, row_id: int, *, at: datetime, error: str) -> datetime:
-    """Keep the row pending and push its next attempt back (doubling, at most 5 minutes)."""
+def failed(
+    session: Session,
+    row_id: int,
+    *,
+    at: datetime,
+    error: str,
+    retry_after: timedelta | None = None,
+    max_attempts: int = MAX_ATTEMPTS,
+    in_doubt: bool = False,
+) -> datetime | None:
+    """A claimed row was not delivered: pending again at its backoff (or when Slack said to
+    retry), or given up after `max_attempts`; the next attempt, None when given up. A row
+    `in_doubt` (the send may have arrived) stays claimed, marked for a look before a resend."""
     row = session.get(OutboxRow, row_id)
     assert row is not None
-    row.attempts += 1
-    backoff = min(_MAX_BACKOFF, timedelta(seconds=2 ** min(row.attempts, 10)))
-    row.next_attempt_at, row.last_error = at + backoff, error[:500]
+    row.last_error = error[:500]
+    if row.attempts >= max_attempts:
+        row.state, row.delivered_at = FAILED, at
+        session.add(row)
+        return None
+    if in_doubt:
+        row.state, row.claimed_by = SENDING, IN_DOUBT
+        retry_after = max(retry_after or IN_DOUBT_WAIT, IN_DOUBT_WAIT)
+    else:
+        row.state = PENDING
+    later = at + retry_after if retry_after is not None else row.next_attempt_at
+    row.next_attempt_at = max(row.next_attempt_at, later)
     session.add(row)
     return row.next_attempt_at
 
@@ -100,3 +166,9 @@ def landed(session: Session, subject: str, kinds: Sequence[str]) -> list[OutboxR
 def owed_about(session: Session, subject: str) -> list[OutboxRow]:
     stmt = select(OutboxRow).where(OutboxRow.subject == subject).order_by(col(OutboxRow.id))
     return list(session.exec(stmt).all())
+
+
+def counts(session: Session) -> dict[str, int]:
+    """Rows by state (for health and metrics)."""
+    stmt = select(OutboxRow.state, sa.func.count()).group_by(col(OutboxRow.state))
+    return {str(state): int(n) for state, n in session.exec(stmt).all()}

@@ -220,15 +220,19 @@ class OutboxRow(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     created_at: datetime = _ts(index=True)
-    kind: str = Field(max_length=32)  # approval_card, card_settled, request_decided, ...
+    kind: str = Field(max_length=32)  # approval_card, card_settled, reply, home, ...
     subject: str = Field(max_length=64, index=True)  # request:12, lease:7
     recipient: str = Field(max_length=64)  # a channel id or a user id (a DM)
     data: dict[str, Any] = _json()
-    # pending | delivered | dropped (dropped: nothing left to say, e.g. the card was deleted)
+    # pending | sending | delivered | dropped | failed. sending: handed to Slack by the
+    # deliverer `claimed_by` at `claimed_at`, outcome not recorded yet; dropped: nothing left
+    # to say (e.g. the card was deleted); failed: given up after the attempt limit.
     state: str = Field(default="pending", max_length=16, index=True)
     attempts: int = 0
     next_attempt_at: datetime = _ts(index=True)
     last_error: str = Field(default="", max_length=500)
+    claimed_at: datetime | None = _ts(nullable=True)
+    claimed_by: str = Field(default="", max_length=32)
     delivered_at: datetime | None = _ts(nullable=True)
     channel: str | None = Field(default=None, max_length=32)  # where it landed
     ts: str | None = Field(default=None, max_length=32)
@@ -280,3 +284,40 @@ class EnforcementRow(SQLModel, table=True):
     sent_at: datetime | None = _ts(nullable=True)
     done_at: datetime | None = _ts(nullable=True)
     result: dict[str, Any] = _json()
+
+
+class InboxRow(SQLModel, table=True):
+    """A Slack request accepted and acknowledged, written before its ack: a worker carries it out
+    once, in the same transaction that owes its answer and marks it done, whatever happens after.
+
+    `key` is the request's idempotency key (Slack's event_id, else a hash of the signed body), so
+    a retry or a replay of an acknowledged request is acknowledged again and never run twice.
+    """
+
+    __tablename__ = "inbox"
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=96, unique=True)
+    received_at: datetime = _ts(index=True)
+    kind: str = Field(max_length=32)  # command, action, view, event (bot.slack.inbox.Kind)
+    actor: str = Field(max_length=32)  # the Slack user: their requests run in arrival order
+    payload: dict[str, Any] = _json()
+    # pending | done | failed (failed: gave up; the person was told with a reference)
+    state: str = Field(default="pending", max_length=16, index=True)
+    attempts: int = 0
+    next_attempt_at: datetime = _ts()
+    done_at: datetime | None = _ts(nullable=True)
+    last_error: str = Field(default="", max_length=500)
+
+
+class AgentNonceRow(SQLModel, table=True):
+    """A nonce a node agent has spent, kept until its timestamp would be refused anyway, so a
+    captured push cannot be replayed, not even across a restart of the bot."""
+
+    __tablename__ = "agent_nonce"
+    __table_args__ = (sa.UniqueConstraint("node", "nonce", name="uq_agent_nonce_node_nonce"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    node: str = Field(max_length=128)
+    nonce: str = Field(max_length=128)
+    expires_at: datetime = _ts(index=True)

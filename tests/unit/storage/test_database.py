@@ -106,3 +106,81 @@ def test_concurrent_read_then_write_transactions_all_succeed_on_a_sqlite_file(
         database.dispose()
     # Each writer saw every earlier commit: the transactions ran one after another.
     assert list(range(160)) == seen_counts
+
+
+def _pools(database: Database) -> list[str]:
+    with database.read() as session:
+        return sorted(p.name for p in session.exec(select(PoolRow)).all())
+
+
+def test_a_unit_of_work_commits_every_write_inside_it_together(database: Database) -> None:
+    """Writes and reads inside `unit()` share one transaction: reads see the writes before
+    the commit, and everything lands at once."""
+    with database.unit():
+        with database.write() as session:
+            session.add(PoolRow(name="a100"))
+        with database.read() as session:
+            assert ["a100"] == sorted(p.name for p in session.exec(select(PoolRow)).all())
+        with database.write() as session:
+            session.add(PoolRow(name="l40s"))
+    assert ["a100", "l40s"] == _pools(database)
+
+
+def test_a_unit_of_work_that_raises_leaves_nothing_behind(database: Database) -> None:
+    """The use case and its bookkeeping commit together or not at all."""
+
+    def use_case() -> None:
+        with database.unit():
+            with database.write() as session:
+                session.add(PoolRow(name="a100"))
+            raise RuntimeError("the answer could not be owed")
+
+    with pytest.raises(RuntimeError):
+        use_case()
+    assert [] == _pools(database)
+
+
+def test_a_write_that_fails_inside_a_unit_rolls_back_only_itself(database: Database) -> None:
+    """A write block inside a unit is a savepoint: a caught failure keeps the rest."""
+    with database.unit():
+        with database.write() as session:
+            session.add(PoolRow(name="a100"))
+
+        def again() -> None:
+            with database.write() as session:
+                session.add(PoolRow(name="a100"))
+                session.flush()
+
+        with pytest.raises(sa.exc.IntegrityError):
+            again()
+        with database.write() as session:
+            session.add(PoolRow(name="l40s"))
+    assert ["a100", "l40s"] == _pools(database)
+
+
+def test_units_of_work_do_not_nest(database: Database) -> None:
+    """A second unit inside the first is a bug, said at once."""
+    with database.unit(), pytest.raises(RuntimeError, match="do not nest"), database.unit():
+        pass
+
+
+def test_a_brief_write_gives_up_while_another_process_holds_sqlite(tmp_path: Path) -> None:
+    """The ack path's write waits about two seconds for a locked SQLite file, then raises
+    instead of waiting out the full busy timeout."""
+    import sqlite3
+
+    path = tmp_path / "locked.db"
+    database = Database(f"sqlite:///{path}")
+    database.create_all()
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sa.exc.OperationalError), database.brief() as session:
+            session.add(PoolRow(name="a100"))
+        other.execute("ROLLBACK")
+        with database.brief() as session:
+            session.add(PoolRow(name="a100"))
+        assert ["a100"] == _pools(database)
+    finally:
+        other.close()
+        database.dispose()

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from storage import outbox
 from storage.db import Database
 from storage.outbox import Owed
+from storage.tables import OutboxRow
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -27,17 +28,76 @@ def test_due_rows_come_oldest_first_and_delivered_ones_leave(database: Database)
 
 
 def test_a_failed_delivery_stays_owed_and_backs_off(database: Database) -> None:
-    """Failures never drop a message; each one doubles the wait, up to five minutes."""
+    """Failures never drop a message; each claim doubles the wait, up to five minutes."""
     with database.write() as session:
         row = outbox.owe(session, Owed("approval_card", "request:1", "C1", {}), at=T0)
     assert row.id is not None
     waits = []
     for _ in range(12):
+        with database.read() as session:
+            current = session.get(OutboxRow, row.id)
+        assert current is not None
         with database.write() as session:
-            waits.append(outbox.failed(session, row.id, at=T0, error="ratelimited") - T0)
+            assert outbox.claim(session, current, at=T0, by="me")
+        with database.write() as session:
+            retry = outbox.failed(session, row.id, at=T0, error="ratelimited")
+        assert retry is not None
+        waits.append(retry - T0)
+        with database.write() as session:  # the next attempt has come
+            again = session.get(OutboxRow, row.id)
+            assert again is not None
+            again.next_attempt_at = T0
+            session.add(again)
     assert [timedelta(seconds=2), timedelta(seconds=4), timedelta(seconds=8)] == waits[:3]
     assert timedelta(minutes=5) == waits[-1]
     with database.read() as session:
-        assert [] == outbox.due(session, T0 + timedelta(minutes=4))
-        again = outbox.due(session, T0 + timedelta(minutes=5))
-        assert [(12, "ratelimited")] == [(r.attempts, r.last_error) for r in again]
+        again_row = session.get(OutboxRow, row.id)
+        assert again_row is not None
+        assert (12, "ratelimited", "pending") == (
+            again_row.attempts,
+            again_row.last_error,
+            again_row.state,
+        )
+
+
+def test_a_claimed_row_waits_its_backoff_even_if_its_outcome_is_never_recorded(
+    database: Database,
+) -> None:
+    """The claim commits the next attempt before the send: a lost outcome cannot loop."""
+    with database.write() as session:
+        row = outbox.owe(session, Owed("lease_granted", "lease:1", "U1", {}), at=T0)
+    with database.write() as session:
+        assert outbox.claim(session, row, at=T0, by="me")
+    with database.read() as session:
+        assert [] == outbox.due(session, T0 + timedelta(seconds=1))
+        assert [row.id] == [r.id for r in outbox.due(session, T0 + timedelta(seconds=2))]
+        (claimed,) = outbox.due(session, T0 + timedelta(seconds=2))
+    assert ("sending", "me", 1) == (claimed.state, claimed.claimed_by, claimed.attempts)
+
+
+def test_one_claim_wins_when_two_deliverers_race_for_a_row(database: Database) -> None:
+    """Both read the row; only the first claim takes it."""
+    with database.write() as session:
+        row = outbox.owe(session, Owed("lease_granted", "lease:1", "U1", {}), at=T0)
+    with database.read() as session:
+        seen_by_a = session.get(OutboxRow, row.id)
+        seen_by_b = session.get(OutboxRow, row.id)
+    assert seen_by_a is not None
+    assert seen_by_b is not None
+    with database.write() as session:
+        assert outbox.claim(session, seen_by_a, at=T0, by="a")
+    with database.write() as session:
+        assert not outbox.claim(session, seen_by_b, at=T0, by="b")
+
+
+def test_a_row_is_given_up_after_the_attempt_limit(database: Database) -> None:
+    """Past max_attempts the row is failed, not retried forever."""
+    with database.write() as session:
+        row = outbox.owe(session, Owed("lease_granted", "lease:1", "U1", {}), at=T0)
+    with database.write() as session:
+        assert outbox.claim(session, row, at=T0, by="me")
+    with database.write() as session:
+        assert outbox.failed(session, row.id or 0, at=T0, error="down", max_attempts=1) is None
+    with database.read() as session:
+        assert [] == outbox.due(session, T0 + timedelta(days=1))
+        assert {"failed": 1} == outbox.counts(session)

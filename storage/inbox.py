@@ -1,0 +1,114 @@
+"""The durable inbox: every Slack request the bot acknowledges, recorded before its ack.
+
+`accept` is the ack path's one short insert; a key seen before (Slack's retry, a replay) answers
+None and nothing is recorded twice. Workers `take` a row inside the unit of work that carries it
+out and mark it `done` there, so its effects and its answer commit together, exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, col, select
+
+from storage.tables import InboxRow
+
+PENDING, DONE, FAILED = "pending", "done", "failed"
+_MAX_BACKOFF = timedelta(minutes=1)
+KEPT = timedelta(days=2)  # longer than any retry or replay Slack could still send
+
+
+def accept(
+    session: Session,
+    *,
+    key: str,
+    kind: str,
+    actor: str,
+    payload: Mapping[str, Any],
+    at: datetime,
+) -> int | None:
+    """Record one request; its id, or None when its key was recorded before."""
+    values = {
+        "key": key,
+        "received_at": at,
+        "kind": kind,
+        "actor": actor,
+        "payload": dict(payload),
+        "state": PENDING,
+        "attempts": 0,
+        "next_attempt_at": at,
+        "last_error": "",
+    }
+    table = InboxRow.__table__  # type: ignore[attr-defined]
+    dialect = session.get_bind().dialect.name
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+    stmt = insert.values(**values).on_conflict_do_nothing(index_elements=["key"])
+    found = session.execute(stmt.returning(table.c.id)).first()
+    return int(found[0]) if found is not None else None
+
+
+def take(session: Session, row_id: int) -> InboxRow | None:
+    """The row to carry out, if it still waits (another worker or an earlier run may have
+    finished it); locked on PostgreSQL until the unit of work ends."""
+    stmt = select(InboxRow).where(InboxRow.id == row_id, InboxRow.state == PENDING)
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    return session.exec(stmt).first()
+
+
+def done(session: Session, row: InboxRow, *, at: datetime) -> None:
+    row.state, row.done_at = DONE, at
+    row.attempts += 1
+    session.add(row)
+
+
+def failed(session: Session, row_id: int, *, at: datetime, error: str) -> None:
+    """Given up: the person has been told (with a reference) in the same transaction."""
+    session.execute(
+        sa.update(InboxRow)
+        .where(col(InboxRow.id) == row_id, col(InboxRow.state) == PENDING)
+        .values(state=FAILED, done_at=at, last_error=error[:500])
+    )
+
+
+def retry_later(session: Session, row_id: int, *, at: datetime, error: str) -> datetime:
+    """Count a failed attempt and push the next one back (doubling, at most a minute)."""
+    row = session.get(InboxRow, row_id)
+    if row is None or row.state != PENDING:
+        return at
+    row.attempts += 1
+    backoff = min(_MAX_BACKOFF, timedelta(seconds=2 ** min(row.attempts, 8)))
+    row.next_attempt_at, row.last_error = at + backoff, error[:500]
+    session.add(row)
+    return row.next_attempt_at
+
+
+def due(session: Session, now: datetime, limit: int = 500) -> list[tuple[int, str]]:
+    """(id, actor) of the waiting rows whose next attempt has come, in arrival order."""
+    stmt = (
+        select(InboxRow.id, InboxRow.actor)
+        .where(InboxRow.state == PENDING, col(InboxRow.next_attempt_at) <= now)
+        .order_by(col(InboxRow.id))
+        .limit(limit)
+    )
+    return [(int(i), str(a)) for i, a in session.exec(stmt).all() if i is not None]
+
+
+def backlog(session: Session) -> int:
+    """How many acknowledged requests are not carried out yet."""
+    stmt = select(sa.func.count()).select_from(InboxRow).where(InboxRow.state == PENDING)
+    return int(session.exec(stmt).one())
+
+
+def prune(session: Session, before: datetime) -> int:
+    """Forget finished rows received before `before` (their keys cannot come back by then)."""
+    result = session.execute(
+        sa.delete(InboxRow).where(
+            col(InboxRow.state) != PENDING, col(InboxRow.received_at) < before
+        )
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
