@@ -447,6 +447,15 @@ def agent(
             "--dry-run", help="report what enforcement orders would signal; signal nothing"
         ),
     ] = False,
+    min_uid: Annotated[
+        int,
+        typer.Option(
+            "--min-uid",
+            min=0,
+            help="never signal a process with any uid below this one (system accounts are "
+            "never signalled either)",
+        ),
+    ] = 1000,
 ) -> None:
     """Run the node agent: poll this node's GPUs and push the samples to the bot, signed."""
     from bot.agent import AgentError, run_agent  # noqa: PLC0415 - NVML loads only for the agent
@@ -466,6 +475,7 @@ def agent(
             once=once,
             simulated=simulated,
             dry_run=dry_run,
+            min_uid=min_uid,
         )
     except AgentError as exc:
         _fail(str(exc))

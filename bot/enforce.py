@@ -1,8 +1,11 @@
 """The node agent's hands for the `signal` enforcer: carry out one order from the bot.
 
-Each target is pinned with a pidfd before its start time is checked, so the process that was
-checked is the process that gets signalled: a PID reused since the bot saw it is refused, never
-signalled. SIGTERM goes to every target at once, the grace runs once for all, then SIGKILL.
+The whole order is validated before anything is signalled: a malformed one is refused as a
+whole. Each target is pinned with a pidfd before its start time and its owner are checked, so
+the process that was checked is the process that gets signalled: a PID reused since the bot
+saw it is refused, never signalled, and so is a process of a system account or of a uid below
+`min_uid`, whatever the order says. SIGTERM goes to every target at once, the grace runs once
+for all, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ import select
 import signal
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from bot.telemetry.model import MAX_EPOCH_S, MAX_ID, MAX_INDEX, MAX_PID, MAX_TARGETS
 from bot.telemetry.procs import ProcReader
+from rules.schema import is_system_account
 
 KILL_WAIT_S = 5.0  # after SIGKILL; a process still there is stuck in the kernel (D state)
+MAX_GRACE_S = 3600.0
+MIN_UID = 1000  # the first uid useradd gives a person on Debian, Ubuntu and Red Hat
 _SAME_START_S = 0.005  # start times are in clock ticks (1/100 s): half a tick apart is the same
 
 GONE = "gone"
@@ -26,40 +34,127 @@ WOULD = "would signal"
 REUSED = "refused: pid reused"
 
 
+class OrderError(ValueError):
+    """An order that cannot be carried out as written; nothing was signalled. One line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    pid: int
+    started: float  # epoch seconds, as the agent's ProcReader read them
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """An enforcement order that passed every check of `parse_order`."""
+
+    id: int
+    targets: tuple[Target, ...]
+    term_grace_s: float
+    dry_run: bool
+
+
+def parse_order(order: Mapping[str, Any]) -> Order:
+    """The order, every field checked: finite numbers in range, known kinds; OrderError says
+    the first thing wrong. (A NaN start time would pass every comparison of the PID-reuse
+    check, and a NaN grace would fail only after SIGTERM was sent.)"""
+    order_id = _whole(order.get("id"), "id", 1, MAX_ID)
+    grace = order.get("term_grace_s")
+    if isinstance(grace, bool) or not isinstance(grace, int | float):
+        raise OrderError(f"term_grace_s: expected a number, got {_show(grace)}")
+    # Range checks written so NaN fails them (every comparison with NaN is False), and no
+    # isfinite(): it overflows on a 400-digit integer.
+    if not 0 <= grace <= MAX_GRACE_S:
+        raise OrderError(f"term_grace_s: expected 0 to {MAX_GRACE_S:g}, got {_show(grace)}")
+    dry_run = order.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise OrderError(f"dry_run: expected true or false, got {_show(dry_run)}")
+    targets = order.get("targets")
+    if not isinstance(targets, list) or len(targets) > MAX_TARGETS:
+        raise OrderError(f"targets: expected a list of at most {MAX_TARGETS}")
+    return Order(order_id, tuple(_target(t, k) for k, t in enumerate(targets)), grace, dry_run)
+
+
+def _target(target: object, k: int) -> Target:
+    where = f"targets[{k}]"
+    if not isinstance(target, Mapping):
+        raise OrderError(f"{where}: expected an object")
+    pid = _whole(target.get("pid"), f"{where}.pid", 1, MAX_PID)
+    started = target.get("started")
+    if isinstance(started, bool) or not isinstance(started, int | float):
+        raise OrderError(f"{where}.started: expected a number, got {_show(started)}")
+    if not 0 < started <= MAX_EPOCH_S:
+        raise OrderError(f"{where}.started: expected epoch seconds, got {_show(started)}")
+    user = target.get("user")
+    if not isinstance(user, str) or not 0 < len(user) <= 64:
+        raise OrderError(f"{where}.user: expected an account name, got {_show(user)}")
+    if "gpu" in target:
+        _whole(target["gpu"], f"{where}.gpu", 0, MAX_INDEX)
+    return Target(pid, float(started), user)
+
+
+def _whole(value: object, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise OrderError(f"{where}: expected a whole number {low} to {high}, got {_show(value)}")
+    return value
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def order_pids(order: Mapping[str, Any]) -> list[int]:
+    """The distinct in-range pids an order names, however malformed the rest: what a refusal
+    can be reported under."""
+    targets = order.get("targets")
+    pids = []
+    for target in targets[:MAX_TARGETS] if isinstance(targets, list) else []:
+        pid = target.get("pid") if isinstance(target, Mapping) else None
+        if isinstance(pid, int) and not isinstance(pid, bool) and 1 <= pid <= MAX_PID:
+            pids.append(pid)
+    return list(dict.fromkeys(pids))
+
+
+def refused(order: Mapping[str, Any], why: str) -> list[dict[str, Any]]:
+    """The results of an order refused as a whole: `refused: why` for each pid it names."""
+    return [{"pid": pid, "outcome": f"refused: {why}"[:200]} for pid in order_pids(order)]
+
+
 def carry_out(
     order: Mapping[str, Any],
     procs: ProcReader,
     *,
     dry_run: bool = False,
     kill_wait_s: float = KILL_WAIT_S,
+    min_uid: int = MIN_UID,
 ) -> list[dict[str, Any]]:
-    """Signal the order's targets; one `{pid, outcome}` per target, in the order's order."""
-    grace_s = float(order.get("term_grace_s", 30))
-    dry = dry_run or bool(order.get("dry_run", False))
-    targets = [t for t in order.get("targets", []) if isinstance(t, Mapping)]
+    """Signal the order's targets; one `{pid, outcome}` per target, in the order's order.
+    A malformed order signals nothing: each pid it names is `refused: malformed order: ...`."""
+    try:
+        checked = parse_order(order)
+    except OrderError as exc:
+        return refused(order, f"malformed order: {exc}")
+    dry = dry_run or checked.dry_run
     outcome: dict[int, str] = {}
     termed: list[tuple[int, int]] = []  # (pid, pidfd) sent SIGTERM
-    pids: list[int] = []
     try:
-        for target in targets:
-            pid, started, user = target.get("pid"), target.get("started"), target.get("user")
-            if not isinstance(pid, int) or not isinstance(started, int | float):
-                continue  # the bot never writes such a target; nothing to report it under
-            pids.append(pid)
-            if pid in outcome or any(pid == p for p, _ in termed):
+        for target in checked.targets:
+            if target.pid in outcome or any(target.pid == p for p, _ in termed):
                 continue
-            found, fd = _pin(pid, float(started), user, procs)
+            found, fd = _pin(target, procs, min_uid)
             if fd is None:
-                outcome[pid] = found
+                outcome[target.pid] = found
             elif dry:
                 os.close(fd)
-                outcome[pid] = WOULD
+                outcome[target.pid] = WOULD
             elif (sent := _send(fd, signal.SIGTERM)) is not None:
                 os.close(fd)
-                outcome[pid] = sent
+                outcome[target.pid] = sent
             else:
-                termed.append((pid, fd))
-        deadline = time.monotonic() + grace_s
+                termed.append((target.pid, fd))
+        deadline = time.monotonic() + checked.term_grace_s
         survivors = []
         for pid, fd in termed:
             if _exited(fd, deadline - time.monotonic()):
@@ -77,27 +172,41 @@ def carry_out(
     finally:
         for _, fd in termed:
             os.close(fd)
-    return [{"pid": pid, "outcome": outcome[pid]} for pid in dict.fromkeys(pids)]
+    pids = dict.fromkeys(target.pid for target in checked.targets)
+    return [{"pid": pid, "outcome": outcome[pid]} for pid in pids]
 
 
-def _pin(pid: int, started: float, user: object, procs: ProcReader) -> tuple[str, int | None]:
-    """A pidfd on `pid` if it is still the process the bot saw; else (outcome, None)."""
-    if pid <= 1 or pid == os.getpid():
+def _pin(target: Target, procs: ProcReader, min_uid: int) -> tuple[str, int | None]:
+    """A pidfd on the target if it is still the process the bot saw and one the agent may
+    signal; else (outcome, None)."""
+    if target.pid <= 1 or target.pid == os.getpid():
         return "refused: protected pid", None
+    if is_system_account(target.user):
+        return f"refused: {target.user} is a system account", None
     try:
-        fd = os.pidfd_open(pid)
+        fd = os.pidfd_open(target.pid)
     except ProcessLookupError:
         return GONE, None
     except OSError as exc:
         return f"refused: cannot open: {exc.strerror or exc}", None
     # Read /proc only now: the pidfd holds this very process, whatever happens to the PID.
-    owner = procs.owner(pid)
+    try:
+        owner = procs.owner(target.pid)
+    except BaseException:
+        os.close(fd)
+        raise
     why = None
     if owner.started is None or _exited(fd, 0.0):
         why = GONE  # exited (a zombie waiting for its parent has exited too)
-    elif abs(owner.started - started) > _SAME_START_S:
+    elif abs(owner.started - target.started) > _SAME_START_S:
         why = REUSED
-    elif owner.user != user:
+    elif not owner.uids:
+        why = "refused: its owner cannot be read"
+    elif (low := min(owner.uids)) < min_uid:
+        why = f"refused: uid {low} is below {min_uid}"
+    elif system := [n for u in owner.uids if is_system_account(n := procs.user_name(u))]:
+        why = f"refused: runs as the system account {system[0]}"
+    elif owner.user != target.user:
         why = f"refused: now owned by {owner.user}"
     if why is not None:
         os.close(fd)

@@ -107,7 +107,8 @@ def _pydantic_problems(doc: Located, exc: ValidationError) -> list[Problem]:
                 err["msg"], err.get("input"), str(err.get("ctx", {}).get("pattern", ""))
             )
         where = ".".join(str(p) for p in path) or "file"
-        out.append(doc.at(path, f"{where}: {msg}"))
+        # A bad mapping key (an account name) is shown where the key is written.
+        out.append(doc.at(path, f"{where}: {msg}", key=err["loc"][-1:] == ("[key]",)))
     return out
 
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from rules.expr import parse_duration
 
@@ -32,6 +39,44 @@ def _duration(value: object) -> object:
 
 
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
+
+#: Unix accounts that belong to the system, never to a person: Debian's base accounts
+#: (base-passwd), the usual daemons' accounts, and by prefix every `systemd-*` and `_*` one.
+#: The rule files may not map them to anyone, and the node agent never signals a process of
+#: theirs, whatever an order says (it also refuses every uid below its --min-uid).
+SYSTEM_ACCOUNTS = frozenset(
+    {
+        # base-passwd
+        "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp",
+        "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody", "nogroup",
+        # Red Hat's base accounts
+        "adm", "halt", "operator", "shutdown", "ftp", "nfsnobody", "tss",
+        # daemons found on GPU nodes
+        "messagebus", "sshd", "postgres", "mysql", "redis", "polkitd", "syslog", "uuidd",
+        "tcpdump", "avahi", "dnsmasq", "ntp", "chrony", "rpc", "rpcuser", "statd", "dbus",
+        "slurm", "munge", "nvidia-persistenced", "nscd", "sssd", "unbound", "rtkit", "colord",
+        "usbmux", "landscape", "lxd", "pollinate", "fwupd-refresh", "dhcpcd", "prometheus",
+        "node-exporter", "grafana", "docker", "containerd", "kubelet",
+    }
+)  # fmt: skip
+_SYSTEM_PREFIXES = ("systemd-", "_")
+
+
+def is_system_account(name: str) -> bool:
+    """Is `name` a system account (see SYSTEM_ACCOUNTS), never one person's?"""
+    return name in SYSTEM_ACCOUNTS or name.startswith(_SYSTEM_PREFIXES)
+
+
+def _personal_account(name: str) -> str:
+    if is_system_account(name):
+        raise ValueError(
+            f"{name!r} is a system account: system accounts cannot be mapped to a person "
+            "(the node agent never signals their processes)"
+        )
+    return name
+
+
+Account = Annotated[str, AfterValidator(_personal_account)]
 Count = Annotated[int, Field(ge=0, strict=True)]
 
 
@@ -124,7 +169,7 @@ class PolicyFile(_Strict):
     """Every section is optional in one file; together the files must hold a whole policy."""
 
     admins: list[SlackId] | None = None
-    accounts: dict[str, SlackId] | None = None
+    accounts: dict[Account, SlackId] | None = None
     teams: dict[Name, TeamSpec] | None = None
     pools: dict[Name, PoolSpec] | None = None
     limits: LimitsSpec | None = None

@@ -11,6 +11,7 @@ from typing import Any
 
 from bot.services import (
     admin,
+    agents,
     borrowing,
     enforcement,
     explain,
@@ -148,16 +149,13 @@ class Services:
             return isinstance(sent, dict) and sent.get("outbox") == owed.id
 
     def record_refused_agent(self, node: str, why: str) -> None:
-        with self.db.write() as session:
-            record(
-                session,
-                at=self.ctx.now(),
-                actor=f"agent:{node}"[:64],
-                tag="agent:refused",
-                subject=f"node:{node}"[:64],
-                outcome="refused",
-                detail={"why": why},
-            )
+        """A known node's agent request was refused: at most one aggregated `agent:refused`
+        row per node per ten minutes, with the count and the reasons since its last row."""
+        agents.record_refused(self.ctx, node, why)
+
+    def spend_nonce(self, node: str, nonce: str, expires_at: datetime) -> bool:
+        """Spend an agent request's nonce until `expires_at`; False: spent before (a replay)."""
+        return agents.spend_nonce(self.ctx, node, nonce, expires_at)
 
     def take_orders(self, node: str) -> list[dict[str, Any]]:
         """The pending enforcement orders for `node`, now marked sent (an agent's push)."""

@@ -1,6 +1,7 @@
 """The bot's end of the node agent: verify a signed push of samples, refuse replays, hand the
-samples to `Telemetry` and answer with the node's enforcement orders; take the agent's results.
-Framework-free: `handle(headers, body)` and `handle_results(headers, body)` -> (status, message).
+samples to `Telemetry` and answer with the node's enforcement orders, signed; take the agent's
+results. Framework-free: `handle(headers, body)` and `handle_results(headers, body)` ->
+(status, message); neither raises, whatever the bytes and the headers.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,7 +20,8 @@ from typing import Any
 import yaml
 
 from bot.telemetry.errors import SampleFormatError, TokenFileError
-from bot.telemetry.model import from_json, sign
+from bot.telemetry.model import from_json, results_from_json, sign, sign_order
+from bot.telemetry.refusals import UNKNOWN, Refusals
 from bot.telemetry.window import Telemetry
 
 log = logging.getLogger(__name__)
@@ -27,7 +30,15 @@ Refused = Callable[[str, str], None]
 Orders = Callable[[str], list[dict[str, Any]]]  # node -> its pending orders, now marked sent
 # (node, order id, [{pid, outcome}]) -> None when recorded, else why not
 Results = Callable[[str, int, list[dict[str, Any]]], "str | None"]
+# (node, nonce, expires_at) -> True when spent now, False when it was spent before (a replay)
+Spend = Callable[[str, str, datetime], bool]
+Handler = Callable[[Mapping[str, str], bytes], tuple[int, str]]
 MIN_TOKEN_LENGTH = 16
+MAX_BODY = 1 << 20
+
+_STAMP = re.compile(r"[0-9]{1,12}")  # ASCII digits: str.isdigit() takes "²" too
+_NONCE = re.compile(r"[!-~]{1,128}")  # visible ASCII, as long as the nonce table's column
+_SIGNATURE = re.compile(r"v1=[0-9a-f]{64}")
 
 
 def load_tokens(path: Path) -> dict[str, str]:
@@ -58,6 +69,7 @@ def load_tokens(path: Path) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class _Signed:
     node: str
+    token: str
     stamp: int  # the request's X-Gpubot-Timestamp, epoch seconds
     now: datetime  # the bot's clock when it arrived
 
@@ -70,14 +82,25 @@ class Ingest:
     """Verifies agent pushes against per-node tokens (`node -> token`).
 
     401: unknown node, bad or missing signature, a timestamp more than `max_skew` off, or a
-    nonce already used (remembered only while its timestamp would be accepted); 400: a body
-    that is not a samples document; 403: samples naming another node; 429: more than
-    `max_nonces` pushes from one node within the window. Each refusal is reported to
-    `on_refused(node, reason)` for the log and the audit trail; 200 hands the samples, moved
-    onto the bot's clock, to `telemetry.observe`, and answers JSON
-    `{"ok": true, "taken": n, "orders": [...]}` with the node's pending `orders(node)`.
-    `handle_results` takes `{"order": id, "results": [{"pid", "outcome"}]}`, signed the same
-    way, and hands it to `results`; 409 when that refuses it.
+    nonce already used; 413: a body over `max_body` bytes; 400: a body that is not a samples
+    document, or a sample taken more than `max_skew` from the request's timestamp; 403:
+    samples naming another node; 429: more than `max_nonces` pushes from one node within the
+    window; 503: the nonce could not be recorded. 200 hands the samples, moved onto the bot's
+    clock, to `telemetry.observe`, and answers JSON `{"ok": true, "taken": n, "orders": [...]}`
+    with the node's pending `orders(node)`, each signed with the node's token and carrying the
+    node's name and an expiry `order_ttl` ahead (model.sign_order). `handle_results` takes
+    `{"order": id, "results": [{"pid", "outcome"}]}`, signed the same way, and hands it to
+    `results`; 409 when that refuses it.
+
+    Nonces are spent in memory, and through `spend` when given (the database, so a restart
+    forgets none); in memory only, they are remembered while their timestamp is accepted.
+
+    Every refusal is counted by reason in `refusals` (unknown-node, too-large, bad-timestamp,
+    clock-skew, bad-nonce, bad-signature, replayed, rate-limited, malformed, other-node,
+    sample-time, no-orders, results-refused, unavailable) and logged, at most once per
+    `log_every` per node (all unknown nodes together count as one); `on_refused(node, reason)`
+    hears only of known nodes, as a node name alone proves nothing and would let anyone fill
+    the audit log.
     """
 
     def __init__(
@@ -91,6 +114,10 @@ class Ingest:
         results: Results | None = None,
         max_skew: timedelta = timedelta(minutes=5),
         max_nonces: int = 1000,
+        spend: Spend | None = None,
+        order_ttl: timedelta = timedelta(minutes=10),
+        max_body: int = MAX_BODY,
+        log_every: timedelta = timedelta(seconds=60),
     ) -> None:
         self.tokens = dict(tokens)
         self.telemetry = telemetry
@@ -99,80 +126,139 @@ class Ingest:
         self.orders, self.results = orders, results
         self.max_skew = max_skew
         self.max_nonces = max_nonces
+        self.spend = spend
+        # Longer than max_skew: an agent whose clock lags must not find its orders expired.
+        self.order_ttl = order_ttl
+        self.max_body = max_body
+        self.refusals = Refusals(self._now, log_every)
         # node -> nonce -> epoch second after which its timestamp is refused anyway
         self._nonces: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
         """A push of samples (POST /agent/samples)."""
-        signed = self._verify(headers, body)
-        if not isinstance(signed, _Signed):
-            return signed
-        node, stamp, now = signed.node, signed.stamp, signed.now
-        try:
-            samples = from_json(body)
-        except SampleFormatError as exc:
-            return self._refuse(400, node, f"malformed samples: {exc}")
-        strangers = sorted({s.node for s in samples} - {node})
-        if strangers:
-            return self._refuse(403, node, f"samples for another node: {', '.join(strangers)}")
-        # Move the samples onto the bot's clock: a node whose clock lags by a minute would
-        # otherwise look a minute stale. The offset includes the (small) transit time.
-        offset = now - datetime.fromtimestamp(stamp, UTC)
-        taken = self.telemetry.observe([s.shifted(offset) for s in samples])
-        orders: list[dict[str, Any]] = []
-        if self.orders is not None:
-            try:
-                orders = self.orders(node)
-            except Exception:
-                # The samples are taken; the orders stay pending for the next push.
-                log.exception("reading the enforcement orders of %r failed", node)
-        return 200, json.dumps({"ok": True, "taken": taken, "orders": orders})
+        return self._guarded(self._samples, headers, body)
 
     def handle_results(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
         """What the agent did with an order (POST /agent/results)."""
+        return self._guarded(self._results, headers, body)
+
+    def _guarded(
+        self, handler: Handler, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, str]:
+        try:
+            return handler(headers, body)
+        except Exception:
+            # Every input has its answer above; this is a bug or a broken database, so the
+            # traceback is for whoever fixes it, and the agent retries.
+            log.exception("an agent request failed")
+            return 500, "internal error"
+
+    def _samples(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
         signed = self._verify(headers, body)
         if not isinstance(signed, _Signed):
             return signed
         node = signed.node
         try:
-            order, results = _results_from_json(body)
-        except ValueError as exc:
-            return self._refuse(400, node, f"malformed results: {exc}")
+            samples = from_json(body)
+        except SampleFormatError as exc:
+            return self._refuse(400, node, "malformed", f"malformed samples: {exc}")
+        strangers = sorted({s.node for s in samples} - {node})
+        if strangers:
+            names = ", ".join(strangers[:3]) + (" ..." if len(strangers) > 3 else "")
+            return self._refuse(403, node, "other-node", f"samples for another node: {names}")
+        sent = datetime.fromtimestamp(signed.stamp, UTC)
+        for k, sample in enumerate(samples):
+            # Checked before anything moves them: a sample from the year 9999 is refused here,
+            # so it can never stand as a GPU's newest sample.
+            off = sample.taken_at - sent
+            if abs(off) > self.max_skew:
+                limit = int(self.max_skew.total_seconds())
+                reason = (
+                    f"samples[{k}].taken_at is {off.total_seconds():+.0f} s from the "
+                    f"request's timestamp (limit {limit} s)"
+                )
+                return self._refuse(400, node, "sample-time", reason)
+        # Move the samples onto the bot's clock: a node whose clock lags by a minute would
+        # otherwise look a minute stale. The offset includes the (small) transit time.
+        offset = signed.now - sent
+        taken = self.telemetry.observe([s.shifted(offset) for s in samples], signed.now)
+        return 200, json.dumps({"ok": True, "taken": taken, "orders": self._orders(signed)})
+
+    def _orders(self, signed: _Signed) -> list[dict[str, Any]]:
+        if self.orders is None:
+            return []
+        try:
+            pending = self.orders(signed.node)
+        except Exception:
+            # The samples are taken; the orders stay pending for the next push.
+            log.exception("reading the enforcement orders of %r failed", signed.node)
+            return []
+        expires = int((signed.now + self.order_ttl).timestamp())
+        out = []
+        for order in pending:
+            try:
+                out.append(
+                    sign_order(signed.token, {**order, "node": signed.node, "expires": expires})
+                )
+            except ValueError:  # NaN in an order: the agent would refuse it anyway
+                log.exception("order %s cannot be signed", order.get("id"))
+        return out
+
+    def _results(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        signed = self._verify(headers, body)
+        if not isinstance(signed, _Signed):
+            return signed
+        node = signed.node
+        try:
+            order, results = results_from_json(body)
+        except SampleFormatError as exc:
+            return self._refuse(400, node, "malformed", f"malformed results: {exc}")
         if self.results is None:
-            return self._refuse(409, node, "this bot gives no enforcement orders")
-        refusal = self.results(node, order, results)
+            return self._refuse(409, node, "no-orders", "this bot gives no enforcement orders")
+        try:
+            refusal = self.results(node, order, results)
+        except Exception:
+            log.exception("recording the results of order %d from %r failed", order, node)
+            return self._refuse(
+                503, node, "unavailable", "cannot record the results now", report=False
+            )
         if refusal is not None:
-            return self._refuse(409, node, refusal)
+            return self._refuse(409, node, "results-refused", refusal)
         return 200, json.dumps({"ok": True})
 
     def _verify(self, headers: Mapping[str, str], body: bytes) -> _Signed | tuple[int, str]:
         """Who sent a correctly signed, fresh, unreplayed request; else the refusal."""
-        fields = {name.lower(): value for name, value in headers.items()}
+        fields = _fields(headers)
         node = fields.get("x-gpubot-node", "")
         token = self.tokens.get(node) if node else None
         if token is None:
-            return self._refuse(401, node, "unknown node")
+            return self._refuse(401, node, "unknown-node", "unknown node")
+        if len(body) > self.max_body:
+            return self._refuse(413, node, "too-large", f"body over {self.max_body} bytes")
         stamp = fields.get("x-gpubot-timestamp", "")
-        nonce = fields.get("x-gpubot-nonce", "")
-        if not stamp.isdigit():
-            return self._refuse(401, node, "missing or malformed X-Gpubot-Timestamp")
+        if not _STAMP.fullmatch(stamp):
+            reason = "missing or malformed X-Gpubot-Timestamp"
+            return self._refuse(401, node, "bad-timestamp", reason)
         now = self._now()
         skew = now.timestamp() - int(stamp)
         if abs(skew) > self.max_skew.total_seconds():
             limit = int(self.max_skew.total_seconds())
             reason = f"timestamp {skew:+.0f} s off the bot's clock (limit {limit} s): check NTP"
-            return self._refuse(401, node, reason)
-        if not nonce or len(nonce) > 128:
-            return self._refuse(401, node, "missing or malformed X-Gpubot-Nonce")
-        expected = sign(token, stamp, nonce, body)
-        if not hmac.compare_digest(expected, fields.get("x-gpubot-signature", "")):
-            return self._refuse(401, node, "bad signature")
+            return self._refuse(401, node, "clock-skew", reason)
+        nonce = fields.get("x-gpubot-nonce", "")
+        if not _NONCE.fullmatch(nonce):
+            return self._refuse(401, node, "bad-nonce", "missing or malformed X-Gpubot-Nonce")
+        signature = fields.get("x-gpubot-signature", "")
+        if not _SIGNATURE.fullmatch(signature) or not hmac.compare_digest(
+            sign(token, stamp, nonce, body), signature
+        ):
+            return self._refuse(401, node, "bad-signature", "bad signature")
         # Only a correctly signed request may spend a nonce, so strangers cannot fill the store.
         verdict = self._spend(node, nonce, int(stamp) + self.max_skew.total_seconds(), now)
         if verdict is not None:
             return verdict
-        return _Signed(node, int(stamp), now)
+        return _Signed(node, token, int(stamp), now)
 
     def _spend(
         self, node: str, nonce: str, expires: float, now: datetime
@@ -184,44 +270,43 @@ class Ingest:
             replayed, full = nonce in seen, len(seen) >= self.max_nonces
             if not replayed and not full:
                 seen[nonce] = expires
+        if full and not replayed:
+            return self._refuse(429, node, "rate-limited", "too many pushes; slow the agent down")
+        if not replayed and self.spend is not None:
+            try:
+                replayed = not self.spend(node, nonce, datetime.fromtimestamp(expires, UTC))
+            except Exception:
+                log.exception("recording a nonce of %r failed", node)
+                with self._lock:
+                    seen.pop(nonce, None)
+                reason = "cannot record the request now; try again"
+                return self._refuse(503, node, "unavailable", reason, report=False)
         if replayed:
-            return self._refuse(401, node, "replayed request (nonce already used)")
-        if full:
-            return self._refuse(429, node, "too many pushes; slow the agent down")
+            return self._refuse(401, node, "replayed", "replayed request (nonce already used)")
         return None
 
     def _now(self) -> datetime:
         now = self.clock()
         return now if now.tzinfo is not None else now.replace(tzinfo=UTC)  # freezegun is naive
 
-    def _refuse(self, status: int, node: str, reason: str) -> tuple[int, str]:
-        log.warning("agent push from %r refused (%d): %s", node, status, reason)
-        if self.on_refused is not None:
+    def _refuse(
+        self, status: int, node: str, reason: str, message: str, *, report: bool = True
+    ) -> tuple[int, str]:
+        known = node in self.tokens
+        self.refusals.refused(node if known else UNKNOWN, node, status, reason, message)
+        if known and report and self.on_refused is not None:
             try:
-                self.on_refused(node, reason)
+                self.on_refused(node, message)
             except Exception:
                 # Reporting a refusal must not turn it into a 500 for the agent.
                 log.exception("on_refused failed for %r", node)
-        return status, reason
+        return status, message
 
 
-def _results_from_json(body: bytes) -> tuple[int, list[dict[str, Any]]]:
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("expected an object")
-    order, results = data.get("order"), data.get("results")
-    if not isinstance(order, int) or isinstance(order, bool):
-        raise ValueError("order: expected an integer id")
-    if not isinstance(results, list):
-        raise ValueError("results: expected a list")
-    out = []
-    for k, item in enumerate(results):
-        pid = item.get("pid") if isinstance(item, dict) else None
-        outcome = item.get("outcome") if isinstance(item, dict) else None
-        if not isinstance(pid, int) or not isinstance(outcome, str):
-            raise ValueError(f"results[{k}]: expected {{pid: int, outcome: str}}")
-        out.append({"pid": pid, "outcome": outcome[:200]})
-    return order, out
+def _fields(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers by lower-case name; one that is not text counts as missing."""
+    return {
+        name.lower(): value
+        for name, value in headers.items()
+        if isinstance(name, str) and isinstance(value, str)
+    }

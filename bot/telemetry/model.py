@@ -1,5 +1,6 @@
 """The telemetry model: `Sample`, `ProcessInfo`, the `GpuSource` protocol, and the wire format
-the node agent speaks (samples as JSON, requests signed `v1=HMAC_SHA256(token, v1:ts:nonce:body)`).
+the node agent speaks (samples as JSON, requests signed `v1=HMAC_SHA256(token, v1:ts:nonce:body)`,
+the bot's enforcement orders signed `v1=HMAC_SHA256(token, canonical JSON of the order)`).
 """
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -15,6 +18,20 @@ from bot.telemetry.errors import SampleFormatError
 
 HEALTH = ("ok", "xid", "ecc", "lost")
 WIRE_VERSION = 1
+
+# The wire's bounds. Generous for any real node, tight enough that no sender can make the bot
+# parse, keep or store something unbounded.
+MAX_DEPTH = 8  # a samples document nests 5 deep, an order 4
+MAX_SAMPLES = 1024  # one per GPU, and a node has at most MAX_INDEX + 1 of them
+MAX_PROCESSES = 256  # on one GPU
+MAX_TARGETS = 1024  # processes in one enforcement order
+MAX_INDEX = 1023
+MAX_PID = 2**22  # Linux PID_MAX_LIMIT
+MAX_ID = 2**31 - 1  # order ids: an integer column on every database
+MAX_EPOCH_S = 2**33  # process start times: the year 2242
+_MIB = (0, 2**31 - 1)  # MiB figures go to integer columns
+_NAME = (0, 128)  # node names, uuids, models, containers, jobs
+_WORD = (0, 64)  # health, ISO times
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +75,7 @@ class GpuSource(Protocol):
     def poll(self, now: datetime) -> list[Sample]: ...
 
 
-_FIELDS = (
+FIELDS = (  # a sample's fields in its JSON form
     "node",
     "index",
     "uuid",
@@ -79,7 +96,7 @@ def to_json(samples: list[Sample]) -> bytes:
     """The document the agent POSTs: compact, versioned, datetimes as ISO 8601 with offset."""
     rows = []
     for sample in samples:
-        row = {name: getattr(sample, name) for name in _FIELDS}
+        row = {name: getattr(sample, name) for name in FIELDS}
         row["processes"] = [asdict(p) for p in sample.processes]
         row["taken_at"] = sample.taken_at.isoformat()
         rows.append(row)
@@ -87,62 +104,157 @@ def to_json(samples: list[Sample]) -> bytes:
 
 
 def from_json(body: bytes | str) -> list[Sample]:
-    """Decode `to_json` output; anything else raises SampleFormatError naming the bad field."""
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SampleFormatError(f"not JSON: {exc}") from None
+    """Decode `to_json` output; anything else raises SampleFormatError naming the bad field.
+
+    Every number must be finite and in its range, every string and list bounded, and the
+    document at most MAX_DEPTH deep: the samples go on to the sweep, the history table and
+    the audit log, and nothing a sender writes may break them.
+    """
+    document = load_document(body)
     if not isinstance(document, dict) or document.get("version") != WIRE_VERSION:
         raise SampleFormatError(f"expected an object with version {WIRE_VERSION}")
     rows = document.get("samples")
     if not isinstance(rows, list):
         raise SampleFormatError("expected `samples` to be a list")
+    if len(rows) > MAX_SAMPLES:
+        raise SampleFormatError(f"samples: at most {MAX_SAMPLES} in one push, got {len(rows)}")
     return [_sample(row, f"samples[{i}]") for i, row in enumerate(rows)]
+
+
+def results_from_json(body: bytes | str) -> tuple[int, list[dict[str, Any]]]:
+    """Decode the agent's `{"order": id, "results": [{"pid", "outcome"}]}`."""
+    data = load_document(body)
+    if not isinstance(data, dict):
+        raise SampleFormatError("expected an object")
+    order = data.get("order")
+    if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= MAX_ID:
+        raise SampleFormatError("order: expected an integer id")
+    results = data.get("results")
+    if not isinstance(results, list):
+        raise SampleFormatError("results: expected a list")
+    if len(results) > MAX_TARGETS:
+        raise SampleFormatError(f"results: at most {MAX_TARGETS}, got {len(results)}")
+    out = []
+    for k, item in enumerate(results):
+        if not isinstance(item, dict):
+            raise SampleFormatError(f"results[{k}]: expected {{pid: int, outcome: str}}")
+        pid = _get(item, "pid", _INT, f"results[{k}]", null=False, within=(1, MAX_PID))
+        outcome = _get(item, "outcome", _STR, f"results[{k}]", null=False, within=(0, 4000))
+        out.append({"pid": pid, "outcome": outcome[:200]})
+    return order, out
+
+
+def load_document(body: bytes | str) -> Any:
+    """JSON from an agent or the bot, refused (SampleFormatError) when it is not JSON, when it
+    nests deeper than MAX_DEPTH, or when it holds NaN or Infinity, which JSON does not know."""
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    if _deeper_than(raw, MAX_DEPTH):
+        raise SampleFormatError(f"not JSON, or nested deeper than {MAX_DEPTH}")
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise SampleFormatError(f"not JSON: {_short(exc)}") from None
+
+
+# A JSON string, closed or running to the end of the body; possessive, so one pass, no
+# backtracking, whatever the body holds.
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+\\?(?:"|\Z)', re.DOTALL)
+_PAIR = re.compile(rb"\[\]|\{\}")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _deeper_than(raw: bytes, limit: int) -> bool:
+    """Does the body nest more than `limit` deep (or hold unbalanced brackets)? Strings are cut
+    out, then each pass drops the innermost bracket pairs: all C-speed, never recursive."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = _PAIR.sub(b"", brackets)
+    return bool(brackets)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """A sender's value or message, cut to fit one log line."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 _INT, _NUM, _STR = (int,), (int, float), (str,)
 
 
-def _get(row: dict[str, Any], name: str, kinds: tuple[type, ...], where: str, *, null: bool) -> Any:
+def _get(
+    row: dict[str, Any],
+    name: str,
+    kinds: tuple[type, ...],
+    where: str,
+    *,
+    null: bool,
+    within: tuple[float, float],
+) -> Any:
+    """Field `name` of `row`: of one of `kinds`, and for numbers within `within`, for strings
+    at most `within[1]` long."""
     value = row.get(name)
     if value is None and null:
         return None
     # bool is an int to Python, never to us.
     if isinstance(value, bool) or not isinstance(value, kinds):
-        raise SampleFormatError(f"{where}.{name}: expected {kinds[-1].__name__}, got {value!r}")
+        raise SampleFormatError(
+            f"{where}.{name}: expected {kinds[-1].__name__}, got {_short(repr(value))}"
+        )
+    low, high = within
+    if isinstance(value, str):
+        if len(value) > high:
+            raise SampleFormatError(f"{where}.{name}: longer than {high:.0f} characters")
+    # Written so NaN fails it (every comparison with NaN is False), and no isfinite(): it
+    # overflows on a 400-digit integer.
+    elif isinstance(value, int | float) and not low <= value <= high:
+        raise SampleFormatError(
+            f"{where}.{name}: expected {low:g} to {high:g}, got {_short(repr(value))}"
+        )
     return value
 
 
 def _sample(row: Any, where: str) -> Sample:
     if not isinstance(row, dict):
         raise SampleFormatError(f"{where}: expected an object")
-    health = _get(row, "health", _STR, where, null=False)
+    health = _get(row, "health", _STR, where, null=False, within=_WORD)
     if health not in HEALTH:
         raise SampleFormatError(f"{where}.health: expected one of {', '.join(HEALTH)}")
+    when = _get(row, "taken_at", _STR, where, null=False, within=_WORD)
     try:
-        taken_at = datetime.fromisoformat(_get(row, "taken_at", _STR, where, null=False))
+        taken_at = datetime.fromisoformat(when)
     except ValueError:
         raise SampleFormatError(f"{where}.taken_at: not an ISO 8601 time") from None
     if taken_at.utcoffset() is None:
         raise SampleFormatError(f"{where}.taken_at: needs a UTC offset")
-    taken_at = taken_at.astimezone(UTC)
+    try:
+        taken_at = taken_at.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59-01:00 is past the end of time in UTC
+        raise SampleFormatError(f"{where}.taken_at: out of range") from None
     processes = row.get("processes")
     if not isinstance(processes, list):
         raise SampleFormatError(f"{where}.processes: expected a list")
+    if len(processes) > MAX_PROCESSES:
+        raise SampleFormatError(f"{where}.processes: at most {MAX_PROCESSES}, got {len(processes)}")
     return Sample(
-        node=_get(row, "node", _STR, where, null=False),
-        index=_get(row, "index", _INT, where, null=False),
-        uuid=_get(row, "uuid", _STR, where, null=False),
-        model=_get(row, "model", _STR, where, null=False),
-        memory_total_mib=_get(row, "memory_total_mib", _INT, where, null=False),
-        memory_used_mib=_get(row, "memory_used_mib", _INT, where, null=True),
-        util_pct=_get(row, "util_pct", _NUM, where, null=True),
-        temperature_c=_get(row, "temperature_c", _NUM, where, null=True),
-        power_w=_get(row, "power_w", _NUM, where, null=True),
+        node=_get(row, "node", _STR, where, null=False, within=_NAME),
+        index=_get(row, "index", _INT, where, null=False, within=(0, MAX_INDEX)),
+        uuid=_get(row, "uuid", _STR, where, null=False, within=_NAME),
+        model=_get(row, "model", _STR, where, null=False, within=_NAME),
+        memory_total_mib=_get(row, "memory_total_mib", _INT, where, null=False, within=_MIB),
+        memory_used_mib=_get(row, "memory_used_mib", _INT, where, null=True, within=_MIB),
+        util_pct=_get(row, "util_pct", _NUM, where, null=True, within=(0, 100)),
+        temperature_c=_get(row, "temperature_c", _NUM, where, null=True, within=(-273, 1000)),
+        power_w=_get(row, "power_w", _NUM, where, null=True, within=(0, 100_000)),
         health=health,
         processes=tuple(_process(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)),
         taken_at=taken_at,
-        error=_get(row, "error", _STR, where, null=True),
+        error=_get(row, "error", _STR, where, null=True, within=(0, 1000)),
     )
 
 
@@ -150,12 +262,12 @@ def _process(row: Any, where: str) -> ProcessInfo:
     if not isinstance(row, dict):
         raise SampleFormatError(f"{where}: expected an object")
     return ProcessInfo(
-        pid=_get(row, "pid", _INT, where, null=False),
-        user=_get(row, "user", _STR, where, null=True),
-        container=_get(row, "container", _STR, where, null=True),
-        job=_get(row, "job", _STR, where, null=True),
-        used_mib=_get(row, "used_mib", _INT, where, null=True),
-        started=_get(row, "started", _NUM, where, null=True),
+        pid=_get(row, "pid", _INT, where, null=False, within=(1, MAX_PID)),
+        user=_get(row, "user", _STR, where, null=True, within=(0, 64)),
+        container=_get(row, "container", _STR, where, null=True, within=_NAME),
+        job=_get(row, "job", _STR, where, null=True, within=_NAME),
+        used_mib=_get(row, "used_mib", _INT, where, null=True, within=_MIB),
+        started=_get(row, "started", _NUM, where, null=True, within=(0, MAX_EPOCH_S)),
     )
 
 
@@ -163,3 +275,17 @@ def sign(token: str, timestamp: str, nonce: str, body: bytes) -> str:
     """The X-Gpubot-Signature value for one request: `v1=` and a hex HMAC-SHA256."""
     message = b"v1:" + timestamp.encode() + b":" + nonce.encode() + b":" + body
     return "v1=" + hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
+
+
+def order_signature(token: str, order: Mapping[str, Any]) -> str:
+    """The `signature` of an enforcement order: `v1=` and a hex HMAC-SHA256 over the order's
+    canonical JSON (sorted keys, no spaces), every field but `signature` itself signed.
+    ValueError when the order holds something JSON cannot say (NaN)."""
+    unsigned = {key: value for key, value in order.items() if key != "signature"}
+    canonical = json.dumps(unsigned, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "v1=" + hmac.new(token.encode(), canonical.encode(), hashlib.sha256).hexdigest()
+
+
+def sign_order(token: str, order: Mapping[str, Any]) -> dict[str, Any]:
+    """`order` with its `signature`."""
+    return {**order, "signature": order_signature(token, order)}

@@ -22,6 +22,10 @@ _CONTAINER = re.compile(
 )
 
 
+_UID = re.compile(r"[0-9]{1,10}")  # ASCII digits only: str.isdigit() also takes "²"
+_TICKS = re.compile(r"[0-9]{1,20}")
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """What /proc says about one process; every field is None when it cannot be read."""
@@ -30,6 +34,8 @@ class Owner:
     container: str | None = None
     job: str | None = None
     started: float | None = None  # epoch seconds
+    # real, effective, saved and filesystem uid: whoever may stand behind the process
+    uids: tuple[int, ...] = ()
 
 
 def passwd_name(uid: int) -> str:
@@ -66,20 +72,14 @@ class ProcReader:
     def owner(self, pid: int) -> Owner:
         base = self.root / str(pid)
         container, job = _from_cgroup(_read(base / "cgroup"))
+        uids = _uids(_read(base / "status"))
         return Owner(
-            user=self._user(_read(base / "status")),
+            user=self.user_name(uids[0]) if uids else None,
             container=container,
             job=job,
             started=self._started(_read(base / "stat")),
+            uids=uids,
         )
-
-    def _user(self, status: str | None) -> str | None:
-        for line in (status or "").splitlines():
-            if line.startswith("Uid:"):
-                fields = line.split()
-                if len(fields) > 1 and fields[1].isdigit():
-                    return self.user_name(int(fields[1]))
-        return None
 
     def _started(self, stat: str | None) -> float | None:
         # The command name may hold spaces and parentheses: fields start after the last ')'.
@@ -87,7 +87,7 @@ class ProcReader:
             return None
         fields = stat.rsplit(")", 1)[1].split()
         # Field 22 (starttime) is the 20th after the name: state is field 3.
-        if len(fields) < 20 or not fields[19].isdigit():
+        if len(fields) < 20 or not _TICKS.fullmatch(fields[19]):
             return None
         boot = self._boot()
         if boot is None:
@@ -100,6 +100,16 @@ class ProcReader:
                 if line.startswith("btime "):
                     self._boot_time = float(line.split()[1])
         return self._boot_time
+
+
+def _uids(status: str | None) -> tuple[int, ...]:
+    """The `Uid:` line of /proc/<pid>/status: real, effective, saved, filesystem."""
+    for line in (status or "").splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()[1:5]
+            if fields and all(_UID.fullmatch(f) for f in fields):
+                return tuple(int(f) for f in fields)
+    return ()
 
 
 def _from_cgroup(text: str | None) -> tuple[str | None, str | None]:

@@ -4,14 +4,22 @@ per-minute rollups owed to the history table. Invariant 3 lives here: stale or f
 
 from __future__ import annotations
 
+import logging
 import threading
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
 from bot.telemetry.model import ProcessInfo, Sample
 from storage.tables import GpuMinuteRow
 
+log = logging.getLogger(__name__)
+
 COVERAGE = 0.8
+# The span of sample times taken: the window adds and subtracts minutes and `keep` to and
+# from them, and nothing may reach past either end of datetime.
+_EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9000, 1, 1, tzinfo=UTC)  # far enough from the end to add `keep` and minutes
 _MINUTE = timedelta(minutes=1)
 _CHECK_AFTER = 5  # intervals: below this a single late sample would decide the coverage
 
@@ -68,6 +76,13 @@ class Telemetry:
     intervals); a new stretch starts at the next idle sample. So gaps cap idle_for at the last
     dense stretch, and a stale, failed or sparsely sampled GPU never looks idle. Agents must
     push at least every `expected_interval`.
+
+    A sample from the future (taken after now + `max_ahead`, now being the `now` given to
+    `observe`, else the `clock`'s) is ignored: taken, it would be the GPU's newest for as long
+    as the clock takes to catch up, and every genuine sample until then would look like an old
+    one. Should a GPU's newest sample be ahead all the same (the bot's clock stepped back), the
+    next sample starts that GPU afresh. Without either, only samples outside the years 2000 to
+    9000 are ignored, so that no arithmetic on a sample time can ever fail.
     """
 
     def __init__(
@@ -77,37 +92,56 @@ class Telemetry:
         expected_interval: timedelta = timedelta(seconds=30),
         *,
         keep: timedelta = timedelta(hours=6),
+        max_ahead: timedelta = timedelta(minutes=1),
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.stale_after = stale_after
         self.idle_threshold_pct = idle_threshold_pct
         self.expected_interval = expected_interval
         self.keep = keep  # the most minutes waiting for a rollup, should nobody collect them
+        self.max_ahead = max_ahead
+        self.clock = clock
         self._gpus: dict[tuple[str, int], _Gpu] = {}
         self._lock = threading.Lock()
 
-    def observe(self, samples: list[Sample]) -> int:
+    def observe(self, samples: list[Sample], now: datetime | None = None) -> int:
         """Take new samples; a sample not newer than the GPU's newest (a retried push) is
-        ignored. Returns how many were taken."""
-        taken = 0
+        ignored, and so is one from the future. Returns how many were taken."""
+        if now is None and self.clock is not None:
+            now = self.clock()
+        horizon = _LATEST if now is None else min(_aware(now), _LATEST) + self.max_ahead
+        taken, outside = 0, 0
         with self._lock:
-            for sample in samples:
+            for given in samples:
+                sample = given
+                if given.taken_at.tzinfo is None:
+                    sample = replace(given, taken_at=_aware(given.taken_at))
+                if not _EARLIEST <= sample.taken_at <= horizon:
+                    outside += 1
+                    continue
                 gpu = self._gpus.setdefault((sample.node, sample.index), _Gpu())
+                if gpu.last is not None and gpu.last.taken_at > horizon:
+                    # Its newest is from the future: start its readings over. The minutes stay,
+                    # and so does what was rolled up, so no minute is ever handed out twice.
+                    gpu.last, gpu.stretch_start, gpu.stretch_samples = None, None, 0
                 if gpu.last is not None and sample.taken_at <= gpu.last.taken_at:
                     continue
                 self._extend_stretch(gpu, sample)
                 self._count_minute(gpu, sample)
                 gpu.last = sample
                 taken += 1
+        if outside:
+            log.warning("ignored %d samples taken outside %s .. %s", outside, _EARLIEST, horizon)
         return taken
 
     def gpu(self, node: str, index: int, now: datetime) -> GpuReading:
         with self._lock:
-            return self._reading(self._gpus.get((node, index)), now)
+            return self._reading(self._gpus.get((node, index)), _aware(now))
 
     def readings(self, now: datetime) -> dict[tuple[str, int], GpuReading]:
         """Every GPU ever observed, by (node, index)."""
         with self._lock:
-            return {key: self._reading(gpu, now) for key, gpu in self._gpus.items()}
+            return {key: self._reading(gpu, _aware(now)) for key, gpu in self._gpus.items()}
 
     def minute_rollups(self, now: datetime) -> list[GpuMinuteRow]:
         """Rows for the minutes that are over (allowing one interval for late pushes) and not
@@ -192,3 +226,8 @@ def _row(node: str, index: int, minute: datetime, tally: _Minute) -> GpuMinuteRo
         samples=tally.samples,
         ok_samples=tally.ok,
     )
+
+
+def _aware(moment: datetime) -> datetime:
+    # freezegun's clock is naive; every time here is UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -1,6 +1,8 @@
 """The `signal` enforcer end to end on the bot's side: the sweep reclaims an expired lease and
 writes an order for the holder's processes only; the node's next signed push is answered with
-it; the agent's signed results are recorded as `enforce:done`."""
+it, signed for the node; the agent's signed results are recorded as `enforce:done`. Around it:
+a captured push is refused even after a restart, and a flood of refused pushes leaves one
+audit row per known node and none for names nobody knows."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from bot.main import Bot
+from bot.main import Bot, assemble
+from bot.settings import Settings
 from bot.slack.localapi import LocalSlack
-from bot.telemetry.model import ProcessInfo, Sample, sign, to_json
+from bot.telemetry.ingest import Ingest
+from bot.telemetry.model import ProcessInfo, Sample, order_signature, sign, to_json
+from bot.telemetry.window import Telemetry
 from storage.tables import AuditRow, EnforcementRow
 from tests.integration.conftest import settings_for, story_with
 from tests.integration.story import ALICE, Story
@@ -49,24 +54,29 @@ def samples(indexes: list[int]) -> list[Sample]:
     ]
 
 
-def signed(bot: Bot, body: bytes, nonce: str) -> dict[str, str]:
+def signed(
+    bot: Bot, body: bytes, nonce: str, *, node: str = NODE, token: str = TOKEN
+) -> dict[str, str]:
     stamp = str(int(bot.services.ctx.now().timestamp()))
     return {
-        "X-Gpubot-Node": NODE,
+        "X-Gpubot-Node": node,
         "X-Gpubot-Timestamp": stamp,
         "X-Gpubot-Nonce": nonce,
-        "X-Gpubot-Signature": sign(TOKEN, stamp, nonce, body),
+        "X-Gpubot-Signature": sign(token, stamp, nonce, body),
     }
+
+
+def settings_with_agents(local: LocalSlack, tmp_path: Path) -> Settings:
+    tokens = tmp_path / "agents.yaml"
+    tokens.write_text(f"{NODE}: {TOKEN}\n")
+    return settings_for(local, tmp_path).model_copy(
+        update={"enforcer": "signal", "agent_tokens_file": tokens}
+    )
 
 
 @pytest.fixture
 def story(local: LocalSlack, tmp_path: Path) -> Iterator[Story]:
-    tokens = tmp_path / "agents.yaml"
-    tokens.write_text(f"{NODE}: {TOKEN}\n")
-    settings = settings_for(local, tmp_path).model_copy(
-        update={"enforcer": "signal", "agent_tokens_file": tokens}
-    )
-    with story_with(settings, local) as told:
+    with story_with(settings_with_agents(local, tmp_path), local) as told:
         yield told
 
 
@@ -105,6 +115,11 @@ def test_a_reclaim_orders_the_holders_processes_signalled_through_the_agent(stor
     assert [(orders[0].id, [target], False)] == [
         (o["id"], o["targets"], o["dry_run"]) for o in carried
     ]
+    # Signed for this node with its token, and good for ten minutes: what the agent checks.
+    expires = int((story.bot.services.ctx.now() + timedelta(minutes=10)).timestamp())
+    assert [(NODE, expires, True)] == [
+        (o["node"], o["expires"], o["signature"] == order_signature(TOKEN, o)) for o in carried
+    ]
     again = ingest.handle(signed(story.bot, body, "push-2"), body)
     assert [] == json.loads(again[1])["orders"]  # sent once
 
@@ -118,3 +133,49 @@ def test_a_reclaim_orders_the_holders_processes_signalled_through_the_agent(stor
     assert row is not None
     assert ("done", f"lease:{lease}", "terminated") == (row.state, done.subject, done.outcome)
     assert results["results"] == done.detail["results"]
+
+
+def durable_ingest(bot: Bot) -> Ingest:
+    """The bot's Ingest with its nonces in the database (spend=services.spend_nonce)."""
+    assert bot.ingest is not None
+    return Ingest(
+        bot.ingest.tokens,
+        Telemetry(bot.services.policy.timing.stale_after),
+        bot.services.ctx.now,
+        on_refused=bot.services.record_refused_agent,
+        spend=bot.services.spend_nonce,
+    )
+
+
+def test_a_captured_push_is_refused_after_the_bot_restarts(
+    story: Story, local: LocalSlack, tmp_path: Path
+) -> None:
+    """The nonce is spent in the database file: a second bot process over it (its own engine,
+    its own memory) refuses the replay while the timestamp would still pass."""
+    body = to_json(samples([0]))
+    headers = signed(story.bot, body, "captured")
+    assert 200 == durable_ingest(story.bot).handle(headers, body)[0]
+    story.clock.tick(timedelta(minutes=2))
+    restarted = assemble(settings_with_agents(local, tmp_path))
+    try:
+        status, message = durable_ingest(restarted).handle(headers, body)
+    finally:
+        restarted.close()
+    assert (401, "replayed request (nonce already used)") == (status, message)
+
+
+def test_a_flood_of_refused_pushes_leaves_one_audit_row_per_known_node(story: Story) -> None:
+    """500 pushes forged as a known node and 500 from names nobody knows, as the assembled bot
+    takes them: one aggregated `agent:refused` row, for the known node only."""
+    ingest = story.bot.ingest
+    assert ingest is not None
+    body = to_json(samples([0]))
+    for k in range(500):
+        assert 401 == ingest.handle(signed(story.bot, body, f"a{k}", token="f" * 32), body)[0]
+        assert 401 == ingest.handle(signed(story.bot, body, f"b{k}", node=f"gpu-{k}"), body)[0]
+    with story.bot.db.read() as session:
+        rows = session.exec(select(AuditRow).where(AuditRow.tag == "agent:refused")).all()
+    assert [(f"node:{NODE}", "bad signature", 1)] == [
+        (r.subject, r.detail["why"], r.detail["count"]) for r in rows
+    ]
+    assert {"bad-signature": 500, "unknown-node": 500} == ingest.refusals.totals()

@@ -137,6 +137,19 @@ def test_the_revision_is_the_hash_of_the_files() -> None:
             "org.yaml:20:26: U0ALICE01 is already a member of team 'vision'",
         ),
         (
+            "org.yaml",
+            "  alice: U0ALICE01",
+            "  root: U0ALICE01",
+            "org.yaml:7:3: accounts.root: 'root' is a system account: system accounts cannot "
+            "be mapped to a person",
+        ),
+        (
+            "org.yaml",
+            "  alice: U0ALICE01",
+            "  systemd-network: U0ALICE01",
+            "org.yaml:7:3: accounts.systemd-network: 'systemd-network' is a system account",
+        ),
+        (
             "requests.yaml",
             'because: "{request.gpus} GPUs is more',
             'because: "{request.gpuz} GPUs is more',

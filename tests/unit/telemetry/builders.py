@@ -1,16 +1,31 @@
-"""Builders for the telemetry tests: fleet files, samples at offsets from a literal start."""
+"""Builders for the telemetry tests: fleet files, samples at offsets from a literal start, an
+Ingest on a settable clock that signs what it is given, and child processes to enforce on.
+
+Run as root, the children run as an unprivileged uid (31337, no passwd entry), as a
+researcher's job would; run as anyone else, they run as that user."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.telemetry.model import ProcessInfo, Sample
+from bot.enforce import MIN_UID
+from bot.telemetry.ingest import Ingest, Spend
+from bot.telemetry.model import ProcessInfo, Sample, sign, to_json
+from bot.telemetry.window import Telemetry
 
 ROOT = Path(__file__).resolve().parents[3]
 FLEETS = ROOT / "fixtures" / "fleets"
 START = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
+NODE = "a100-node-01"
+TOKEN = "4f1c8a2e9b7d6c5e4f3a2b1c0d9e8f7a"  # noqa: S105 - a test fixture, not a credential
+AS_ROOT = os.geteuid() == 0
+CHILD_UID = 31337 if AS_ROOT else os.getuid()
+# Not root, the children run as whoever runs the tests; let the agent signal that uid.
+AGENT_MIN_UID = MIN_UID if AS_ROOT else min(MIN_UID, os.getuid())
 
 
 def at(minutes: float = 0.0, seconds: float = 0.0) -> datetime:
@@ -42,3 +57,71 @@ def a_process(**overrides: Any) -> ProcessInfo:
     fields: dict[str, Any] = {"pid": 4242, "user": "alice", "used_mib": 1024}
     fields.update(overrides)
     return ProcessInfo(**fields)
+
+
+class IngestRig:
+    """An Ingest on a settable clock, recording what it reported refused."""
+
+    def __init__(self, spend: Spend | None = None) -> None:
+        self.now = START
+        self.telemetry = Telemetry(stale_after=timedelta(minutes=3), clock=lambda: self.now)
+        self.refused: list[tuple[str, str]] = []
+        self.ingest = Ingest(
+            {NODE: TOKEN, "l40s-node-01": "0" * 32},
+            self.telemetry,
+            lambda: self.now,
+            lambda node, reason: self.refused.append((node, reason)),
+            spend=spend,
+        )
+
+    def headers(
+        self,
+        body: bytes,
+        *,
+        node: str = NODE,
+        token: str = TOKEN,
+        sent: datetime | None = None,
+        nonce: str = "n-1",
+    ) -> dict[str, str]:
+        """The headers of `body` signed as the agent signs it."""
+        stamp = str(int((sent or self.now).timestamp()))
+        return {
+            "X-Gpubot-Node": node,
+            "X-Gpubot-Timestamp": stamp,
+            "X-Gpubot-Nonce": nonce,
+            "X-Gpubot-Signature": sign(token, stamp, nonce, body),
+        }
+
+    def push(
+        self,
+        body: bytes | None = None,
+        *,
+        path: str = "samples",
+        node: str = NODE,
+        token: str = TOKEN,
+        sent: datetime | None = None,
+        nonce: str = "n-1",
+    ) -> tuple[int, str]:
+        """A signed push (of one idle sample taken when it is sent, unless `body` is given)."""
+        body = to_json([a_sample(taken_at=sent or self.now)]) if body is None else body
+        headers = self.headers(body, node=node, token=token, sent=sent, nonce=nonce)
+        handle = self.ingest.handle if path == "samples" else self.ingest.handle_results
+        return handle(headers, body)
+
+
+def spawn(
+    children: list[subprocess.Popen[bytes]], argv: list[str], *, uid: int | None = None
+) -> subprocess.Popen[bytes]:
+    """A child running `argv` as `uid` (default CHILD_UID), kept in `children` to be reaped."""
+    uid = CHILD_UID if uid is None else uid
+    as_user = uid if uid != os.getuid() else None
+    # Fixed arguments: coreutils' sleep, or sh running a fixed script.
+    child = subprocess.Popen(argv, user=as_user, stdout=subprocess.PIPE)  # noqa: S603
+    children.append(child)
+    return child
+
+
+def sleeper(
+    children: list[subprocess.Popen[bytes]], *, uid: int | None = None
+) -> subprocess.Popen[bytes]:
+    return spawn(children, ["sleep", "60"], uid=uid)

@@ -1,15 +1,18 @@
 """The node agent end to end: `gpubot agent --once --simulated ...` pushes over real HTTP to the
 real ASGI app (uvicorn on loopback), and the samples land in Telemetry; wrong tokens and
-replayed requests are refused and reported."""
+replayed requests are refused and reported; the bot's signed orders are carried out on real
+child processes, and unsigned, forged, expired, other-node and malformed ones never are."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,13 +22,16 @@ import pytest
 from slack_bolt import App
 from typer.testing import CliRunner
 
-from bot.agent import AgentError, run_agent
+from bot.agent import Agent, AgentError, run_agent
 from bot.cli import app as cli
 from bot.server import Background, SlackAsgi, free_port
+from bot.telemetry.fleet import load_fleet
 from bot.telemetry.ingest import Ingest
-from bot.telemetry.model import sign, to_json
+from bot.telemetry.model import sign, sign_order, to_json
+from bot.telemetry.procs import Owner, ProcReader
+from bot.telemetry.simulated import SimulatedSource
 from bot.telemetry.window import Telemetry
-from tests.unit.telemetry.builders import FLEETS, a_sample
+from tests.unit.telemetry.builders import AGENT_MIN_UID, FLEETS, a_sample, sleeper
 
 NODE = "a100-node-01"
 TOKEN = "9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a"  # noqa: S105 - a test fixture, not a credential
@@ -55,7 +61,9 @@ def slack_app() -> App:
 class Served:
     url: str
     telemetry: Telemetry
+    ingest: Ingest
     refused: list[tuple[str, str]] = field(default_factory=list)
+    results: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
 
     def post(self, headers: dict[str, str], body: bytes) -> tuple[int, str]:
         # The URL is the loopback server of this test: http, never file: or custom schemes.
@@ -74,8 +82,15 @@ def served() -> Iterator[Served]:
     telemetry = Telemetry(stale_after=timedelta(minutes=3))
     refused: list[tuple[str, str]] = []
     ingest = Ingest({NODE: TOKEN}, telemetry, on_refused=lambda n, r: refused.append((n, r)))
+    served = Served("", telemetry, ingest, refused)
+
+    def record(node: str, order: int, results: list[dict[str, Any]]) -> None:
+        served.results.append((order, results))
+
+    ingest.results = record
     http = Background(SlackAsgi(slack_app(), lambda: {"ok": True}, ingest=ingest))
-    yield Served(http.url, telemetry, refused)
+    served.url = http.url
+    yield served
     http.stop()
 
 
@@ -211,3 +226,185 @@ def test_the_agent_route_answers_through_the_ingest() -> None:
     ingest = Ingest({NODE: TOKEN}, Telemetry(stale_after=timedelta(minutes=3)))
     asgi = SlackAsgi(slack_app(), lambda: {"ok": True}, ingest=ingest)
     assert 401 == asyncio.run(_asgi_post(asgi, "/agent/samples"))
+
+
+# ---- enforcement orders --------------------------------------------------------------------
+
+
+def order_for(
+    child: subprocess.Popen[bytes],
+    *,
+    token: str | None = TOKEN,
+    node: str = NODE,
+    expires_in: timedelta = timedelta(minutes=10),
+    **fields: Any,
+) -> dict[str, Any]:
+    """Order 5 against `child` as the bot sends it: signed with `token` (None: unsigned)."""
+    owner = ProcReader().owner(child.pid)
+    target = {"gpu": 0, "pid": child.pid, "started": owner.started, "user": owner.user}
+    order = {
+        "id": 5,
+        "lease": 1,
+        "targets": [target],
+        "term_grace_s": 5,
+        "dry_run": False,
+        "node": node,
+        "expires": int((datetime.now(UTC) + expires_in).timestamp()),
+        **fields,
+    }
+    return sign_order(token, order) if token is not None else order
+
+
+@pytest.fixture
+def agent(served: Served, tmp_path: Path) -> Iterator[Agent]:
+    source = SimulatedSource(load_fleet(FLEET), datetime.now(UTC), node=NODE)
+    yield Agent(served.url, token_file(tmp_path), NODE, source, min_uid=AGENT_MIN_UID)
+    source.close()
+
+
+def answer(*orders: object) -> str:
+    return json.dumps({"ok": True, "taken": 8, "orders": list(orders)})
+
+
+def running(child: subprocess.Popen[bytes]) -> bool:
+    time.sleep(0.05)
+    return child.poll() is None
+
+
+def test_the_bots_signed_order_is_carried_out_and_its_results_reach_the_bot(
+    served: Served, tmp_path: Path, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """Push -> the bot answers with the pending order, signed for this node -> SIGTERM ->
+    the results posted back, signed."""
+    child = sleeper(children)
+    pending = [{k: v for k, v in order_for(child).items() if k not in ("node", "signature")}]
+    served.ingest.orders = lambda node: pending
+    run_agent(
+        served.url, token_file(tmp_path), node=NODE, once=True, simulated=FLEET,
+        min_uid=AGENT_MIN_UID,
+    )  # fmt: skip
+    assert -15 == child.wait(timeout=5)
+    assert [(5, [{"pid": child.pid, "outcome": "terminated"}])] == served.results
+
+
+def tampered(order: dict[str, Any]) -> dict[str, Any]:
+    return {**order, "term_grace_s": 0}
+
+
+REFUSED_ORDERS: list[tuple[Callable[[subprocess.Popen[bytes]], dict[str, Any]], str]] = [
+    (lambda c: order_for(c, token=None), "refused: unsigned order"),
+    (lambda c: {**order_for(c), "signature": 5}, "refused: unsigned order"),
+    (lambda c: order_for(c, token="f" * 32), "refused: bad order signature"),
+    (lambda c: tampered(order_for(c)), "refused: bad order signature"),
+    (lambda c: {**order_for(c), "signature": "v1=é"}, "refused: bad order signature"),
+    (
+        lambda c: order_for(c, node="l40s-node-01"),
+        "refused: order for another node ('l40s-node-01')",
+    ),
+    (lambda c: order_for(c, expires_in=timedelta(seconds=-1)), "refused: order expired"),
+    (
+        lambda c: order_for(c, expires_in=timedelta(days=2)),
+        "refused: malformed order: expiry too far ahead",
+    ),
+    (
+        lambda c: order_for(c, term_grace_s="30"),
+        "refused: malformed order: term_grace_s: expected a number, got '30'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "outcome"), REFUSED_ORDERS)
+def test_an_order_the_bot_did_not_sign_for_this_node_now_is_refused_never_carried_out(
+    agent: Agent,
+    served: Served,
+    children: list[subprocess.Popen[bytes]],
+    make: Callable[[subprocess.Popen[bytes]], dict[str, Any]],
+    outcome: str,
+) -> None:
+    """Refused and reported to the bot under the pids it names; the process runs on."""
+    child = sleeper(children)
+    posted = agent.enforce(answer(make(child)))
+    assert [200] == [status for status, _ in posted]
+    assert [(5, [{"pid": child.pid, "outcome": outcome}])] == served.results
+    assert running(child)
+
+
+def test_an_order_is_carried_out_once_however_often_it_comes(
+    agent: Agent, served: Served, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """A replayed answer (or a bot resending) does not signal twice."""
+    child = sleeper(children)
+    order = order_for(child, dry_run=True)
+    agent.enforce(answer(order, order))
+    agent.enforce(answer(order))
+    assert [(5, [{"pid": child.pid, "outcome": "would signal"}])] == served.results
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ok",
+        "",
+        "[]",
+        '{"orders": 5}',
+        '{"orders": [5, null, "x", {"id": true}, {"id": 1e30}, {"id": -1}, {"id": 2147483648}]}',
+        '{"orders": [{"id": 3, "x": NaN}]}',
+        "[" * 100_000,
+        '{"orders": [{"id": 3, "signature": "v1=00", "targets": 7}]}',
+        '{"orders": [{"id": 3, "targets": [{"pid": 99999999999}]}]}',
+    ],
+)
+def test_no_answer_from_the_bot_makes_the_agent_fail(
+    agent: Agent, served: Served, text: str
+) -> None:
+    """Nothing to carry out and nothing to report: logged, never raised."""
+    assert [] == agent.enforce(text)
+    assert [] == served.results
+
+
+class FailingProcs(ProcReader):
+    """A /proc reader that breaks on its first read, as a bug in it would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def owner(self, pid: int) -> Owner:
+        self.reads += 1
+        if self.reads == 1:
+            raise RuntimeError("a bug")
+        return super().owner(pid)
+
+
+def test_an_order_that_fails_is_reported_and_the_next_one_still_carried_out(
+    served: Served, tmp_path: Path, children: list[subprocess.Popen[bytes]]
+) -> None:
+    source = SimulatedSource(load_fleet(FLEET), datetime.now(UTC), node=NODE)
+    broken = Agent(
+        served.url, token_file(tmp_path), NODE, source, procs=FailingProcs(),
+        min_uid=AGENT_MIN_UID,
+    )  # fmt: skip
+    first, second = sleeper(children), sleeper(children)
+    orders = order_for(first), order_for(second, id=6, dry_run=True)
+    assert [200, 200] == [status for status, _ in broken.enforce(answer(*orders))]
+    failed = "failed: the agent hit an error carrying it out; see its log"
+    assert [
+        (5, [{"pid": first.pid, "outcome": failed}]),
+        (6, [{"pid": second.pid, "outcome": "would signal"}]),
+    ] == served.results
+    assert running(first)
+
+
+def test_a_negative_min_uid_is_refused(tmp_path: Path) -> None:
+    source = SimulatedSource(load_fleet(FLEET), datetime.now(UTC), node=NODE)
+    with pytest.raises(AgentError, match="--min-uid must be 0 or more"):
+        Agent("http://127.0.0.1:9", token_file(tmp_path), NODE, source, min_uid=-1)
+
+
+def test_the_cli_takes_a_minimum_uid_and_refuses_a_negative_one(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["agent", "--bot-url", "http://127.0.0.1:9", "--token-file", str(token_file(tmp_path)),
+         "--min-uid", "-1"],
+    )  # fmt: skip
+    assert (2, True) == (result.exit_code, "Invalid value for '--min-uid'" in result.stderr)

@@ -108,3 +108,20 @@ def test_an_unreadable_stat_leaves_only_the_start_time_unknown(proc: Path) -> No
     (proc / "4242" / "stat").write_text("garbage")
     owner = reader(proc).owner(4242)
     assert ("alice", None) == (owner.user, owner.started)
+
+
+def test_every_uid_of_the_process_is_read(proc: Path) -> None:
+    """A setuid program runs as its owner whoever started it: the enforcer checks them all."""
+    a_proc(proc, 4242, uid=1001)
+    (proc / "4242" / "status").write_text("Name:\tpasswd\nUid:\t1001\t0\t0\t0\n")
+    owner = reader(proc).owner(4242)
+    assert ("bob", (1001, 0, 0, 0)) == (owner.user, owner.uids)
+
+
+@pytest.mark.parametrize("uid", ["²", "-1", "12345678901", "x"])
+def test_a_uid_line_that_is_not_ascii_digits_leaves_the_user_unknown(proc: Path, uid: str) -> None:
+    """str.isdigit() would take "²" and then fail in int(); such a line reads as unknown."""
+    a_proc(proc, 4242)
+    (proc / "4242" / "status").write_text(f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    owner = reader(proc).owner(4242)
+    assert (None, ()) == (owner.user, owner.uids)

@@ -4,7 +4,7 @@ sample resets it, and minute rollups are handed out once per completed minute.""
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -236,3 +236,73 @@ def test_minutes_nobody_rolls_up_are_dropped_after_keep() -> None:
     rows = telemetry.minute_rollups(at(121))
     assert 30 <= len(rows) <= 31
     assert at(119) == rows[-1].minute
+
+
+FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+def on_clock(now_minutes: float) -> Telemetry:
+    """A Telemetry whose clock stands at minute `now_minutes`."""
+    return Telemetry(stale_after=STALE, clock=lambda: at(now_minutes))
+
+
+def test_a_sample_from_the_year_9999_is_ignored_and_genuine_samples_keep_coming() -> None:
+    """Taken, it would stay the GPU's newest until the year 9999 and every genuine sample
+    would look old; its minute could not even be rolled up (the minute after it does not
+    exist)."""
+    telemetry = on_clock(3)
+    assert 0 == telemetry.observe([a_sample(taken_at=FAR_FUTURE)])
+    assert 6 == telemetry.observe(every(0, 3))
+    reading = telemetry.gpu("a100-node-01", 0, at(3))
+    assert (True, at(2, 30), 2.5 * MIN) == (reading.fresh, reading.last_seen, reading.idle_for)
+    assert [at(0), at(1)] == [row.minute for row in telemetry.minute_rollups(at(3))]
+
+
+def test_a_sample_more_than_max_ahead_of_now_is_ignored_one_within_it_is_taken() -> None:
+    telemetry = on_clock(0)
+    assert 0 == telemetry.observe([a_sample(taken_at=at(1, 1))])
+    assert 1 == telemetry.observe([a_sample(taken_at=at(1))])
+
+
+def test_the_now_given_to_observe_wins_over_the_clock() -> None:
+    """The ingest passes the time the push arrived."""
+    telemetry = on_clock(0)
+    assert 1 == telemetry.observe([a_sample(taken_at=at(30))], at(30))
+
+
+def test_a_gpu_whose_newest_sample_is_ahead_of_the_clock_starts_over() -> None:
+    """The bot's clock stepped back (or a sample got in before this check existed): the next
+    genuine sample is taken, not ignored until the clock catches up."""
+    minute = [60.0]
+    telemetry = Telemetry(stale_after=STALE, clock=lambda: at(minute[0]))
+    assert 1 == telemetry.observe([a_sample(taken_at=at(60))])
+    minute[0] = 0.0
+    assert 2 == telemetry.observe(every(0, 1))
+    assert at(0, 30) == telemetry.gpu("a100-node-01", 0, at(1)).last_seen
+
+
+@pytest.mark.parametrize(
+    "taken_at",
+    [
+        FAR_FUTURE,
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(1, 1, 1, 0, 0, 30, tzinfo=UTC),
+        START.replace(tzinfo=None),  # naive: read as UTC
+    ],
+)
+def test_observe_readings_and_rollups_never_raise_whatever_the_time(taken_at: datetime) -> None:
+    telemetry = Telemetry(stale_after=STALE, clock=lambda: FAR_FUTURE)
+    telemetry.observe([a_sample(taken_at=taken_at), a_sample(index=1)])
+    for now in (START, FAR_FUTURE, datetime(1, 1, 1, tzinfo=UTC), START.replace(tzinfo=None)):
+        assert len(telemetry.readings(now)) <= 2
+        telemetry.gpu("a100-node-01", 0, now)
+    telemetry.minute_rollups(FAR_FUTURE)
+
+
+def test_without_a_clock_only_times_no_bot_could_mean_are_ignored() -> None:
+    """With no clock and no `now` (a test's window), samples of any plausible time are taken;
+    the year 9999 and the year 1 are not, so nothing can overflow."""
+    telemetry = Telemetry(stale_after=STALE)
+    far_past = datetime(1, 1, 1, tzinfo=UTC)
+    assert 0 == telemetry.observe([a_sample(taken_at=FAR_FUTURE), a_sample(taken_at=far_past)])
+    assert 1 == telemetry.observe([a_sample(taken_at=START.replace(year=2999))])

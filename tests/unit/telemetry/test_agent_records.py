@@ -1,0 +1,155 @@
+"""What the bot keeps of its node agents, on SQLite and on PostgreSQL: spent nonces survive a
+restart (a replay is refused after it), expired ones are pruned, and refusals reach the audit
+log as at most one aggregated row per known node per window, never for unknown nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+from sqlmodel import col, select
+
+from bot.services import Services
+from bot.telemetry.ingest import Ingest
+from bot.telemetry.model import to_json
+from bot.telemetry.window import Telemetry
+from storage import audit
+from storage.db import Database
+from storage.tables import AgentNonceRow, AuditRow
+from tests.builders import default_sources
+from tests.unit.telemetry.builders import NODE, START, TOKEN, IngestRig, a_sample
+
+TOKENS = {NODE: TOKEN, "l40s-node-01": "0" * 32}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def services_on(database: Database, clock: Clock) -> Services:
+    return Services.open(database, default_sources(), engine="reference", clock=clock)
+
+
+@pytest.fixture
+def services(database: Database, clock: Clock) -> Iterator[Services]:
+    svc = services_on(database, clock)
+    yield svc
+    svc.ctx.live.close()
+
+
+def an_ingest(services: Services) -> Ingest:
+    """The bot's Ingest as `assemble` builds it."""
+    return Ingest(
+        TOKENS,
+        Telemetry(stale_after=timedelta(minutes=3), clock=services.ctx.now),
+        services.ctx.now,
+        on_refused=services.record_refused_agent,
+        spend=services.spend_nonce,
+    )
+
+
+def signed(
+    clock: Clock, nonce: str, *, node: str = NODE, token: str = TOKEN
+) -> tuple[dict[str, str], bytes]:
+    """A push of one sample taken now, signed as `node` with `token`."""
+    body = to_json([a_sample(taken_at=clock.now)])
+    return IngestRig().headers(body, node=node, token=token, sent=clock.now, nonce=nonce), body
+
+
+def test_a_replay_is_refused_after_a_restart(
+    database: Database, services: Services, clock: Clock
+) -> None:
+    """The nonce is in the database: a new bot process over it refuses the captured push."""
+    headers, body = signed(clock, "captured")
+    assert 200 == an_ingest(services).handle(headers, body)[0]
+    restarted = services_on(database, clock)
+    try:
+        clock.now += timedelta(minutes=4)  # still inside the timestamp window
+        status, message = an_ingest(restarted).handle(headers, body)
+        assert (401, "replayed request (nonce already used)") == (status, message)
+    finally:
+        restarted.ctx.live.close()
+
+
+def test_the_same_nonce_from_another_node_is_not_a_replay(services: Services, clock: Clock) -> None:
+    assert services.spend_nonce(NODE, "n-1", clock.now)
+    assert services.spend_nonce("l40s-node-01", "n-1", clock.now)
+    assert not services.spend_nonce(NODE, "n-1", clock.now)
+
+
+def test_expired_nonces_are_pruned_at_most_once_a_minute(services: Services, clock: Clock) -> None:
+    def stored() -> list[str]:
+        with services.db.read() as session:
+            rows = session.exec(select(AgentNonceRow).order_by(col(AgentNonceRow.id)))
+            return [row.nonce for row in rows]
+
+    services.spend_nonce(NODE, "a", clock.now + timedelta(seconds=10))
+    services.spend_nonce(NODE, "b", clock.now + timedelta(minutes=5))
+    clock.now += timedelta(seconds=30)
+    services.spend_nonce(NODE, "c", clock.now + timedelta(minutes=5))
+    assert ["a", "b", "c"] == stored()  # "a" expired, but the last prune is 30 s old
+    clock.now += timedelta(seconds=31)
+    services.spend_nonce(NODE, "d", clock.now + timedelta(minutes=5))
+    assert ["b", "c", "d"] == stored()
+
+
+def refused_rows(services: Services) -> list[AuditRow]:
+    with services.db.read() as session:
+        query = select(AuditRow).where(AuditRow.tag == "agent:refused")
+        return list(session.exec(query.order_by(col(AuditRow.id))))
+
+
+def test_a_burst_of_refusals_writes_one_audit_row_per_known_node_and_none_for_unknown(
+    services: Services, clock: Clock
+) -> None:
+    """500 forged pushes as a known node and 500 under unknown names: one row, for the known
+    node; ten minutes on, the next refusal's row carries everything refused since."""
+    ingest = an_ingest(services)
+    for k in range(500):
+        headers, body = signed(clock, f"a{k}", token="f" * 32)
+        assert 401 == ingest.handle(headers, body)[0]
+        headers, body = signed(clock, f"b{k}", node=f"gpu-{k}")
+        assert 401 == ingest.handle(headers, body)[0]
+    rows = refused_rows(services)
+    assert [("gpubot", f"node:{NODE}", 1)] == [
+        (r.actor, r.subject, r.detail["count"]) for r in rows
+    ]
+    assert {"bad signature": 1} == rows[0].detail["reasons"]
+
+    clock.now += timedelta(minutes=10)
+    body = to_json([a_sample(taken_at=clock.now, node="l40s-node-01")])
+    headers = IngestRig().headers(body, nonce="late", sent=clock.now)
+    assert 403 == ingest.handle(headers, body)[0]
+    rows = refused_rows(services)
+    assert 2 == len(rows)
+    assert 500 == rows[1].detail["count"]  # 499 unwritten before, and this one
+    assert {"bad signature": 499, "samples for another node: l40s-node-01": 1} == rows[1].detail[
+        "reasons"
+    ]
+    assert verify_chain(services)
+
+
+def verify_chain(services: Services) -> bool:
+    with services.db.read() as session:
+        return audit.verify(session).ok
+
+
+def test_the_reasons_kept_per_row_are_bounded(services: Services, clock: Clock) -> None:
+    """A signed agent can vary its refusal reasons at will; the row keeps the first eight and
+    counts all."""
+    for k in range(50):
+        services.record_refused_agent(NODE, f"reason {k}")
+    clock.now += timedelta(minutes=10)
+    services.record_refused_agent(NODE, "last")
+    rows = refused_rows(services)
+    assert (2, 50, 8) == (len(rows), rows[1].detail["count"], len(rows[1].detail["reasons"]))
