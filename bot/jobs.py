@@ -15,6 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 log = logging.getLogger(__name__)
 
+INBOX = "inbox"
 OUTBOX = "outbox"
 POLL = "poll"
 SWEEP = "sweep"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,16 +15,16 @@ from typing import Any
 
 from slack_bolt import App
 from slack_sdk import WebClient
-from sqlmodel import col, func, select
+from sqlalchemy.exc import SQLAlchemyError
 
-from bot.jobs import OUTBOX, POLL, RETENTION, SWEEP, Jobs
+from bot.jobs import INBOX, OUTBOX, POLL, RETENTION, SWEEP, Jobs
 from bot.rulesdir import read_rules_dir
 from bot.services import Services
 from bot.services.context import utcnow
 from bot.settings import Settings
-from bot.slack.acks import AcksFirst
-from bot.slack.app import build_app, web_client
+from bot.slack.app import Identity, build_app, web_client
 from bot.slack.delivery import Deliverer
+from bot.slack.inbox import Inbox
 from bot.slack.notify import renderer
 from bot.slack.people import People
 from bot.telemetry import history
@@ -32,16 +33,20 @@ from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
 from bot.telemetry.sources import make_source
 from bot.telemetry.window import Telemetry
-from storage import migrate
-from storage.db import Database
-from storage.tables import OutboxRow
+from storage import inbox, migrate, outbox
+from storage.db import Database, one_line
+from storage.tables import SettingRow
 
 log = logging.getLogger(__name__)
 OUTBOX_EVERY = timedelta(seconds=2)
+INBOX_EVERY = timedelta(seconds=5)  # retries what the database refused; a restart drains at once
 POLL_EVERY = timedelta(seconds=30)
 SWEEP_EVERY = timedelta(minutes=1)
 RETENTION_EVERY = timedelta(hours=1)
 HISTORY_KEPT = timedelta(days=30)
+
+
+HEALTH_PROBE = "health:probe"  # the setting /healthz writes to prove the database takes writes
 
 
 class SetupError(RuntimeError):
@@ -58,9 +63,10 @@ class Bot:
     deliverer: Deliverer
     jobs: Jobs
     telemetry: Telemetry
+    inbox: Inbox
+    identity: Identity
     source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it
     ingest: Ingest | None = None
-    acks: AcksFirst | None = None  # shared by the HTTP front and the work after its acks
 
     def poll(self) -> int:
         """The `poll` job: read the local (or simulated) GPUs, keep per-minute history."""
@@ -87,34 +93,65 @@ class Bot:
             self.jobs.kick(OUTBOX)
 
     def retain(self) -> None:
-        """The `retention` job: per-minute history older than HISTORY_KEPT goes."""
+        """The `retention` job: per-minute history older than HISTORY_KEPT goes, and so do
+        inbox rows old enough that Slack can no longer retry them."""
+        now = self.services.ctx.now()
         with self.db.write() as session:
-            history.prune(session, self.services.ctx.now() - HISTORY_KEPT)
+            history.prune(session, now - HISTORY_KEPT)
+            inbox.prune(session, now - inbox.KEPT)
+
+    def writable(self) -> bool:
+        """Can the database take a write right now? (One tiny committed write, waited on for
+        at most a couple of seconds.)"""
+        try:
+            with self.db.brief() as session:
+                probe = session.get(SettingRow, HEALTH_PROBE) or SettingRow(
+                    key=HEALTH_PROBE, value="", updated_by="gpubot"
+                )
+                now = self.services.ctx.now()
+                probe.value, probe.updated_at = now.isoformat(), now
+                session.add(probe)
+        except SQLAlchemyError as exc:
+            log.warning("health: the database cannot be written (%s)", one_line(exc))
+            return False
+        return True
 
     def health(self) -> dict[str, Any]:
+        """/healthz: status words only (never a driver's error, which names hosts and ports)."""
+        if not self.writable():
+            return {"ok": False, "database": "unwritable"}
         try:
             with self.db.read() as session:
-                pending = session.exec(
-                    select(func.count())
-                    .select_from(OutboxRow)
-                    .where(col(OutboxRow.state) == "pending")
-                ).one()
-        except Exception as exc:
-            return {"ok": False, "database": f"{type(exc).__name__}: {exc}"}
+                waiting = inbox.backlog(session)
+                owed = outbox.counts(session)
+        except SQLAlchemyError:
+            return {"ok": False, "database": "unreadable"}
         return {
             "ok": True,
+            "database": "ok",
+            "database_kind": self.db.dialect,
+            "slack": "ok" if self.identity.checked.is_set() else "not yet reached",
             "rules_revision": self.services.policy.revision,
             "engine": self.services.ctx.live.engine_name,
-            "database": self.db.dialect,
             "automation_paused": self.services.paused(),
-            "outbox_pending": int(pending),
+            "inbox_pending": waiting,
+            "outbox_pending": owed.get(outbox.PENDING, 0) + owed.get(outbox.SENDING, 0),
+            "outbox_failed": owed.get(outbox.FAILED, 0),
             "telemetry": self.settings.telemetry
             if self.source is None
             else type(self.source).__name__,
         }
 
+    def ready(self) -> dict[str, Any]:
+        """/readyz: can this process take Slack's requests (record them) right now?"""
+        ok = self.writable()
+        return {"ok": ok, "database": "ok" if ok else "unwritable"}
+
     def close(self) -> None:
         self.jobs.shutdown()
+        self.identity.stop()
+        self.inbox.stop()
+        self.deliverer.close()
         if self.source is not None:
             self.source.close()
         self.services.ctx.live.close()
@@ -145,13 +182,14 @@ def assemble(
     jobs = Jobs()
     deliverer = Deliverer(db, client, renderer(services, People(client)), services.ctx.now)
 
-    def kick() -> None:
+    def deliver(ids: list[int]) -> None:
+        deliverer.express(ids)  # the answers at once; whatever else was owed, by the next pass
         if deliverer.want():
             jobs.kick(OUTBOX)
 
-    acks = AcksFirst()
-    app = build_app(settings, services, client=client, kick=kick, acks=acks)
-    telemetry = Telemetry(services.policy.timing.stale_after)
+    identity = Identity(client)
+    app, inbox_ = build_app(settings, services, client=client, identity=identity, deliver=deliver)
+    telemetry = Telemetry(services.policy.timing.stale_after, clock=services.ctx.now)
     source = None
     if settings.telemetry != "agents":
         source = make_source(
@@ -163,31 +201,31 @@ def assemble(
             load_tokens(settings.agent_tokens_file),
             telemetry,
             services.ctx.now,
-            on_refused=lambda node, why: _refused_agent(services, node, why),
+            on_refused=services.record_refused_agent,
             orders=services.take_orders,
             results=services.record_results,
+            spend=services.spend_nonce,
         )
-    bot = Bot(settings, db, services, client, app, deliverer, jobs, telemetry, source, ingest, acks)
-    # The periodic jobs, like the work after an ack, let the requests being acked go first.
-    jobs.every(OUTBOX, OUTBOX_EVERY, _after_acks(acks, deliverer.run))
-    jobs.every(POLL, POLL_EVERY, _after_acks(acks, bot.poll))
-    jobs.every(SWEEP, SWEEP_EVERY, _after_acks(acks, bot.sweep))
-    jobs.every(RETENTION, RETENTION_EVERY, _after_acks(acks, bot.retain))
+    bot = Bot(
+        settings,
+        db,
+        services,
+        client,
+        app,
+        deliverer,
+        jobs,
+        telemetry,
+        inbox_,
+        identity,
+        source,
+        ingest,
+    )
+    jobs.every(INBOX, INBOX_EVERY, inbox_.run_due)
+    jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)
+    jobs.every(POLL, POLL_EVERY, bot.poll)
+    jobs.every(SWEEP, SWEEP_EVERY, bot.sweep)
+    jobs.every(RETENTION, RETENTION_EVERY, bot.retain)
     return bot
-
-
-def _after_acks(acks: AcksFirst, job: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> Any:
-        acks.wait_turn()
-        return job()
-
-    return run
-
-
-def _refused_agent(services: Services, node: str, why: str) -> None:
-    """A node agent was turned away: log it and keep it in the audit log."""
-    log.warning("agent request from %r refused: %s", node, why)
-    services.record_refused_agent(node, why)
 
 
 def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
@@ -201,26 +239,60 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             "or set SLACK_APP_TOKEN (xapp-...) for Socket Mode."
         )
     bot = assemble(settings)
+    problem = bot.identity.check()
+    if problem is not None and problem.startswith("bad-token:"):
+        bot.close()
+        raise SetupError(
+            f"Slack refused SLACK_BOT_TOKEN ({problem.split(':', 1)[1]}): copy the Bot User "
+            "OAuth Token (xoxb-...) from the app's OAuth & Permissions page."
+        )
+    if problem is not None:
+        log.warning("auth.test: %s; serving anyway and retrying in the background", problem)
+        bot.identity.keep_checking()
     # What start-up built lives as long as the process: out of the collector's way, so a full
     # collection (tens of milliseconds over every import and compiled rule) never stalls acks.
     gc.collect()
     gc.freeze()
+    drained = bot.inbox.run_due()  # what an earlier run acknowledged and did not finish
+    if drained:
+        log.info("carrying out %d acknowledged requests left by the last run", drained)
     bot.jobs.start()
     try:
         if socket_mode:
-            from slack_bolt.adapter.socket_mode import SocketModeHandler  # noqa: PLC0415
-
             assert settings.slack_app_token is not None
             log.info("gpubot: Socket Mode, rules %s", bot.services.policy.revision)
-            handler = SocketModeHandler(bot.app, settings.slack_app_token.get_secret_value())
-            handler.start()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
+            _socket_mode(bot, settings.slack_app_token.get_secret_value())
         else:
             import uvicorn  # noqa: PLC0415 - only HTTP mode needs the server
 
             from bot.server import SlackAsgi  # noqa: PLC0415
 
             log.info("gpubot: HTTP on %s:%s/slack/events", host, port)
-            asgi = SlackAsgi(bot.app, bot.health, ingest=bot.ingest, acks=bot.acks)
+            asgi = SlackAsgi(bot.app, bot.health, ingest=bot.ingest, ready=bot.ready)
             uvicorn.run(asgi, host=host, port=port, log_level="info")
     finally:
         bot.close()
+
+
+def _socket_mode(bot: Bot, app_token: str) -> None:
+    """Connect out to Slack and stay connected; while Slack cannot be reached, keep trying
+    (2 s, 4 s ... at most 5 minutes) instead of exiting."""
+    import threading  # noqa: PLC0415
+
+    from slack_bolt.adapter.socket_mode import SocketModeHandler  # noqa: PLC0415
+    from slack_sdk.errors import SlackApiError, SlackClientError  # noqa: PLC0415
+
+    handler = SocketModeHandler(bot.app, app_token)
+    wait = 2.0
+    while True:
+        try:
+            handler.connect()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
+            break
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            log.warning("Socket Mode: cannot connect (%s); retrying in %.0f s", exc, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, 300.0)
+    try:
+        threading.Event().wait()
+    finally:
+        handler.close()  # type: ignore[no-untyped-call]

@@ -1,20 +1,24 @@
 """The HTTP front in HTTP mode: Slack's /slack/events for commands, interactivity and events,
-/healthz, and (with an `ingest`) the node agents' POST /agent/samples and /agent/results, as
-one small ASGI app.
+/livez, /readyz and /healthz, and (with an `ingest`) the node agents' POST /agent/samples and
+/agent/results, as one small ASGI app.
 
-Bolt's dispatch is synchronous (it returns once the listener called ack()), so it runs in a
-worker thread: one slow request never holds up the event loop and the others' acks.
+Every request to /slack/events is checked on its raw bytes before it is parsed (signature and
+timestamp, then encoding and shape: bot.slack.wire); what fails is refused with 400/401 and
+counted, with at most one log line per reason a minute, never a traceback. Bolt's dispatch is
+synchronous, so it runs in a worker thread: one slow request never holds up the others' acks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
@@ -22,9 +26,13 @@ from slack_bolt import App, BoltContext
 from slack_bolt.request import BoltRequest
 from slack_bolt.request.internals import build_context
 
+from bot.slack import wire
+from bot.telemetry.refusals import Refusals
+
 if TYPE_CHECKING:
-    from bot.slack.acks import AcksFirst
     from bot.telemetry.ingest import Ingest
+
+log = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -37,24 +45,30 @@ EVENTS_PATH = "/slack/events"
 AGENT_PATH = "/agent/samples"
 RESULTS_PATH = "/agent/results"
 MAX_BODY = 1 << 20  # Slack's payloads are far smaller; anything bigger is not Slack
+TEXT = {"content-type": "text/plain; charset=utf-8"}
+JSON_TYPE = {"content-type": "application/json"}
 
 
 class SlackAsgi:
-    """POST /slack/events -> the Bolt app; GET /healthz -> health(); POST /agent/samples and
-    /agent/results -> `ingest` when one is given; everything else 404."""
+    """POST /slack/events -> the Bolt app; GET /livez, /readyz, /healthz; POST /agent/samples
+    and /agent/results -> `ingest` when one is given; everything else 404."""
 
     def __init__(
         self,
         app: App,
         health: Health,
         *,
+        signing_secret: str | None = None,
         ingest: Ingest | None = None,
-        acks: AcksFirst | None = None,
+        ready: Health | None = None,
     ) -> None:
         self.app = app
-        self.acks = acks
         self.health = health
+        self.ready = ready or health
         self.ingest = ingest
+        # By default the secret Bolt itself verifies with (it keeps it without an accessor).
+        self.signing_secret = signing_secret or str(getattr(app, "_signing_secret", "") or "")
+        self.refused = Refusals(lambda: datetime.now(UTC), subject=f"a request to {EVENTS_PATH}")
         # Each dispatch holds its thread until the listener acks; asyncio's default pool (a
         # handful of threads on small machines) would queue requests behind slow acks.
         self._dispatch = ThreadPoolExecutor(max_workers=32, thread_name_prefix="slack-dispatch")
@@ -67,54 +81,82 @@ class SlackAsgi:
             return
         path, method = scope["path"], scope["method"]
         if path == EVENTS_PATH and method == "POST":
-            if self.acks is None:
-                await self._events(scope, receive, send)
-            else:
-                with self.acks.acking():  # the work after earlier acks waits for this one
-                    await self._events(scope, receive, send)
+            await self._events(scope, receive, send)
             return
-        if path == AGENT_PATH and method == "POST" and self.ingest is not None:
-            await self._agent(scope, receive, send, self.ingest.handle)
+        if path in (AGENT_PATH, RESULTS_PATH) and method == "POST" and self.ingest is not None:
+            handle = self.ingest.handle if path == AGENT_PATH else self.ingest.handle_results
+            await self._agent(scope, receive, send, handle)
             return
-        if path == RESULTS_PATH and method == "POST" and self.ingest is not None:
-            await self._agent(scope, receive, send, self.ingest.handle_results)
+        if method in ("GET", "HEAD") and path in ("/livez", "/readyz", "/healthz"):
+            await self._probe(path, send)
             return
-        if path == "/healthz" and method in ("GET", "HEAD"):
-            report = await asyncio.to_thread(self.health)
-            status = 200 if report.get("ok") else 503
-            payload = json.dumps(report).encode()
-            await _answer(send, status, {"content-type": "application/json"}, payload)
-            return
-        await _answer(send, 404, {"content-type": "text/plain"}, b"not found")
+        await _answer(send, 404, TEXT, b"not found")
+
+    async def _probe(self, path: str, send: Send) -> None:
+        if path == "/livez":  # the process answers: a database outage must not restart it
+            report: dict[str, Any] = {"ok": True}
+        else:
+            check = self.health if path == "/healthz" else self.ready
+            try:
+                report = await asyncio.to_thread(check)
+            except Exception:
+                log.exception("%s failed", path)
+                report = {"ok": False}
+        status = 200 if report.get("ok") else 503
+        await _answer(send, status, JSON_TYPE, json.dumps(report).encode())
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await _body(receive)
+        headers = _single_headers(scope)
+        body = await _body(receive, headers)
         if body is None:
-            await _answer(send, 413, {"content-type": "text/plain"}, b"payload too large")
+            self.refused.refused("too-large", "", 413, "too-large", "body too large")
+            await _answer(send, 413, TEXT, b"payload too large")
             return
-        request = bolt_request(
-            body.decode("utf-8"),
-            headers=_headers(scope),
-            query=scope.get("query_string", b"").decode("latin-1"),
-        )
+        refusal = wire.verify(self.signing_secret, headers, body, time.time())
+        checked = refusal or wire.check(body, headers.get("content-type", ""))
+        if isinstance(checked, wire.Refusal):
+            reason = checked.reason.replace(" ", "-")
+            self.refused.refused(reason, "", checked.status, reason, checked.reason)
+            words = {401: b"invalid request", 404: b"unhandled request"}
+            await _answer(send, checked.status, TEXT, words.get(checked.status, b"bad request"))
+            return
+        try:
+            request = bolt_request(
+                checked,
+                headers=_headers(scope),
+                query=scope.get("query_string", b"").decode("latin-1"),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # Signed, shaped as checked, and still more than Bolt can read: refused all the same.
+            self.refused.refused("unreadable", "", 400, "unreadable", type(exc).__name__)
+            await _answer(send, 400, TEXT, b"malformed request")
+            return
         loop = asyncio.get_running_loop()
-        response = await loop.run_in_executor(self._dispatch, self.app.dispatch, request)
-        headers = {k: ", ".join(v) for k, v in response.headers.items()}
-        await _answer(send, response.status, headers, response.body.encode("utf-8"))
+        try:
+            response = await loop.run_in_executor(self._dispatch, self.app.dispatch, request)
+        except Exception:
+            log.exception("dispatching a Slack request failed")
+            await _answer(send, 500, TEXT, b"internal error")
+            return
+        answered = {k: ", ".join(v) for k, v in response.headers.items()}
+        await _answer(send, response.status, answered, response.body.encode("utf-8"))
 
     async def _agent(
         self, scope: Scope, receive: Receive, send: Send, handle: AgentHandler
     ) -> None:
-        body = await _body(receive)
-        text = {"content-type": "text/plain; charset=utf-8"}
+        headers = _single_headers(scope)
+        body = await _body(receive, headers)
         if body is None:
-            await _answer(send, 413, text, b"payload too large")
+            self.refused.refused("agent-too-large", "", 413, "agent-too-large", "body too large")
+            await _answer(send, 413, TEXT, b"payload too large")
             return
-        # A repeated header is joined, as HTTP says, so it can never match what was signed.
-        headers = {k: v if isinstance(v, str) else ", ".join(v) for k, v in _headers(scope).items()}
-        status, message = await asyncio.to_thread(handle, headers, body)
+        try:
+            status, message = await asyncio.to_thread(handle, headers, body)
+        except Exception:  # the ingest answers every refusal itself; this is a bug, said once
+            log.exception("an agent request failed")
+            status, message = 400, "malformed request"
         # A 200 is the ingest's JSON answer (the orders ride on it); refusals are one line.
-        kind = {"content-type": "application/json"} if status == 200 else text
+        kind = JSON_TYPE if status == 200 else TEXT
         await _answer(send, status, kind, message.encode("utf-8"))
 
 
@@ -142,7 +184,17 @@ def _headers(scope: Scope) -> dict[str, str | Sequence[str]]:
     return dict(out)
 
 
-async def _body(receive: Receive) -> bytes | None:
+def _single_headers(scope: Scope) -> dict[str, str]:
+    """Headers by lower-case name; a repeated one is joined, as HTTP says, so it can never
+    match what was signed."""
+    return {k: v if isinstance(v, str) else ", ".join(v) for k, v in _headers(scope).items()}
+
+
+async def _body(receive: Receive, headers: Mapping[str, str]) -> bytes | None:
+    """The whole body, or None past MAX_BODY (said up front or found while reading)."""
+    declared = headers.get("content-length", "")
+    if declared.isascii() and declared.isdecimal() and int(declared) > MAX_BODY:
+        return None
     chunks, size = [], 0
     while True:
         message = await receive()

@@ -53,6 +53,12 @@ class Settings(BaseSettings):
         "signal has the node agent SIGTERM, then SIGKILL, the holder's processes on those GPUs; "
         "signal-dry-run records what it would signal",
     )
+    workers: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="threads that carry out acknowledged Slack requests (one person's in order)",
+    )
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")

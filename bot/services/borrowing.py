@@ -262,9 +262,10 @@ def settle(
             request = _load_request(session, request_id)
             if request is None:
                 return Refused(f"There is no request R{request_id}.", "no-request")
-            if request.state != RequestState.PENDING:
-                return _already(session, request)
+            # Who may settle it is asked first: a refusal says nothing of the request's fate.
             refusal = _may_settle(policy, user, request)
+            if refusal is None and request.state != RequestState.PENDING:
+                return _already(session, request)
             if refusal is not None:
                 record(
                     session,
@@ -299,18 +300,22 @@ def may_settle(ctx: Context, user: str, request_id: int) -> Refused | None:
         request = session.get(RequestRow, request_id)
         if request is None:
             return Refused(f"There is no request R{request_id}.", "no-request")
+        why = _may_settle(ctx.policy, user, request)
+        if why:
+            return Refused(why, "not-allowed")
         if request.state != RequestState.PENDING:
             return Refused(f"R{request_id} is already {request.state}.", "settled")
-        why = _may_settle(ctx.policy, user, request)
-        return Refused(why, "not-allowed") if why else None
+        return None
 
 
 def _may_settle(policy: Policy, user: str, request: RequestRow) -> str | None:
     if user == request.requester:
         return "Nobody approves or denies their own request; a manager or an admin will."
     if user not in request.approvers:
-        who = ", ".join(f"<@{a}>" for a in request.approvers) or "an admin"
-        return f"You may not settle R{request.id}; it waits for {who}."
+        return (
+            f"You may not approve or deny R{request.id}: only its team's managers "
+            "and the gpubot admins can."
+        )
     return None
 
 

@@ -15,7 +15,7 @@ from rules.policy import show
 from storage import audit
 from storage.tables import AuditRow, LeaseRow, RequestRow
 
-_REF = re.compile(r"^\s*(?:(?P<kind>[RrLlAa#])\s*)?(?P<id>\d+)\s*$")
+_REF = re.compile(r"^\s*(?:(?P<kind>[RrLlAa#])\s*)?(?P<id>\d{1,9})\s*$", re.ASCII)
 # The facts worth showing a person; the audit row keeps them all.
 _KEY_FACTS = (
     "request.gpus",

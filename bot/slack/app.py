@@ -1,20 +1,28 @@
 """The Bolt app, built in a function (never at import), with every listener registered.
 
 `build_app(settings, services, ...)` is used alike by `gpubot serve` (Socket Mode or HTTP),
-the tests (signed requests against the local Slack API) and the local workspace demo.
+the tests (signed requests against the local Slack API) and the local workspace demo. Each
+listener answers at once what needs no decision (help, a typo, a form's field errors); anything
+else is recorded in the inbox, acked, and carried out by the inbox's workers (bot.slack.inbox).
+Nothing before an ack calls Slack, not even auth.test: the bot's identity is checked in the
+background (`Identity`) and requests are authorized from it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from slack_bolt import App, BoltResponse, Respond
+from slack_bolt import Ack, App, BoltResponse
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
@@ -23,71 +31,64 @@ from slack_sdk.http_retry.builtin_handlers import (
 
 from bot.services import Services
 from bot.settings import Settings
-from bot.slack.acks import AcksFirst
-from bot.slack.blocks import home_view
-from bot.slack.blocks.kit import Message
-from bot.slack.failures import report_failure
+from bot.slack.inbox import Accepted, Inbox, request_key
 from bot.slack.listeners import actions, commands, events, views
 from bot.slack.people import People
+from storage.tables import InboxRow
 
 log = logging.getLogger(__name__)
+
+NOT_RECORDED = (
+    ":warning: gpubot could not record your request just now (its database is not "
+    "answering), so nothing was done. Please try again in a minute."
+)
+#: auth.test answers that no retry will mend: the token itself is wrong.
+BAD_TOKEN = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
+
+
+class NotRecorded(Exception):  # noqa: N818 - names the situation, like Slack's own error codes
+    """A request that could not be recorded is refused (503), so Slack shows it failed."""
 
 
 @dataclass
 class SlackDeps:
-    """What listeners need: the use cases, people's names and zones, and a nudge for delivery."""
+    """What listeners need: the use cases, people's names and zones, the inbox and settings."""
 
     services: Services
     people: People
     settings: Settings
-    kick: Callable[[], None]
-    # The work after an ack runs here, on few threads: Bolt's listener threads stay free to
-    # start (and ack) the next requests, and the use cases' writes are serial anyway.
-    work: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpubot-work")
-    )
-    # ... and starts once the requests being acked are out of the door (see bot.slack.acks).
-    acks: AcksFirst = field(default_factory=AcksFirst)
+    inbox: Inbox = field(init=False)
 
     def now(self) -> datetime:
         return self.services.ctx.now().astimezone(UTC)
 
-    def after_ack(
+    def accept(
         self,
-        respond: Respond,
-        answer: Callable[[], Message | None],
+        ack: Ack,
+        body: dict[str, Any],
         *,
-        body: dict[str, Any] | None = None,
-        client: WebClient | None = None,
+        kind: str,
+        actor: str,
+        payload: dict[str, Any],
     ) -> None:
-        """Compute the answer off the listener thread, send it ephemerally, nudge delivery.
+        """Record the request, then ack: what is acked is carried out, exactly once."""
+        accepted = self.inbox.accept(key=request_key(body), kind=kind, actor=actor, payload=payload)
+        if accepted is not Accepted.UNAVAILABLE:
+            ack()
+        elif kind == "command":
+            ack(text=NOT_RECORDED)  # the person reads this where they typed
+        else:
+            raise NotRecorded(kind)
 
-        A click on the Home tab has no response_url: its answer goes to the person's DM and
-        their Home is drawn again, so what changed shows where they clicked."""
-        home = client is not None and body is not None and not body.get("response_url")
-
-        def run() -> None:
-            try:
-                self.acks.wait_turn()
-                reply = answer()
-                if home:
-                    assert client is not None
-                    assert body is not None
-                    self._answer_home(client, body["user"]["id"], reply)
-                elif reply is not None:
-                    respond(**reply.as_kwargs(), response_type="ephemeral", replace_original=False)
-            except Exception as exc:  # a failure must still reach the person, with a reference
-                report_failure(exc, None if home else respond)
-            finally:
-                self.kick()
-
-        self.work.submit(run)
-
-    def _answer_home(self, client: WebClient, user: str, reply: Message | None) -> None:
-        if reply is not None:
-            channel = client.conversations_open(users=user)["channel"]["id"]
-            client.chat_postMessage(channel=channel, **reply.as_kwargs())
-        client.views_publish(user_id=user, view=home_view(self.services.home(user)))
+    def look_up(self, row: InboxRow) -> ZoneInfo | None:
+        """What a request needs from Slack before its unit of work: the person's time zone,
+        for an end time typed in a command or a form (a users.info call, cached)."""
+        payload = row.payload
+        if row.kind == "command" and "until" in str(payload.get("text", "")).lower():
+            return self.people.tz(row.actor)
+        if row.kind == "view" and payload.get("callback_id") == views.BORROW_MODAL:
+            return self.people.tz(row.actor)
+        return None
 
 
 def web_client(settings: Settings) -> WebClient:
@@ -105,15 +106,74 @@ def web_client(settings: Settings) -> WebClient:
     )
 
 
-class _ClientFromSettings(logging.Filter):
-    """Bolt reads SLACK_BOT_TOKEN from the environment by itself and then warns that the client
-    we pass (built from that same token) wins; the warning would only mislead an operator."""
+class Identity:
+    """Who the bot is in Slack (auth.test), learnt in the background with backoff so the bot
+    starts and acks while Slack is down; requests are authorized from what is known so far."""
+
+    def __init__(self, client: WebClient) -> None:
+        self.client = client
+        self.team_id: str | None = None
+        self.user_id: str | None = None
+        self.bot_id: str | None = None
+        self.checked = threading.Event()
+        self._stop = threading.Event()
+
+    def check(self) -> str | None:
+        """One auth.test: None when the identity is known, else what went wrong."""
+        try:
+            answer = self.client.auth_test()
+        except SlackApiError as exc:
+            error = str(exc.response.get("error", "?"))
+            if error in BAD_TOKEN:
+                return f"bad-token:{error}"
+            return f"Slack answered {exc.response.status_code} ({error})"
+        except (SlackRequestError, OSError) as exc:
+            return f"Slack cannot be reached ({type(exc).__name__}: {exc})"
+        self.team_id = answer.get("team_id")
+        self.user_id = answer.get("user_id")
+        self.bot_id = answer.get("bot_id")
+        self.checked.set()
+        return None
+
+    def keep_checking(self, first_wait_s: float = 2.0, longest_wait_s: float = 300.0) -> None:
+        """Retry auth.test in a thread until it works (2 s, 4 s ... at most 5 minutes)."""
+
+        def run() -> None:
+            wait = first_wait_s
+            while not self.checked.is_set() and not self._stop.wait(wait):
+                problem = self.check()
+                if problem is None:
+                    log.info("Slack answers again: the bot is %s", self.user_id)
+                    return
+                log.warning("auth.test: %s; retrying in %.0f s", problem, wait)
+                wait = min(wait * 2, longest_wait_s)
+
+        if not self.checked.is_set():
+            threading.Thread(target=run, name="gpubot-auth-test", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def authorize(self, token: str | None, enterprise_id: str | None, team_id: str | None) -> Any:
+        return AuthorizeResult(
+            enterprise_id=enterprise_id,
+            team_id=team_id or self.team_id,
+            bot_token=token,
+            bot_user_id=self.user_id,
+            bot_id=self.bot_id,
+        )
+
+
+class _QuietBolt(logging.Filter):
+    """Bolt warns that the token it read from the environment is unused, since our client (built
+    from that same token) and our authorize win; the warning would only mislead an operator."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "`token` will be unused" not in record.getMessage()
+        text = record.getMessage()
+        return "`token` will be unused" not in text and "will be ignored" not in text
 
 
-_quiet = _ClientFromSettings()
+_quiet = _QuietBolt()
 
 
 def build_app(
@@ -121,31 +181,55 @@ def build_app(
     services: Services,
     *,
     client: WebClient | None = None,
-    kick: Callable[[], None] = lambda: None,
-    acks: AcksFirst | None = None,
-) -> App:
+    identity: Identity | None = None,
+    deliver: Callable[[list[int]], None] = lambda ids: None,
+) -> tuple[App, Inbox]:
+    """The Bolt app and the inbox that carries out what it accepts (workers start lazily)."""
     client = client or web_client(settings)
+    identity = identity or Identity(client)
     bolt_log = logging.getLogger("slack_bolt.App")
     if _quiet not in bolt_log.filters:
         bolt_log.addFilter(_quiet)
     secret = settings.slack_signing_secret
+    token = client.token
     app = App(
         client=client,
         signing_secret=secret.get_secret_value() if secret else None,
-        process_before_response=False,
-        # Work after ack() runs here; enough threads that a busy minute never delays an ack.
-        listener_executor=ThreadPoolExecutor(max_workers=32, thread_name_prefix="gpubot-slack"),
+        # The listeners only record and ack: run them where the request arrived, no hand-off.
+        process_before_response=True,
+        token_verification_enabled=False,
+        authorize=lambda enterprise_id, team_id: identity.authorize(token, enterprise_id, team_id),
         raise_error_for_unhandled_request=False,
     )
-    deps = SlackDeps(services, People(client), settings, kick, acks=acks or AcksFirst())
+    deps = SlackDeps(services, People(client), settings)
+    deps.inbox = Inbox(
+        services.db,
+        deps.now,
+        {
+            "command": partial(commands.carry_out, deps),
+            "action": partial(actions.carry_out, deps),
+            "view": partial(views.carry_out, deps),
+            "event": partial(events.carry_out, deps),
+        },
+        prepare=deps.look_up,
+        open_view=lambda trigger, view: _open_view(client, trigger, view),
+        delivered=deliver,
+        workers=settings.workers,
+    )
     commands.register(app, deps)
     actions.register(app, deps)
     views.register(app, deps)
     events.register(app, deps)
 
     @app.error
-    def on_error(error: Exception, body: dict[str, Any], respond: Respond) -> BoltResponse | None:
-        report_failure(error, respond if body.get("response_url") else None)
-        return None
+    def on_error(error: Exception) -> BoltResponse:
+        if isinstance(error, NotRecorded):
+            return BoltResponse(status=503, body="")
+        log.error("a listener failed before its ack", exc_info=error)
+        return BoltResponse(status=500, body="")
 
-    return app
+    return app, deps.inbox
+
+
+def _open_view(client: WebClient, trigger: str, view: dict[str, Any]) -> None:
+    client.views_open(trigger_id=trigger, view=view)

@@ -1,34 +1,52 @@
-"""Delivering the outbox to Slack: render, send, record where it landed, retry what failed.
+"""Delivering the outbox to Slack: render, claim, send, record where it landed, retry what failed.
 
-No database transaction is open while Slack is called. Rows go out in the order they were owed;
-a failure holds back later rows for the same recipient in this pass, so nobody reads a "denied"
-before the card it settles.
+No database transaction is open while Slack is called. A row is claimed (committed, its next
+attempt already pushed back) before it is sent, so a failure of any kind, the bookkeeping's
+included, waits out a backoff instead of sending again at once. An outcome that could not be
+recorded is kept in memory and recorded later, never re-sent. A row claimed by a process that
+is gone may have reached Slack: a message is looked up in its conversation by the outbox id it
+carries in its metadata before it is sent again; a reply through a response_url, which cannot
+be looked up, is sent again (at least once) and counted as in doubt.
+
+Rows go out in the order they were owed; a failure holds back later rows for the same
+recipient in this pass, so nobody reads a "denied" before the card it settles.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
+import queue
 import threading
-from collections.abc import Callable
+import urllib.error
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackRequestError
+from slack_sdk.webhook import WebhookClient
+from sqlalchemy.exc import SQLAlchemyError
 
 from bot.services.notices import CARDS
 from storage import outbox
-from storage.db import Database
+from storage.db import Database, one_line
 from storage.tables import OutboxRow
 
 log = logging.getLogger(__name__)
+
+METADATA_TYPE = "gpubot_outbox"  # every message the outbox posts carries its row id
+RESPONSE_URL_LIFE = timedelta(minutes=29)  # Slack honours a response_url for 30 minutes
+HISTORY_SLACK = timedelta(minutes=1)  # how far before its claim a message in doubt is looked for
 
 
 @dataclass(frozen=True)
 class Rendered:
     text: str
     blocks: list[dict[str, Any]]
+    view: dict[str, Any] | None = None  # a Home tab to publish instead of a message
 
 
 # Renders one owed message from the database as it stands now; None: nothing left to say.
@@ -42,22 +60,111 @@ class Report:
     failed: int = 0
     deferred: int = 0
     dropped: int = 0
+    unrecorded: int = 0  # outcomes the database could not take yet (kept, recorded later)
+    in_doubt: int = 0  # sent again after a crash with no way to know if it had landed
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Sent:
+    channel: str | None
+    ts: str | None
+
+
+@dataclass(frozen=True)
+class _NotSent:
+    error: str
+    retry_after: timedelta | None = None
+    # The request may have reached Slack (it timed out, or the link broke while waiting for the
+    # answer): before the next attempt, look for it as for a send a crash interrupted.
+    in_doubt: bool = False
+
+
+@dataclass(frozen=True)
+class _Dropped:
+    why: str
+
+
+_Outcome = _Sent | _NotSent | _Dropped
+_DEFERRED = object()  # not yet: a card update waiting for its card
+
+
+class ResponseUrlError(Exception):
+    """A response_url answered something else than 200 ok."""
+
+    def __init__(self, status: int, body: str, retry_after: timedelta | None) -> None:
+        super().__init__(f"response_url answered {status}: {body[:100]}")
+        self.status, self.body, self.retry_after = status, body, retry_after
+
+    @property
+    def gone(self) -> bool:
+        """Expired or used up: no retry will ever work."""
+        return self.status in (404, 410) or self.body in ("expired_url", "used_url", "bad_url")
+
+
 class Deliverer:
-    """Sends what the outbox owes; one pass per call (the scheduler calls it, and so can tests)."""
+    """Sends what the outbox owes: a pass over what is due (the scheduler calls `run`), or the
+    rows an inbox worker just owed (`deliver`), whoever gets to a row first."""
 
     def __init__(
-        self, db: Database, client: WebClient, render: Render, clock: Callable[[], datetime]
+        self,
+        db: Database,
+        client: WebClient,
+        render: Render,
+        clock: Callable[[], datetime],
+        *,
+        max_attempts: int = outbox.MAX_ATTEMPTS,
     ) -> None:
         self.db = db
-        self.client = client
+        # The outbox retries, not the client: a client retry after a timeout may post a message
+        # Slack already took, and Retry-After is honoured through the row's next attempt rather
+        # than by sleeping in the pass.
+        self.client = WebClient(
+            token=client.token, base_url=client.base_url, timeout=client.timeout, retry_handlers=[]
+        )
         self.render = render
         self.clock = clock
+        self.max_attempts = max_attempts
+        self.token = uuid.uuid4().hex[:12]  # this process's claims
         self._dm: dict[str, str] = {}
+        self._known: dict[int, _Outcome] = {}  # outcomes not recorded yet
+        self._known_lock = threading.Lock()
         self._pass = threading.Lock()  # one pass at a time, whoever asks
         self._wanted = threading.Event()
+        self._express: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
+        self._express_thread: threading.Thread | None = None
+        self._express_lock = threading.Lock()
+
+    def express(self, row_ids: list[int]) -> None:
+        """Send these rows soon on the express thread (the answers a request just produced),
+        so the inbox's workers never wait on Slack; a slow Slack delays only the answers."""
+        if not row_ids:
+            return
+        with self._express_lock:
+            if self._express_thread is None:
+                self._express_thread = threading.Thread(
+                    target=self._run_express, name="gpubot-express", daemon=True
+                )
+                self._express_thread.start()
+        self._express.put(list(row_ids))
+
+    def _run_express(self) -> None:
+        while True:
+            ids = self._express.get()
+            if ids is None:
+                return
+            try:
+                self.deliver(ids)
+            except Exception:  # the pass picks the rows up later; the thread must go on
+                log.exception("express delivery of %s failed", ids)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the express thread once it has sent what it was given."""
+        with self._express_lock:
+            thread, self._express_thread = self._express_thread, None
+        if thread is not None:
+            self._express.put(None)
+            thread.join(timeout)
 
     def run(self) -> None:
         """The scheduled job: passes until nothing new was owed while one ran."""
@@ -76,73 +183,243 @@ class Deliverer:
     def deliver_due(self, limit: int = 100) -> Report:
         report = Report()
         with self._pass:
-            now = self.clock()
-            with self.db.read() as session:
-                rows = outbox.due(session, now, limit)
-            work = [(row, self._prepare(row)) for row in rows]
-            blocked: set[str] = set()
-            for row, prepared in work:
-                assert row.id is not None
-                if row.recipient in blocked:
-                    report.deferred += 1
-                    continue
-                try:
-                    self._send(row, prepared, report)
-                except (SlackApiError, SlackRequestError, OSError) as exc:
-                    error = _describe(exc)
-                    blocked.add(row.recipient)
-                    report.failed += 1
-                    report.errors.append(f"{row.kind} {row.subject}: {error}")
-                    with self.db.write() as session:
-                        retry = outbox.failed(session, row.id, at=self.clock(), error=error)
-                    log.warning(
-                        "delivery of %s %s failed (%s); retrying at %s",
-                        row.kind,
-                        row.subject,
-                        error,
-                        retry.isoformat(),
-                    )
+            try:
+                with self.db.read() as session:
+                    rows = outbox.due(session, self.clock(), limit)
+            except SQLAlchemyError as exc:
+                report.errors.append(f"reading the outbox: {one_line(exc)}")
+                log.warning("the outbox cannot be read (%s); next pass retries", one_line(exc))
+                return report
+            self._send_all(rows, report)
         return report
 
+    def deliver(self, row_ids: Iterable[int]) -> Report:
+        """Send these rows now if still owed (the replies a request just produced)."""
+        report = Report()
+        ids = list(row_ids)
+        if not ids:
+            return report
+        try:
+            with self.db.read() as session:
+                rows = [r for r in (session.get(OutboxRow, i) for i in ids) if r is not None]
+        except SQLAlchemyError as exc:
+            report.errors.append(f"reading the outbox: {one_line(exc)}")
+            return report
+        now = self.clock()
+        owed = [r for r in rows if r.state == outbox.PENDING and r.next_attempt_at <= now]
+        self._send_all(owed, report)
+        return report
+
+    def _send_all(self, rows: list[OutboxRow], report: Report) -> None:
+        blocked: set[str] = set()
+        newest_home = {r.recipient: r.id for r in rows if r.kind == "home"}
+        for row in rows:
+            assert row.id is not None
+            if row.recipient in blocked:
+                report.deferred += 1
+                continue
+            if row.kind == "home" and newest_home.get(row.recipient) != row.id:
+                self._record(row, _Dropped("a newer Home tab replaces it"), report)
+                continue
+            if not self._attempt(row, report):
+                blocked.add(row.recipient)
+
+    def _attempt(self, row: OutboxRow, report: Report) -> bool:
+        """One row: False when it did not get through (later rows for its recipient wait)."""
+        assert row.id is not None
+        with self._known_lock:
+            known = self._known.get(row.id)
+        if known is not None:  # sent (or not) earlier in this process; only the record is late
+            return self._record(row, known, report)
+        try:
+            prepared = self._prepare(row)
+        except Exception as exc:  # a rendering bug: the row waits its backoff, the rest goes on
+            log.exception("rendering outbox row %s (%s) failed", row.id, row.kind)
+            prepared = _NotSent(f"rendering failed: {type(exc).__name__}: {exc}")
+        if prepared is _DEFERRED:
+            report.deferred += 1
+            return True
+        if isinstance(prepared, _Dropped):
+            return self._record(row, prepared, report)
+        in_doubt = row.state == outbox.SENDING and row.claimed_by != self.token
+        in_doubt = in_doubt or row.claimed_by == outbox.IN_DOUBT
+        if in_doubt and not isinstance(prepared, _NotSent):
+            landed = self._landed(row, prepared)
+            if landed is not None:
+                return self._record(row, landed, report)
+        try:
+            with self.db.write() as session:
+                claimed = outbox.claim(session, row, at=self.clock(), by=self.token)
+        except SQLAlchemyError as exc:
+            report.failed += 1
+            report.errors.append(f"{row.kind} {row.subject}: claim: {one_line(exc)}")
+            log.warning("outbox row %s not sent: cannot claim it (%s)", row.id, one_line(exc))
+            return False
+        if not claimed:  # another pass or worker took it
+            return True
+        if in_doubt:
+            report.in_doubt += 1
+            log.info(
+                "outbox row %s (%s) sent again: its earlier send is in doubt", row.id, row.kind
+            )
+        if isinstance(prepared, _NotSent):
+            outcome: _Outcome = prepared
+        else:
+            outcome = self._send(row, prepared)
+        return self._record(row, outcome, report)
+
     def _prepare(self, row: OutboxRow) -> Any:
-        """Render; card updates also need where the cards landed."""
+        """What to send: a Rendered, (Rendered, cards) for a card update, _Dropped or _DEFERRED."""
         rendered = self.render(row)
         if row.kind != "card_settled":
-            return rendered
+            return rendered if rendered is not None else _Dropped("nothing left to say")
         with self.db.read() as session:
             cards = outbox.landed(session, row.subject, ["approval_card"])
             waiting = [
                 r
                 for r in outbox.owed_about(session, row.subject)
-                if r.kind == "approval_card" and r.state == outbox.PENDING
+                if r.kind == "approval_card" and r.state in (outbox.PENDING, outbox.SENDING)
             ]
-        return rendered, [(c.channel, c.ts) for c in cards], bool(waiting)
+        if waiting:  # a card still on its way: update it once it has landed
+            return _DEFERRED
+        if rendered is None or not cards:
+            return _Dropped("no card to update")
+        return rendered, [(c.channel, c.ts) for c in cards]
 
-    def _send(self, row: OutboxRow, prepared: Any, report: Report) -> None:
-        assert row.id is not None
+    def _send(self, row: OutboxRow, prepared: Any) -> _Outcome:
+        try:
+            return self._call_slack(row, prepared)
+        except ResponseUrlError as exc:
+            return _NotSent(str(exc), exc.retry_after)
+        except SlackApiError as exc:
+            return _NotSent(_describe(exc), _retry_after(exc.response.headers))
+        except (SlackRequestError, OSError, http.client.HTTPException) as exc:
+            return _NotSent(_describe(exc), in_doubt=_maybe_arrived(exc))
+
+    def _call_slack(self, row: OutboxRow, prepared: Any) -> _Outcome:
         if row.kind == "card_settled":
-            rendered, cards, waiting = prepared
-            if waiting:  # a card still on its way: update it once it has landed
-                report.deferred += 1
-                return
-            if rendered is None or not cards:
-                self._drop(row.id, "no card to update", report)
-                return
+            rendered, cards = prepared
             for channel, ts in cards:
                 self.client.chat_update(
                     channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks
                 )
-            self._done(row.id, report, channel=cards[0][0], ts=cards[0][1])
-            return
-        rendered = prepared
-        if rendered is None:
-            self._drop(row.id, "nothing left to say", report)
-            return
+            return _Sent(cards[0][0], cards[0][1])
+        if row.kind == "home":
+            self.client.views_publish(user_id=row.recipient, view=prepared.view)
+            return _Sent(None, None)
+        url = row.data.get("response_url") if row.kind == "reply" else None
+        if isinstance(url, str) and url and self.clock() - row.created_at < RESPONSE_URL_LIFE:
+            try:
+                self._respond(url, prepared)
+                return _Sent(None, None)
+            except ResponseUrlError as exc:
+                if not exc.gone:
+                    raise
+                log.info("outbox row %s: the response_url is gone; answering by DM", row.id)
         channel = self._channel_for(row.recipient)
         answer = self.client.chat_postMessage(
-            channel=channel, text=rendered.text, blocks=rendered.blocks
+            channel=channel,
+            text=prepared.text,
+            blocks=prepared.blocks,
+            metadata={"event_type": METADATA_TYPE, "event_payload": {"outbox_id": row.id}},
         )
-        self._done(row.id, report, channel=str(answer["channel"]), ts=str(answer["ts"]))
+        return _Sent(str(answer["channel"]), str(answer["ts"]))
+
+    def _respond(self, url: str, rendered: Rendered) -> None:
+        hook = WebhookClient(url, timeout=int(self.client.timeout))
+        try:
+            answer = hook.send_dict(
+                {
+                    "text": rendered.text,
+                    "blocks": rendered.blocks,
+                    "response_type": "ephemeral",
+                    "replace_original": False,
+                }
+            )
+        except ValueError:  # not a URL urllib can open: no retry will mend it
+            raise ResponseUrlError(0, "bad_url", None) from None
+        if answer.status_code != 200:
+            headers = {k.lower(): v for k, v in (answer.headers or {}).items()}
+            raise ResponseUrlError(answer.status_code, answer.body, _retry_after(headers))
+
+    def _landed(self, row: OutboxRow, prepared: Any) -> _Sent | None:
+        """Where a message in doubt landed, if Slack has it (looked up by its outbox id)."""
+        posts_message = row.kind not in ("card_settled", "home")
+        url = row.data.get("response_url") if row.kind == "reply" else None
+        fresh = self.clock() - row.created_at < RESPONSE_URL_LIFE
+        if not posts_message or (url and fresh) or row.claimed_at is None:
+            return None
+        try:
+            channel = self._channel_for(row.recipient)
+            oldest = (row.claimed_at - HISTORY_SLACK).timestamp()
+            history = self.client.conversations_history(
+                channel=channel, oldest=f"{oldest:.6f}", limit=200, include_all_metadata=True
+            )
+        except (SlackApiError, SlackRequestError, OSError) as exc:
+            log.warning("cannot check whether outbox row %s landed (%s)", row.id, exc)
+            return None
+        for message in history.get("messages") or []:
+            meta = message.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == METADATA_TYPE and payload.get("outbox_id") == row.id:
+                return _Sent(channel, str(message.get("ts")))
+        return None
+
+    def _record(self, row: OutboxRow, outcome: _Outcome, report: Report) -> bool:
+        assert row.id is not None
+        at = self.clock()
+        try:
+            with self.db.write() as session:
+                if isinstance(outcome, _Sent):
+                    outbox.delivered(session, row.id, at=at, channel=outcome.channel, ts=outcome.ts)
+                elif isinstance(outcome, _Dropped):
+                    outbox.dropped(session, row.id, at=at, why=outcome.why)
+                else:
+                    retry = outbox.failed(
+                        session,
+                        row.id,
+                        at=at,
+                        error=outcome.error,
+                        retry_after=outcome.retry_after,
+                        max_attempts=self.max_attempts,
+                        in_doubt=outcome.in_doubt,
+                    )
+        except SQLAlchemyError as exc:
+            with self._known_lock:
+                self._known[row.id] = outcome
+            report.unrecorded += 1
+            log.warning(
+                "outbox row %s: outcome kept until it can be recorded (%s)", row.id, one_line(exc)
+            )
+            return isinstance(outcome, _Sent)
+        with self._known_lock:
+            self._known.pop(row.id, None)
+        if isinstance(outcome, _Sent):
+            report.delivered += 1
+            return True
+        if isinstance(outcome, _Dropped):
+            report.dropped += 1
+            return True
+        report.failed += 1
+        report.errors.append(f"{row.kind} {row.subject}: {outcome.error}")
+        if retry is None:
+            log.error(
+                "outbox row %s (%s to %s) given up after %d attempts: %s",
+                row.id,
+                row.kind,
+                row.recipient,
+                self.max_attempts,
+                outcome.error,
+            )
+        else:
+            log.warning(
+                "delivery of %s %s failed (%s); retrying at %s",
+                row.kind,
+                row.subject,
+                outcome.error,
+                retry.isoformat(),
+            )
+        return False
 
     def _channel_for(self, recipient: str) -> str:
         """Channels as they are; a person through their DM with the bot (opened once)."""
@@ -153,15 +430,26 @@ class Deliverer:
             self._dm[recipient] = str(opened["channel"]["id"])
         return self._dm[recipient]
 
-    def _done(self, row_id: int, report: Report, *, channel: str, ts: str) -> None:
-        with self.db.write() as session:
-            outbox.delivered(session, row_id, at=self.clock(), channel=channel, ts=ts)
-        report.delivered += 1
 
-    def _drop(self, row_id: int, why: str, report: Report) -> None:
-        with self.db.write() as session:
-            outbox.dropped(session, row_id, at=self.clock(), why=why)
-        report.dropped += 1
+def _maybe_arrived(exc: BaseException) -> bool:
+    """Did the request perhaps reach Slack? A timeout or a link that broke while waiting for
+    the answer says nothing of what Slack did; a refused connection says it never arrived."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, ConnectionRefusedError) or isinstance(reason, ConnectionRefusedError):
+        return False
+    if isinstance(exc, urllib.error.URLError) and not isinstance(reason, TimeoutError | OSError):
+        return False  # a name that did not resolve, a bad URL: nothing was sent
+    return isinstance(exc, OSError | http.client.HTTPException)
+
+
+def _retry_after(headers: Any) -> timedelta | None:
+    values = headers.get("retry-after") or headers.get("Retry-After") if headers else None
+    value = values[0] if isinstance(values, list) else values
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return timedelta(seconds=min(max(seconds, 0.0), 3600.0)) if seconds is not None else None
 
 
 def _describe(exc: Exception) -> str:

@@ -1,9 +1,13 @@
-"""Rendering what the outbox owes into Slack messages, from the database as it stands now."""
+"""Rendering what the outbox owes into Slack messages, from the database as it stands now.
+
+A reply to a request was rendered when the request was carried out and is sent as it is; a Home
+tab is drawn at delivery, so it shows what is true when it is published.
+"""
 
 from __future__ import annotations
 
 from bot.services import Services
-from bot.slack.blocks import approval_card, grant_message, settled_card
+from bot.slack.blocks import approval_card, grant_message, home_view, settled_card
 from bot.slack.blocks.kit import Message, context, escape, mention, message, section
 from bot.slack.blocks.warnings import (
     admin_notice,
@@ -19,6 +23,10 @@ from storage.tables import OutboxRow
 
 def renderer(services: Services, people: People) -> Render:
     def render(row: OutboxRow) -> Rendered | None:
+        if row.kind == "reply":
+            return Rendered(str(row.data.get("text") or ""), list(row.data.get("blocks") or []))
+        if row.kind == "home":
+            return Rendered("", [], view=home_view(services.home(row.recipient)))
         built = _render(services, people, row)
         return Rendered(built.text, built.blocks) if built is not None else None
 

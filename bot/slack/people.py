@@ -45,3 +45,9 @@ class People:
 
     def tz(self, user: str) -> ZoneInfo:
         return self._lookup(user)[1]
+
+    def known_tz(self, user: str) -> ZoneInfo | None:
+        """The zone if it was looked up before; never calls Slack (the ack path uses it)."""
+        with self._lock:
+            known = self._known.get(user)
+        return known[1] if known is not None else None

@@ -112,7 +112,7 @@ def start(data_dir: Path, base: Settings | None = None) -> Demo:
         raise
     open_approval_channels(local.workspace, bot)
     try:
-        http = Background(SlackAsgi(bot.app, bot.health, ingest=bot.ingest, acks=bot.acks))
+        http = Background(SlackAsgi(bot.app, bot.health, ingest=bot.ingest))
     except BaseException:
         bot.close()
         local.stop()

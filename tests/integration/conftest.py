@@ -82,7 +82,7 @@ class Running:
 @pytest.fixture
 def running(local: LocalSlack, tmp_path: Path) -> Iterator[Running]:
     bot = assemble(settings_for(local, tmp_path))
-    http = Background(SlackAsgi(bot.app, bot.health, acks=bot.acks))
+    http = Background(SlackAsgi(bot.app, bot.health))
     yield Running(
         bot, local, http.url, SlackDriver(local, HttpTransport(http.url + "/slack/events"), SECRET)
     )

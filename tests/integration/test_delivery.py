@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,17 +15,29 @@ from sqlmodel import select
 
 from bot.main import assemble
 from bot.slack.localapi import APP_TOKEN, LocalSlack, SlackDriver, SocketTransport
+from storage import db as db_module
+from storage.db import Database
 from storage.tables import OutboxRow
 from tests.integration.conftest import Running, settings_for
 from tests.integration.test_flows import ALICE, BOB, answered, card, dm_text
 
 
 def test_rate_limits_and_server_errors_are_retried_and_delivered_once(running: Running) -> None:
-    """429 with Retry-After and a 500 are retried by the client; the DM lands exactly once."""
+    """A 429 waits in the outbox for its Retry-After, a 500 for its backoff (the pass never
+    sleeps on either, and the client never re-sends on its own); the DM lands exactly once."""
     answered(running, ALICE, "borrow 2 a100 for 6h")
-    running.local.faults.add("chat.postMessage", status=429, retry_after=0)
+    running.local.faults.add("chat.postMessage", status=429, retry_after=30)
     running.local.faults.add("chat.postMessage", status=500)
-    running.deliver()
+    now = running.bot.services.ctx.now()
+    deliverer = running.bot.deliverer
+    deliverer.clock = lambda: now
+    assert 1 == deliverer.deliver_due().failed
+    with running.bot.db.read() as session:
+        grant = session.exec(select(OutboxRow).where(OutboxRow.kind == "lease_granted")).one()
+    assert grant.next_attempt_at >= now + timedelta(seconds=30)
+    for seconds in (29, 31, 40):
+        deliverer.clock = lambda at=now + timedelta(seconds=seconds): at  # type: ignore[misc]
+        running.deliver()
     posts = running.local.calls.of("chat.postMessage")
     assert [True, True, False] == [c.faulted for c in posts]
     assert 1 == len(running.local.messages(running.local.dm_channel(ALICE)))
@@ -71,3 +86,78 @@ def test_socket_mode_runs_the_same_app_without_a_public_url(
     finally:
         handler.close()  # type: ignore[no-untyped-call]
         bot.close()
+
+
+def _grant(running: Running) -> OutboxRow:
+    with running.bot.db.read() as session:
+        return session.exec(select(OutboxRow).where(OutboxRow.kind == "lease_granted")).one()
+
+
+def _posted(running: Running, row_id: int | None) -> int:
+    """How many messages in the workspace carry this outbox row's id."""
+    return sum(
+        (m.metadata or {}).get("event_payload", {}).get("outbox_id") == row_id
+        for channel in list(running.local.workspace.channels)
+        for m in running.local.workspace.messages(channel)
+    )
+
+
+def test_a_delivery_the_database_cannot_record_is_recorded_later_never_sent_again(
+    running: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slack took the DM, then the database refused the bookkeeping: the outcome is kept and
+    recorded once the database answers again; the DM is never posted a second time."""
+    monkeypatch.setattr(db_module, "_SQLITE_BUSY_TIMEOUT_MS", 200)
+    deliverer = running.bot.deliverer
+    deliverer.db = Database(str(running.bot.db.url))  # same file, short busy timeout
+    answered(running, ALICE, "borrow 2 a100 for 6h")
+    running.local.faults.add("chat.postMessage", delay=1.0)  # in flight when the lock comes
+    first = threading.Thread(target=deliverer.deliver_due)
+    first.start()
+    time.sleep(0.4)
+    other = sqlite3.connect(tmp_path / "gpubot.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        first.join(10)
+        for _ in range(3):  # passes while the database stays locked: nothing is sent again
+            assert 0 == deliverer.deliver_due().delivered
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    later = running.bot.services.ctx.now() + timedelta(minutes=10)
+    deliverer.clock = lambda: later
+    running.deliver()
+    grant = _grant(running)
+    assert ("delivered", 1) == (grant.state, _posted(running, grant.id))
+    deliverer.db.dispose()
+
+
+def test_a_message_in_doubt_after_a_crash_is_looked_up_before_it_is_sent(
+    running: Running,
+) -> None:
+    """A row another process claimed and never settled: found in the conversation by its
+    outbox id, it is recorded as delivered; one that never landed is sent, once."""
+    answered(running, ALICE, "borrow 2 a100 for 6h")
+    running.deliver()
+    grant = _grant(running)
+    assert 1 == _posted(running, grant.id)
+    with running.bot.db.write() as session:  # as if killed between Slack's answer and the record
+        row = session.get(OutboxRow, grant.id)
+        assert row is not None
+        row.state, row.claimed_by, row.channel, row.ts = "sending", "gone", None, None
+        row.next_attempt_at = running.bot.services.ctx.now()
+        session.add(row)
+    running.deliver()
+    assert ("delivered", 1) == (_grant(running).state, _posted(running, grant.id))
+
+    answered(running, BOB, "borrow 1 a100 for 1h")
+    with running.bot.db.write() as session:  # claimed by a process that died before sending
+        row = session.exec(
+            select(OutboxRow).where(OutboxRow.kind == "lease_granted", OutboxRow.id != grant.id)
+        ).one()
+        row.state, row.claimed_by = "sending", "gone"
+        row.claimed_at = row.next_attempt_at = running.bot.services.ctx.now()
+        session.add(row)
+        unsent = row.id
+    running.deliver()
+    assert 1 == _posted(running, unsent)

@@ -110,7 +110,9 @@ def test_a_click_by_someone_who_may_not_approve_is_refused_and_audited(running: 
     running.deliver()
     posted = card(running)
     running.slack.click(CAROL, posted, "request_approve")
-    refusal = running.local.wait_for("response_url", lambda a: "may not settle" in json.dumps(a))
+    refusal = running.local.wait_for(
+        "response_url", lambda a: "may not approve or deny" in json.dumps(a)
+    )
     assert "ephemeral" == refusal.args.get("response_type")
     running.slack.click(BOB, posted, "request_approve")
     running.local.wait_for("response_url", lambda a: "their own request" in json.dumps(a))
@@ -209,7 +211,7 @@ def test_healthz_reports_the_rules_and_the_database(running: Running) -> None:
         report = json.loads(answer.read())
     assert report["ok"]
     assert running.bot.services.policy.revision == report["rules_revision"]
-    assert "sqlite" == report["database"]
+    assert ("ok", "sqlite") == (report["database"], report["database_kind"])
 
 
 def test_a_click_on_the_home_tab_is_answered_by_dm_and_the_home_redrawn(running: Running) -> None:

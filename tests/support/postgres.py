@@ -37,14 +37,27 @@ class PostgresUnavailableError(RuntimeError):
 
 
 class PostgresServer:
-    """A running server on which tests create and drop their own databases."""
+    """A running server on which tests create and drop their own databases; a throwaway one
+    can also be stopped and started again (`stop`, `start`) to test what an outage does."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, control: Sequence[str] = ()) -> None:
         self.url = normalise_url(url)
+        self._control = list(control)  # [runner..., pg_ctl, -D, data, -l, log, -o, options]
         # Unique per run so that two runs sharing one external server never collide.
         self._prefix = f"gpubot_test_{uuid.uuid4().hex[:8]}"
         self._count = 0
         self._scratch: str | None = None
+
+    def stop(self) -> None:
+        """Stop the server now (pg_ctl -m fast): connections are cut, new ones refused."""
+        if not self._control:
+            raise PostgresUnavailableError("only a throwaway server can be stopped")
+        _run([], *self._control, "-m", "fast", "-w", "stop")
+
+    def start(self) -> None:
+        if not self._control:
+            raise PostgresUnavailableError("only a throwaway server can be started")
+        _run([], *self._control, "-w", "start")
 
     def url_for(self, name: str) -> str:
         return self.url.set(database=name).render_as_string(hide_password=False)
@@ -160,11 +173,15 @@ def throwaway_server() -> Iterator[PostgresServer]:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
         pg_ctl = str(binaries / "pg_ctl")
+        control = [*prefix, pg_ctl, "-D", str(data), "-l", str(log), "-o", options]
         _run(prefix, pg_ctl, "-D", str(data), "-l", str(log), "-o", options, "-w", "start", log=log)
         try:
-            yield PostgresServer(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres")
+            yield PostgresServer(
+                f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", control
+            )
         finally:
-            _run(prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop", log=log)
+            if (data / "postmaster.pid").exists():  # a test may have stopped it already
+                _run(prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop", log=log)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

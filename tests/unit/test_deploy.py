@@ -189,15 +189,16 @@ def kubernetes() -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def test_kubernetes_deployment_runs_one_gpubot_with_health_probes() -> None:
-    """One replica, never two at once; probes on /healthz; containers run real commands."""
+    """One replica, never two at once; ready when the database takes writes, alive while the
+    process answers (a database outage never restarts it); containers run real commands."""
     spec = kubernetes()[("Deployment", "gpubot")]["spec"]
     assert 1 == spec["replicas"]
     assert "Recreate" == spec["strategy"]["type"]
     pod = spec["template"]["spec"]
     (main,) = pod["containers"]
     assert_real_command(main["command"])
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert "/healthz" == main[probe]["httpGet"]["path"]
+    assert "/readyz" == main["readinessProbe"]["httpGet"]["path"]
+    assert "/livez" == main["livenessProbe"]["httpGet"]["path"]
     (init,) = pod["initContainers"]
     script = init["command"][-1]
     assert "gpubot rules check /etc/gpubot/rules" in script

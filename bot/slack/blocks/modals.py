@@ -119,9 +119,14 @@ def deny_modal(request_id: int) -> dict[str, Any]:
 
 
 def _value(values: Mapping[str, Any], ids: InputId) -> str:
-    state = values.get(ids.block_id, {}).get(ids.action_id, {})
-    selected = state.get("selected_option") or {}
-    return str(selected.get("value") or state.get("value") or "").strip()
+    block = values.get(ids.block_id)
+    state = block.get(ids.action_id) if isinstance(block, Mapping) else None
+    if not isinstance(state, Mapping):
+        return ""
+    selected = state.get("selected_option")
+    chosen = selected.get("value") if isinstance(selected, Mapping) else None
+    value = chosen or state.get("value") or ""
+    return value.strip() if isinstance(value, str) else str(value).strip()
 
 
 def borrow_from_modal(

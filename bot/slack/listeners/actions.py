@@ -1,4 +1,8 @@
-"""Buttons: Approve / Deny / Withdraw on requests, Extend / Release on leases, Borrow on Home."""
+"""Buttons: Approve / Deny / Withdraw on requests, Extend / Release / Still using on leases,
+Borrow on Home and in unreserved-use DMs. Each click is recorded and acked; a worker carries it
+out (`carry_out`) on the id the button carries and answers where the click happened: through the
+response_url under a message, by DM (and a redrawn Home tab) for a click on the Home tab.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from slack_bolt import Ack, App, Respond
-from slack_sdk import WebClient
+from slack_bolt import Ack, App
 
 from bot.services import BorrowAsk, Refused
 from bot.services.views import LeaseView, RequestView
@@ -26,80 +29,108 @@ from bot.slack.blocks import (
 )
 from bot.slack.blocks.kit import Message, message, section
 from bot.slack.blocks.warnings import BORROW_QUICK_ACTION, SNOOZE_ACTION
-from bot.slack.listeners.commands import _borrowed, open_borrow_modal
+from bot.slack.inbox import Answer
+from bot.slack.listeners.commands import borrow_form, borrowed
 from rules.domain import format_duration
+from storage.tables import InboxRow
 
 if TYPE_CHECKING:
     from bot.slack.app import SlackDeps
 
 #: What one click on Extend adds; `/gpu extend L7 +6h` asks for any other amount.
 EXTEND_STEP = timedelta(hours=2)
+MAX_ID = 2**31 - 1  # ids are database integers; anything larger was never a button's value
+
+# The buttons that act on the request or lease id they carry.
+_ON_AN_ID = (APPROVE_ACTION, CANCEL_ACTION, EXTEND_ACTION, RELEASE_ACTION, SNOOZE_ACTION)
 
 
-def _target(body: dict[str, Any]) -> tuple[str, int | None]:
-    action = body["actions"][0]
-    value = str(action.get("value") or "")
-    return body["user"]["id"], int(value) if value.isdecimal() else None
+def register(app: App, deps: SlackDeps) -> None:
+    for action_id in (*_ON_AN_ID, DENY_ACTION, BORROW_QUICK_ACTION, BORROW_OPEN_ACTION):
+        app.action(action_id)(_accepting(deps))
+
+
+def _accepting(deps: SlackDeps) -> Callable[..., None]:
+    def clicked(ack: Ack, body: dict[str, Any]) -> None:
+        action = body["actions"][0]
+        action_id, value = str(action.get("action_id", "")), str(action.get("value") or "")
+        if action_id in (*_ON_AN_ID, DENY_ACTION) and _id(value) is None:
+            ack()  # a button without an id does nothing; there is nothing to record
+            return
+        user = str(body["user"]["id"])
+        payload = {
+            "action_id": action_id,
+            "value": value[:200],
+            "user_id": user,
+            "response_url": str(body.get("response_url") or ""),
+            "trigger_id": str(body.get("trigger_id") or ""),
+        }
+        deps.accept(ack, body, kind="action", actor=user, payload=payload)
+
+    return clicked
+
+
+def _id(value: str) -> int | None:
+    return int(value) if value.isdecimal() and len(value) <= 10 and int(value) <= MAX_ID else None
+
+
+def carry_out(deps: SlackDeps, row: InboxRow, _tz: object) -> Answer:
+    """A recorded click: the use case on the id it carries, answered where it happened."""
+    payload = row.payload
+    action_id, value, user = str(payload["action_id"]), str(payload["value"]), row.actor
+    home = not payload.get("response_url")  # clicked on the Home tab: no response_url there
+    answer = _act(deps, action_id, user, value)
+    return Answer(reply=answer.reply, home=home and answer.view is None, view=answer.view)
+
+
+def _act(deps: SlackDeps, action_id: str, user: str, value: str) -> Answer:
+    services = deps.services
+    if action_id == BORROW_OPEN_ACTION:
+        return Answer(view=borrow_form(deps, user))
+    if action_id == BORROW_QUICK_ACTION:
+        ask = _quick_ask(value)
+        return Answer(reply=borrowed(deps, services.borrow(user, ask)) if ask else None)
+    target = _id(value)
+    if target is None:
+        return Answer()
+    if action_id == DENY_ACTION:
+        if services.may_settle(user, target) is not None:
+            # Settled already, or not theirs to settle: say so (and audit it), no form.
+            return Answer(reply=_reply(services.deny(user, target), settle_reply))
+        return Answer(view=deny_modal(target))
+    acts: dict[str, tuple[Callable[[str, int], Any], Callable[[Any], Message]]] = {
+        APPROVE_ACTION: (services.approve, settle_reply),
+        CANCEL_ACTION: (services.cancel, _withdrawn),
+        EXTEND_ACTION: (
+            lambda who, lease: services.extend(who, lease, EXTEND_STEP, "extended from a button"),
+            extend_reply,
+        ),
+        RELEASE_ACTION: (services.release, release_reply),
+        SNOOZE_ACTION: (services.snooze, lambda lease: _noted(deps, lease)),
+    }
+    act, render = acts[action_id]
+    return Answer(reply=_reply(act(user, target), render))
+
+
+def _quick_ask(value: str) -> BorrowAsk | None:
+    """One click from an unreserved-use DM: borrow what the process already uses.
+    value: pool:count:minutes[:node:index] (the GPU the process already runs on)"""
+    parts = value.split(":")
+    pool, count, minutes = [*parts, "", "", ""][:3]
+    if not (count.isdecimal() and minutes.isdecimal() and len(count + minutes) <= 12):
+        return None
+    prefer = ((parts[3], int(parts[4])),) if len(parts) == 5 and parts[4].isdecimal() else ()
+    return BorrowAsk(
+        pool,
+        int(count),
+        timedelta(minutes=int(minutes)),
+        reason="reserving a GPU already in use",
+        prefer=prefer,
+    )
 
 
 def _reply(result: Any, render: Callable[[Any], Message]) -> Message:
     return refused_message(result) if isinstance(result, Refused) else render(result)
-
-
-def register(app: App, deps: SlackDeps) -> None:
-    services = deps.services
-    # One use case per button, on the id the button carries; the card an approval settles
-    # is updated in place by the delivery of `card_settled`.
-    _button(app, deps, APPROVE_ACTION, services.approve, settle_reply)
-    _button(app, deps, CANCEL_ACTION, services.cancel, _withdrawn)
-    _button(
-        app,
-        deps,
-        EXTEND_ACTION,
-        lambda user, lease: services.extend(user, lease, EXTEND_STEP, "extended from a button"),
-        extend_reply,
-    )
-    _button(app, deps, RELEASE_ACTION, services.release, release_reply)
-    _button(app, deps, SNOOZE_ACTION, services.snooze, lambda lease: _noted(deps, lease))
-    _deny(app, deps)
-    _borrowing(app, deps)
-
-
-def _button(
-    app: App,
-    deps: SlackDeps,
-    action_id: str,
-    act: Callable[[str, int], Any],
-    render: Callable[[Any], Message],
-) -> None:
-    @app.action(action_id)
-    def clicked(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        ack()
-        user, target = _target(body)
-        if target is not None:
-            deps.after_ack(
-                respond, lambda: _reply(act(user, target), render), body=body, client=client
-            )
-
-
-def _deny(app: App, deps: SlackDeps) -> None:
-    services = deps.services
-
-    @app.action(DENY_ACTION)
-    def deny(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        ack()
-        user, request_id = _target(body)
-        if request_id is None:
-            return
-
-        def ask_why() -> Message | None:
-            if services.may_settle(user, request_id) is not None:
-                # Settled already, or not theirs to settle: say so (and audit it), no form.
-                return _reply(services.deny(user, request_id), settle_reply)
-            client.views_open(trigger_id=body["trigger_id"], view=deny_modal(request_id))
-            return None
-
-        deps.after_ack(respond, ask_why, body=body, client=client)
 
 
 def _withdrawn(request: RequestView) -> Message:
@@ -111,37 +142,3 @@ def _noted(deps: SlackDeps, lease: LeaseView) -> Message:
     quiet = format_duration(deps.services.policy.timing.snooze)
     text = f"Noted: {lease.code} is in use. No idle warning for the next {quiet}."
     return message(text, [section(text)])
-
-
-def _borrowing(app: App, deps: SlackDeps) -> None:
-    services = deps.services
-
-    @app.action(BORROW_QUICK_ACTION)
-    def borrow_quick(ack: Ack, body: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        """One click from an unreserved-use DM: borrow what the process already uses."""
-        ack()
-        user = body["user"]["id"]
-        # value: pool:count:minutes[:node:index] (the GPU the process already runs on)
-        parts = str(body["actions"][0].get("value") or "").split(":")
-        pool, count, minutes = [*parts, "", "", ""][:3]
-        if not (count.isdecimal() and minutes.isdecimal()):
-            return
-        prefer = ((parts[3], int(parts[4])),) if len(parts) == 5 and parts[4].isdecimal() else ()
-        ask = BorrowAsk(
-            pool,
-            int(count),
-            timedelta(minutes=int(minutes)),
-            reason="reserving a GPU already in use",
-            prefer=prefer,
-        )
-        deps.after_ack(
-            respond,
-            lambda: _borrowed(deps, services.borrow(user, ask)),
-            body=body,
-            client=client,
-        )
-
-    @app.action(BORROW_OPEN_ACTION)
-    def borrow_open(ack: Ack, body: dict[str, Any], client: WebClient) -> None:
-        ack()
-        open_borrow_modal(deps, client, body["trigger_id"], body["user"]["id"])

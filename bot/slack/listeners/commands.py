@@ -1,11 +1,16 @@
-"""`/gpu ...`: parse forgivingly, ack at once, run the use case, answer with an ephemeral."""
+"""`/gpu ...`: help and typos are answered in the ack; everything else is recorded in the inbox,
+acked, and carried out by a worker (`carry_out`), whose reply goes out through the outbox.
+
+The ack path parses with the person's time zone only if it is known already (users.info is a
+Slack call, and nothing before an ack makes one); the worker parses again with the zone.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
-from slack_bolt import Ack, App, Respond
-from slack_sdk import WebClient
+from slack_bolt import Ack, App
 
 from bot.rulesdir import RulesDirError, read_rules_dir
 from bot.services import Refused
@@ -23,20 +28,24 @@ from bot.slack.blocks import (
 )
 from bot.slack.blocks.kit import Message, escape, message, section
 from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
+from bot.slack.inbox import Answer
 from bot.slack.people import UTC_ZONE
 from rules.domain import Outcome
 from rules.errors import PolicyError
+from storage.tables import InboxRow
 
 if TYPE_CHECKING:
     from bot.slack.app import SlackDeps
 
+#: The fields of a slash command a worker needs (the rest of Slack's form is not kept).
+FIELDS = ("user_id", "text", "channel_id", "team_id", "response_url", "trigger_id")
+
 
 def register(app: App, deps: SlackDeps) -> None:
     @app.command("/gpu")
-    def gpu(ack: Ack, command: dict[str, Any], respond: Respond, client: WebClient) -> None:
-        user, text = command["user_id"], command.get("text") or ""
-        # Only an end time needs the person's zone, and that costs a users.info call.
-        tz = deps.people.tz(user) if "until" in text.lower() else UTC_ZONE
+    def gpu(ack: Ack, body: dict[str, Any], command: dict[str, Any]) -> None:
+        user, text = str(command["user_id"]), str(command.get("text") or "")
+        tz = deps.people.known_tz(user) or UTC_ZONE
         parsed = p.parse(text, now=deps.now(), tz=tz, pools=list(deps.services.policy.pools))
         if isinstance(parsed, p.ParseProblem):
             ack(**problem_message(parsed).as_kwargs())
@@ -44,27 +53,39 @@ def register(app: App, deps: SlackDeps) -> None:
         if isinstance(parsed, p.Help):
             ack(**help_message(parsed.topic).as_kwargs())
             return
-        if isinstance(parsed, p.OpenBorrowModal):
-            ack()
-            open_borrow_modal(deps, client, command["trigger_id"], user)
-            return
-        ack()
-        deps.after_ack(respond, lambda: run(deps, user, parsed))
+        payload = {name: str(command.get(name) or "") for name in FIELDS}
+        deps.accept(ack, body, kind="command", actor=user, payload=payload)
 
 
-def open_borrow_modal(deps: SlackDeps, client: WebClient, trigger_id: str, user: str) -> None:
+def carry_out(deps: SlackDeps, row: InboxRow, tz: ZoneInfo | None) -> Answer:
+    """A recorded /gpu command: its use case, and the reply."""
+    user, text = row.actor, str(row.payload.get("text", ""))
+    parsed = p.parse(
+        text, now=deps.now(), tz=tz or UTC_ZONE, pools=list(deps.services.policy.pools)
+    )
+    if isinstance(parsed, p.ParseProblem):  # the person's own zone can make an end time wrong
+        return Answer(reply=problem_message(parsed))
+    if isinstance(parsed, p.Help):
+        return Answer(reply=help_message(parsed.topic))
+    if isinstance(parsed, p.OpenBorrowModal):
+        return Answer(view=borrow_form(deps, user))
+    return Answer(reply=run(deps, user, parsed))
+
+
+def borrow_form(deps: SlackDeps, user: str) -> dict[str, Any]:
+    """The borrow modal, its pool preset to one the person's team has quota in."""
     policy = deps.services.policy
     team = policy.team_of(user)
     pools = sorted(policy.pools)
     default = next((n for n in pools if team and team.name in policy.pools[n].quotas), None)
-    client.views_open(trigger_id=trigger_id, view=borrow_modal(pools, default, deps.now()))
+    return borrow_modal(pools, default, deps.now())
 
 
 def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
     """Every subcommand but help and the modal: a use case, then its reply."""
     services = deps.services
     if isinstance(command, p.Borrow):
-        return _borrowed(deps, services.borrow(user, command.to_ask()))
+        return borrowed(deps, services.borrow(user, command.to_ask()))
     if isinstance(command, p.Extend):
         lease = services.lease(command.lease_id)
         if lease is None:
@@ -101,7 +122,7 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
     return help_message(None)
 
 
-def _borrowed(deps: SlackDeps, result: BorrowResult | Refused) -> Message:
+def borrowed(deps: SlackDeps, result: BorrowResult | Refused) -> Message:
     if isinstance(result, Refused):
         return refused_message(result)
     entry = None

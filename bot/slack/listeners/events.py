@@ -1,13 +1,14 @@
-"""Events: the App Home tab is drawn afresh each time someone opens it."""
+"""Events: opening the App Home tab is recorded and acked; a worker owes a freshly drawn Home,
+which the outbox renders from the database as it stands when it is published."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from slack_bolt import App
-from slack_sdk import WebClient
+from slack_bolt import Ack, App
 
-from bot.slack.blocks import home_view
+from bot.slack.inbox import Answer
+from storage.tables import InboxRow
 
 if TYPE_CHECKING:
     from bot.slack.app import SlackDeps
@@ -15,8 +16,14 @@ if TYPE_CHECKING:
 
 def register(app: App, deps: SlackDeps) -> None:
     @app.event("app_home_opened")
-    def home_opened(event: dict[str, Any], client: WebClient) -> None:
+    def home_opened(ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         if event.get("tab", "home") != "home":
+            ack()
             return
-        user = event["user"]
-        client.views_publish(user_id=user, view=home_view(deps.services.home(user)))
+        user = str(event["user"])
+        payload = {"type": "app_home_opened"}
+        deps.accept(ack, body, kind="event", actor=user, payload=payload)
+
+
+def carry_out(deps: SlackDeps, row: InboxRow, _tz: object) -> Answer:
+    return Answer(home=True)

@@ -1,12 +1,16 @@
-"""Modal submissions: the borrow form and the deny-with-a-reason form."""
+"""Modal submissions: the borrow form and the deny-with-a-reason form.
+
+Field errors are answered in the ack (`response_action: errors`); a valid form is recorded and
+acked, and a worker carries it out (`carry_out`). A modal has no response_url, so its answer, if
+any, goes to the person's DM with the bot.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from slack_bolt import Ack, App
-from slack_sdk import WebClient
 
 from bot.services import Refused
 from bot.slack.blocks import (
@@ -16,65 +20,60 @@ from bot.slack.blocks import (
     deny_reason_from_modal,
     refused_message,
 )
-from bot.slack.blocks.kit import Message
-from bot.slack.failures import report_failure
-from bot.slack.listeners.commands import _borrowed
+from bot.slack.blocks.kit import message, section
+from bot.slack.inbox import Answer
+from bot.slack.listeners.commands import borrowed
+from bot.slack.people import UTC_ZONE
+from storage.tables import InboxRow
 
 if TYPE_CHECKING:
     from bot.slack.app import SlackDeps
 
-
-def _answer_by_dm(
-    deps: SlackDeps, client: WebClient, user: str, answer: Callable[[], Message | None]
-) -> None:
-    """A modal has no response_url: the answer, if any, goes to the person's DM with the bot."""
-    try:
-        reply = answer()
-        if reply is not None:
-            channel = client.conversations_open(users=user)["channel"]["id"]
-            client.chat_postMessage(channel=channel, **reply.as_kwargs())
-    except Exception as exc:  # logged with a reference; a modal has nowhere to show it
-        report_failure(exc, None)
-    finally:
-        deps.kick()
+__all__ = ["BORROW_MODAL", "DENY_MODAL", "carry_out", "register"]
 
 
 def register(app: App, deps: SlackDeps) -> None:
-    services = deps.services
+    def pools() -> list[str]:  # the rules in force now
+        return list(deps.services.policy.pools)
 
     @app.view(BORROW_MODAL)
-    def borrow_submitted(
-        ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient
-    ) -> None:
-        user = body["user"]["id"]
+    def borrow_submitted(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
+        user = str(body["user"]["id"])
         values = view["state"]["values"]
-        asked = borrow_from_modal(
-            values, now=deps.now(), tz=deps.people.tz(user), pools=list(services.policy.pools)
-        )
+        tz = deps.people.known_tz(user) or UTC_ZONE
+        asked = borrow_from_modal(values, now=deps.now(), tz=tz, pools=pools())
         if isinstance(asked, dict):
             ack(response_action="errors", errors=asked)
             return
-        ack()
-        deps.work.submit(
-            _answer_by_dm,
-            deps,
-            client,
-            user,
-            lambda: _borrowed(deps, services.borrow(user, asked.to_ask())),
-        )
+        payload = {"callback_id": BORROW_MODAL, "values": values}
+        deps.accept(ack, body, kind="view", actor=user, payload=payload)
 
     @app.view(DENY_MODAL)
-    def deny_submitted(
-        ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient
-    ) -> None:
-        ack()
-        user = body["user"]["id"]
-        request_id = int(view["private_metadata"])
-        reason = deny_reason_from_modal(view["state"]["values"])
+    def deny_submitted(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
+        request = str(view.get("private_metadata") or "")
+        if not request.isdecimal() or len(request) > 10:
+            ack()  # not a form this bot opened: nothing to record
+            return
+        user = str(body["user"]["id"])
+        payload = {
+            "callback_id": DENY_MODAL,
+            "request": int(request),
+            "reason": deny_reason_from_modal(view["state"]["values"]),
+        }
+        deps.accept(ack, body, kind="view", actor=user, payload=payload)
 
-        def denied() -> Message | None:
-            # The card itself is updated in place by the delivery of `card_settled`.
-            result = services.deny(user, request_id, reason)
-            return refused_message(result) if isinstance(result, Refused) else None
 
-        deps.work.submit(_answer_by_dm, deps, client, user, denied)
+def carry_out(deps: SlackDeps, row: InboxRow, tz: ZoneInfo | None) -> Answer:
+    """A recorded form: borrow, or deny with the reason given."""
+    services, payload, user = deps.services, row.payload, row.actor
+    if payload["callback_id"] == BORROW_MODAL:
+        asked = borrow_from_modal(
+            payload["values"], now=deps.now(), tz=tz or UTC_ZONE, pools=list(services.policy.pools)
+        )
+        if isinstance(asked, dict):  # valid in UTC, not in the person's own zone
+            text = "Your borrow form was not sent: " + " ".join(asked.values())
+            return Answer(reply=message(text, [section(text)]))
+        return Answer(reply=borrowed(deps, services.borrow(user, asked.to_ask())))
+    # The card itself is updated in place by the delivery of `card_settled`.
+    result = services.deny(user, int(payload["request"]), str(payload.get("reason") or ""))
+    return Answer(reply=refused_message(result) if isinstance(result, Refused) else None)

@@ -19,7 +19,10 @@ from .workspace import Workspace
 
 APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 JSON_STRING_FIELDS = ("blocks", "view", "files", "attachments", "metadata")
-SCOPES = "commands,chat:write,chat:write.public,im:write,users:read,users:read.email,files:write"
+SCOPES = (
+    "commands,chat:write,chat:write.public,im:write,im:history,channels:history,groups:history,"
+    "users:read,users:read.email,files:write"
+)
 
 
 class ApiError(Exception):

@@ -45,11 +45,46 @@ def post_message(ctx: Context, args: Args) -> JSON:
     channel = joined_channel(ws, args.required("channel"))
     text, blocks = content("chat.postMessage", args)
     thread_ts = args.get("thread_ts") or None
-    message = ws.post(channel.id, text or "", blocks, thread_ts=thread_ts)
+    metadata = _metadata(args.get("metadata"))
+    message = ws.post(channel.id, text or "", blocks, thread_ts=thread_ts, metadata=metadata)
     return {
         "channel": channel.id,
         "ts": message.ts,
         "message": message.as_json(ws.team_id, ws.app_id),
+    }
+
+
+def _metadata(raw: object) -> JSON | None:
+    """Message metadata as Slack takes it: an event_type and an event_payload object."""
+    if raw is None:
+        return None
+    if not (
+        isinstance(raw, dict)
+        and isinstance(raw.get("event_type"), str)
+        and isinstance(raw.get("event_payload"), dict)
+    ):
+        raise ApiError("invalid_metadata_format")
+    return {"event_type": raw["event_type"], "event_payload": raw["event_payload"]}
+
+
+def history(ctx: Context, args: Args) -> JSON:
+    """conversations.history: newest first, from `oldest` on; metadata only when asked for."""
+    ws = ctx.workspace
+    channel = joined_channel(ws, args.required("channel"))
+    oldest = float(args.get("oldest") or 0)
+    limit = min(int(args.get("limit") or 100), 999)
+    with_metadata = args.flag("include_all_metadata")
+    found = [m for m in ws.messages(channel.id) if float(m.ts) >= oldest]
+    messages = []
+    for message in reversed(found[-limit:]):
+        shown = message.as_json(ws.team_id, ws.app_id)
+        if not with_metadata:
+            shown.pop("metadata", None)
+        messages.append(shown)
+    return {
+        "messages": messages,
+        "has_more": len(found) > limit,
+        "response_metadata": {"next_cursor": ""},
     }
 
 
@@ -146,6 +181,7 @@ METHODS: dict[str, Method] = {
     "conversations.info": conversations_info,
     "conversations.members": conversations_members,
     "chat.postMessage": post_message,
+    "conversations.history": history,
     "chat.update": update,
     "chat.postEphemeral": post_ephemeral,
     "chat.delete": delete,

@@ -25,6 +25,7 @@ class Call:
     faulted: bool = False
     status: int = 200
     response: dict[str, Any] = field(default_factory=dict)
+    target: str = ""  # a response_url's token, an upload's file id
 
     @property
     def ok(self) -> bool:

@@ -31,6 +31,7 @@ class Reply:
     body: str
     headers: dict[str, str] = field(default_factory=dict)
     shown: Message | Ephemeral | None = None
+    response_url: str | None = None  # where the app may answer later (its token ends it)
 
     @property
     def json(self) -> JSON:
@@ -94,7 +95,8 @@ class SlackDriver:
             channel_name=where.name if where and not where.is_im else None,
         )
         outcome = self._deliver("command", form, urlencode(form).encode(), FORM, forge)
-        reply = Reply(outcome.status, outcome.body, outcome.headers)
+        url = self.local.response_url(token)
+        reply = Reply(outcome.status, outcome.body, outcome.headers, response_url=url)
         if outcome.status != 200 or not (reply.text or reply.blocks):
             return reply
         if reply.blocks is not None:
@@ -105,7 +107,7 @@ class SlackDriver:
         else:
             shown = ws.post_ephemeral(channel_id, user, reply.text or "", reply.blocks)
             ws.tokens.note_response(token, shown.ts)
-        return Reply(reply.status, reply.body, reply.headers, shown)
+        return Reply(reply.status, reply.body, reply.headers, shown, url)
 
     def click(
         self,

@@ -86,6 +86,7 @@ class Message:
     thread_ts: str | None = None
     edited: bool = False
     files: list[str] = field(default_factory=list)
+    metadata: JSON | None = None  # Slack's message metadata: {event_type, event_payload}
 
     def as_json(self, team_id: str, app_id: str) -> JSON:
         """The `message` object Slack returns and embeds in block_actions payloads."""
@@ -101,6 +102,8 @@ class Message:
             body["edited"] = {"user": self.user, "ts": self.ts}
         if self.files:
             body["files"] = [{"id": file_id} for file_id in self.files]
+        if self.metadata is not None:
+            body["metadata"] = self.metadata
         return body
 
 

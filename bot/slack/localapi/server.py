@@ -161,7 +161,11 @@ class LocalSlack:
     # the routes besides the Web API
 
     def _hook(
-        self, method: str, headers: Mapping[str, str], act: Callable[[], tuple[int, str, JSON]]
+        self,
+        method: str,
+        headers: Mapping[str, str],
+        act: Callable[[], tuple[int, str, JSON]],
+        target: str = "",
     ) -> Answer:
         """A plain-text endpoint (response_url, upload) with faults and recording."""
         headers = {name.lower(): value for name, value in headers.items()}
@@ -171,11 +175,12 @@ class LocalSlack:
             if fault.replaces_answer:
                 status, body, extra = fault.answer()
                 at = self.workspace.now()
-                self.calls.record(Call(method, {}, headers, at, True, status, body))
+                self.calls.record(Call(method, {}, headers, at, True, status, body, target))
                 return Answer(status, str(body["error"]).encode(), extra)
         status, text, args = act()
         at = self.workspace.now()
-        self.calls.record(Call(method, args, headers, at, False, status, {"ok": status == 200}))
+        answered = {"ok": status == 200}
+        self.calls.record(Call(method, args, headers, at, False, status, answered, target))
         return Answer.text(status, text)
 
     def _route(self, verb: str, path: str, headers: Mapping[str, str], raw: bytes) -> Answer:
@@ -188,6 +193,7 @@ class LocalSlack:
                 "response_url",
                 headers,
                 lambda: respond(self.workspace, token, raw, self.api.violate),
+                token,
             )
         if verb == "POST" and path.startswith("/upload/"):
             file_id = path.removeprefix("/upload/")
@@ -197,7 +203,7 @@ class LocalSlack:
                 args = {"file_id": file_id, "length": len(raw)}
                 return (200, f"OK - {len(raw)}", args) if stored else (404, "file_not_found", args)
 
-            return self._hook("upload", headers, upload)
+            return self._hook("upload", headers, upload, file_id)
         return Answer.text(404, "not found")
 
 

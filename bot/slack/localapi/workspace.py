@@ -131,6 +131,7 @@ class Workspace:
         user: str | None = None,
         thread_ts: str | None = None,
         files: Iterable[str] = (),
+        metadata: JSON | None = None,
     ) -> Message:
         """A new message in `channel` (an id), from the bot unless `user` is given."""
         with self.lock:
@@ -143,6 +144,7 @@ class Workspace:
                 bot_id=None if user else self.bot_id,
                 thread_ts=thread_ts,
                 files=list(files),
+                metadata=deepcopy(metadata) if metadata else None,
             )
             self._messages.setdefault(channel, []).append(message)
             return deepcopy(message)

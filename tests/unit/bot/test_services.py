@@ -102,9 +102,26 @@ def test_another_teams_manager_may_not_approve(services: Services) -> None:
     for outsider in (NADIA, CAROL):
         refused = services.deny(outsider, asked.request.id)
         assert isinstance(refused, Refused)
-        assert f"<@{VICTOR}>" in refused.message
+        assert "You may not approve or deny R2" in refused.message
+        assert f"<@{VICTOR}>" not in refused.message
     assert ["approval:refused", "approval:refused"] == tags(services)[-2:]
     assert "pending" == services.requests(BOB)[0].state
+
+
+def test_a_refused_click_on_a_settled_request_reveals_nothing_of_it(services: Services) -> None:
+    """An outsider's Approve on a request already granted learns only that they may not:
+    not its hosts, GPUs, who settled it or why."""
+    borrowed(services, ALICE, BorrowAsk("a100", 8))
+    asked = borrowed(services, BOB, BorrowAsk("a100", 2, reason="secret ablation"))
+    services.approve(VICTOR, asked.request.id, "fine")
+    for outsider in (NADIA, CAROL):
+        for act in (services.approve, services.deny):
+            refused = act(outsider, asked.request.id)
+            assert isinstance(refused, Refused)
+            assert "not-allowed" == refused.code
+            shown = refused.message
+            assert not any(word in shown for word in ("node", "secret", "fine", VICTOR))
+        assert isinstance(services.may_settle(outsider, asked.request.id), Refused)
 
 
 def test_a_second_click_changes_nothing(services: Services) -> None:

@@ -161,9 +161,26 @@ def test_users_info_and_lookup_by_email(client: WebClient) -> None:
 def test_an_unknown_method_is_a_violation(client: WebClient, local: LocalSlack) -> None:
     """The app calling something the local Slack does not know must not go unnoticed."""
     with pytest.raises(SlackApiError) as refused:
-        client.api_call("conversations.history", params={"channel": "C0GPU"})
+        client.api_call("conversations.replies", params={"channel": "C0GPU"})
     assert "unknown_method" == error_of(refused)
-    assert ["conversations.history: unknown method"] == local.violations
+    assert ["conversations.replies: unknown method"] == local.violations
+
+
+def test_history_finds_a_message_by_its_metadata(client: WebClient, local: LocalSlack) -> None:
+    """What the outbox looks for after a crash: the message with its row's id, newest first."""
+    client.chat_postMessage(channel="C0GPU", text="one")
+    client.chat_postMessage(
+        channel="C0GPU",
+        text="two",
+        metadata={"event_type": "gpubot_outbox", "event_payload": {"outbox_id": 7}},
+    )
+    plain = client.conversations_history(channel="C0GPU")["messages"]
+    assert ["two", "one"] == [m["text"] for m in plain]
+    assert all("metadata" not in m for m in plain)
+    found = client.conversations_history(channel="C0GPU", include_all_metadata=True)
+    assert {"outbox_id": 7} == found["messages"][0]["metadata"]["event_payload"]
+    later = client.conversations_history(channel="C0GPU", oldest="9999999999")
+    assert [] == later["messages"]
 
 
 def test_every_call_is_recorded_with_parsed_args(client: WebClient, local: LocalSlack) -> None:
