@@ -182,13 +182,15 @@ def assemble(
     jobs = Jobs()
     deliverer = Deliverer(db, client, renderer(services, People(client)), services.ctx.now)
 
-    def deliver(ids: list[int]) -> None:
-        deliverer.express(ids)  # the answers at once; whatever else was owed, by the next pass
-        if deliverer.want():
-            jobs.kick(OUTBOX)
-
     identity = Identity(client)
-    app, inbox_ = build_app(settings, services, client=client, identity=identity, deliver=deliver)
+    app, inbox_ = build_app(
+        settings,
+        services,
+        client=client,
+        identity=identity,
+        deliver=deliverer.express,  # what a request owed goes out at once, on its own thread
+        claimant=deliverer.token,
+    )
     telemetry = Telemetry(services.policy.timing.stale_after, clock=services.ctx.now)
     source = None
     if settings.telemetry != "agents":

@@ -1,8 +1,8 @@
 """The durable inbox: every Slack request the bot acknowledges, recorded before its ack.
 
 `accept` is the ack path's one short insert; a key seen before (Slack's retry, a replay) answers
-None and nothing is recorded twice. Workers `take` a row inside the unit of work that carries it
-out and mark it `done` there, so its effects and its answer commit together, exactly once.
+None and nothing is recorded twice. A worker `take`s a row, marking it done, inside the unit of
+work that carries it out, so its effects, its answer and the mark commit together, exactly once.
 """
 
 from __future__ import annotations
@@ -20,6 +20,25 @@ from storage.tables import InboxRow
 PENDING, DONE, FAILED = "pending", "done", "failed"
 _MAX_BACKOFF = timedelta(minutes=1)
 KEPT = timedelta(days=2)  # longer than any retry or replay Slack could still send
+
+
+_TABLE = InboxRow.__table__  # type: ignore[attr-defined]
+# Built once: the ack path and the workers run these for every request.
+_INSERTS: dict[str, Any] = {}
+_TAKE = (
+    sa.update(_TABLE)
+    .where(_TABLE.c.id == sa.bindparam("row_id"), _TABLE.c.state == PENDING)
+    .values(state=DONE, done_at=sa.bindparam("at"), attempts=_TABLE.c.attempts + 1)
+)
+
+
+def _insert(dialect: str) -> Any:
+    if dialect not in _INSERTS:
+        insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_TABLE)
+        _INSERTS[dialect] = insert.on_conflict_do_nothing(index_elements=["key"]).returning(
+            _TABLE.c.id
+        )
+    return _INSERTS[dialect]
 
 
 def accept(
@@ -43,27 +62,16 @@ def accept(
         "next_attempt_at": at,
         "last_error": "",
     }
-    table = InboxRow.__table__  # type: ignore[attr-defined]
-    dialect = session.get_bind().dialect.name
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-    stmt = insert.values(**values).on_conflict_do_nothing(index_elements=["key"])
-    found = session.execute(stmt.returning(table.c.id)).first()
+    found = session.execute(_insert(session.get_bind().dialect.name), values).first()
     return int(found[0]) if found is not None else None
 
 
-def take(session: Session, row_id: int) -> InboxRow | None:
-    """The row to carry out, if it still waits (another worker or an earlier run may have
-    finished it); locked on PostgreSQL until the unit of work ends."""
-    stmt = select(InboxRow).where(InboxRow.id == row_id, InboxRow.state == PENDING)
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True)
-    return session.exec(stmt).first()
-
-
-def done(session: Session, row: InboxRow, *, at: datetime) -> None:
-    row.state, row.done_at = DONE, at
-    row.attempts += 1
-    session.add(row)
+def take(session: Session, row_id: int, *, at: datetime) -> bool:
+    """Mark the row done in the caller's unit of work, which carries it out: the mark commits
+    with the request's effects or not at all. False when it no longer waits (an earlier run
+    finished it); on PostgreSQL the row stays locked until the unit of work ends."""
+    result = session.execute(_TAKE, {"row_id": row_id, "at": at})
+    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def failed(session: Session, row_id: int, *, at: datetime, error: str) -> None:

@@ -33,6 +33,7 @@ IN_DOUBT = "?"
 #: How long a send in doubt is left before it is looked for: a slow Slack may still be
 #: posting it well after the client gave up waiting.
 IN_DOUBT_WAIT = timedelta(minutes=1)
+_OWED = "gpubot_owed"  # session.info: the rows owed in the session's transaction
 #: Attempts before a message is given up (about two hours of a Slack outage at 5-minute backoff).
 MAX_ATTEMPTS = 30
 
@@ -40,6 +41,31 @@ MAX_ATTEMPTS = 30
 def backoff(attempts: int) -> timedelta:
     """The wait after the `attempts`-th attempt: 2 s, 4 s, 8 s ... at most 5 minutes."""
     return min(_MAX_BACKOFF, timedelta(seconds=2 ** min(max(attempts, 1), 10)))
+
+
+_TABLE = OutboxRow.__table__  # type: ignore[attr-defined]
+# Built once: every request's answer goes through these.
+_CLAIM_OWED = (
+    sa.update(_TABLE)
+    .where(_TABLE.c.id.in_(sa.bindparam("ids", expanding=True)), _TABLE.c.state == PENDING)
+    .values(
+        state=SENDING,
+        attempts=_TABLE.c.attempts + 1,
+        claimed_at=sa.bindparam("at"),
+        claimed_by=sa.bindparam("by"),
+        next_attempt_at=sa.bindparam("next"),
+    )
+)
+_DELIVERED = (
+    sa.update(_TABLE)
+    .where(_TABLE.c.id == sa.bindparam("row_id"))
+    .values(
+        state=DELIVERED,
+        delivered_at=sa.bindparam("at"),
+        channel=sa.bindparam("channel"),
+        ts=sa.bindparam("ts"),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +89,20 @@ def owe(session: Session, message: Owed, *, at: datetime) -> OutboxRow:
     )
     session.add(row)
     session.flush()
+    session.info.setdefault(_OWED, []).append(row.id)
     return row
+
+
+def owed_in(session: Session) -> list[int]:
+    """The rows owed so far in this session's transaction, in the order they were owed."""
+    return list(session.info.get(_OWED, []))
+
+
+def claim_owed(session: Session, row_ids: list[int], *, at: datetime, by: str) -> None:
+    """Claim rows owed in this very transaction for the deliverer `by`, which sends them as
+    soon as it commits: no other deliverer takes them before their first backoff has passed."""
+    if row_ids:
+        session.execute(_CLAIM_OWED, {"ids": row_ids, "at": at, "by": by, "next": at + backoff(1)})
 
 
 def due(session: Session, now: datetime, limit: int = 50) -> list[OutboxRow]:
@@ -104,10 +143,7 @@ def claim(session: Session, row: OutboxRow, *, at: datetime, by: str) -> bool:
 def delivered(
     session: Session, row_id: int, *, at: datetime, channel: str | None, ts: str | None
 ) -> None:
-    row = session.get(OutboxRow, row_id)
-    assert row is not None
-    row.state, row.delivered_at, row.channel, row.ts = DELIVERED, at, channel, ts
-    session.add(row)
+    session.execute(_DELIVERED, {"row_id": row_id, "at": at, "channel": channel, "ts": ts})
 
 
 def failed(

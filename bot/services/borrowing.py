@@ -179,7 +179,11 @@ _TAG_OF = {
 
 
 def _lock_pool(session: Session, pool: str) -> None:
-    """Serialise decisions in one pool: quota and free GPUs are read, then changed."""
+    """Serialise decisions in one pool: quota and free GPUs are read, then changed.
+
+    On SQLite every write transaction already holds the database's one write lock."""
+    if session.get_bind().dialect.name == "sqlite":
+        return
     session.exec(lock_for_update(session, select(PoolRow).where(PoolRow.name == pool))).one()
 
 

@@ -101,20 +101,24 @@ def list_requests(
 def pool_usage(session: Session, pool: str, free: dict[str, list[int]] | None = None) -> PoolUsage:
     """GPUs held per team, free GPUs and waiting requests in one pool, right now (`free`:
     the pool's free GPUs when the caller already read them in this transaction)."""
-    held = dict(
-        session.exec(
-            select(LeaseRow.team, sa.func.sum(LeaseRow.gpus))
-            .where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
-            .group_by(col(LeaseRow.team))
-        ).all()
-    )
+    held = held_by_team(session, pool)
     queued = session.exec(
         select(sa.func.count())
         .select_from(RequestRow)
         .where(RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED)
     ).one()
     count = sum(len(v) for v in (free if free is not None else free_gpus(session, pool)).values())
-    return PoolUsage(held={k: int(v) for k, v in held.items()}, free=count, queued=int(queued))
+    return PoolUsage(held=held, free=count, queued=int(queued))
+
+
+def held_by_team(session: Session, pool: str) -> dict[str, int]:
+    """GPUs held per team in active leases of one pool."""
+    rows = session.exec(
+        select(LeaseRow.team, sa.func.sum(LeaseRow.gpus))
+        .where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+        .group_by(col(LeaseRow.team))
+    ).all()
+    return {str(team): int(n) for team, n in rows}
 
 
 def free_gpus(session: Session, pool: str) -> dict[str, list[int]]:
@@ -167,10 +171,12 @@ def ordered_queue(
     )
     if extra is not None and all(r.id != extra.id or r.id is None for r in rows):
         rows.append(extra)
+    if not rows:
+        return []
     quotas = policy.pools[pool].quotas if pool in policy.pools else {}
     by_id = {r.id if r.id is not None else -1: r for r in rows}
     items = [Queued(key, r.team, r.gpus, r.priority, r.created_at) for key, r in by_id.items()]
-    held = pool_usage(session, pool).held
+    held = held_by_team(session, pool)
     return [(by_id[q.request], inside) for q, inside in queue_order(items, held, quotas)]
 
 

@@ -22,7 +22,7 @@ from bot.services.context import Context, record
 from bot.services.queries import free_gpus, ordered_queue, pools_with_queue, request_view
 from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
-from rules.domain import GpuState, LeaseState, Outcome, RequestKind, Subject
+from rules.domain import GpuState, LeaseState, Outcome, RequestKind, RequestState, Subject
 from storage.tables import (
     AuditRow,
     GpuRow,
@@ -157,6 +157,8 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
         now = ctx.now()
         with ctx.db.write() as session:
             _lock_pool(session, pool)
+            if _settled(session, pool):
+                continue
             seen = picture(ctx, session, pool, now)
             plan = plan_for(ctx, seen, pool, now)
             # Paused automation starts no recall (the kill switch); withdrawing one is safe.
@@ -170,6 +172,22 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
                 _withdraw(session, seen.rows[lease_id], now)
                 report.withdrawn.append(f"L{lease_id}")
     return report
+
+
+def _settled(session: Session, pool: str) -> bool:
+    """Nothing to start, reassign or withdraw: nobody queues in the pool and no lease in it
+    is being recalled (the common case, told by two cheap reads instead of a whole picture)."""
+    waiting = session.exec(
+        select(RequestRow.id)
+        .where(RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED)
+        .limit(1)
+    ).first()
+    if waiting is not None:
+        return False
+    marks = session.exec(
+        select(LeaseRow.warnings).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+    ).all()
+    return not any(isinstance(m, dict) and KEY in m for m in marks)
 
 
 def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:

@@ -183,6 +183,7 @@ def build_app(
     client: WebClient | None = None,
     identity: Identity | None = None,
     deliver: Callable[[list[int]], None] = lambda ids: None,
+    claimant: str | None = None,
 ) -> tuple[App, Inbox]:
     """The Bolt app and the inbox that carries out what it accepts (workers start lazily)."""
     client = client or web_client(settings)
@@ -214,6 +215,7 @@ def build_app(
         prepare=deps.look_up,
         open_view=lambda trigger, view: _open_view(client, trigger, view),
         delivered=deliver,
+        claimant=claimant,
         workers=settings.workers,
     )
     commands.register(app, deps)

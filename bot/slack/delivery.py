@@ -18,6 +18,7 @@ import http.client
 import logging
 import queue
 import threading
+import time
 import urllib.error
 import uuid
 from collections.abc import Callable, Iterable
@@ -39,7 +40,10 @@ log = logging.getLogger(__name__)
 
 METADATA_TYPE = "gpubot_outbox"  # every message the outbox posts carries its row id
 RESPONSE_URL_LIFE = timedelta(minutes=29)  # Slack honours a response_url for 30 minutes
-HISTORY_SLACK = timedelta(minutes=1)  # how far before its claim a message in doubt is looked for
+# How far before the row was owed a message in doubt is looked for: the bot's clock and
+# Slack's may disagree by a little.
+HISTORY_SLACK = timedelta(minutes=5)
+EXPRESS_BATCH = 50  # rows the express thread sends before it records their outcomes at once
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class Deliverer:
         self.token = uuid.uuid4().hex[:12]  # this process's claims
         self._dm: dict[str, str] = {}
         self._known: dict[int, _Outcome] = {}  # outcomes not recorded yet
+        self._inflight: set[int] = set()  # handed to the express thread, not done with yet
         self._known_lock = threading.Lock()
         self._pass = threading.Lock()  # one pass at a time, whoever asks
         self._wanted = threading.Event()
@@ -136,10 +141,13 @@ class Deliverer:
         self._express_lock = threading.Lock()
 
     def express(self, row_ids: list[int]) -> None:
-        """Send these rows soon on the express thread (the answers a request just produced),
-        so the inbox's workers never wait on Slack; a slow Slack delays only the answers."""
+        """Send these rows at once on the express thread: what a request just owed (its answer,
+        the DMs and cards of its decision), claimed for this deliverer in the request's own
+        commit. The inbox's workers never wait on Slack; the pass leaves these rows alone."""
         if not row_ids:
             return
+        with self._known_lock:
+            self._inflight.update(row_ids)
         with self._express_lock:
             if self._express_thread is None:
                 self._express_thread = threading.Thread(
@@ -151,12 +159,29 @@ class Deliverer:
     def _run_express(self) -> None:
         while True:
             ids = self._express.get()
-            if ids is None:
-                return
+            stop = ids is None
+            batch = list(ids or [])
+            # What piled up meanwhile goes in the same batch: one record for all of it.
+            while not stop and len(batch) < EXPRESS_BATCH and not self._express.empty():
+                more = self._express.get()
+                stop = more is None
+                batch += more or []
             try:
-                self.deliver(ids)
+                self.deliver(batch)
             except Exception:  # the pass picks the rows up later; the thread must go on
-                log.exception("express delivery of %s failed", ids)
+                log.exception("express delivery of %s failed", batch)
+            if stop:
+                return
+
+    def idle(self, timeout: float = 30.0) -> bool:
+        """Wait until the express thread has sent (or failed) all it was given."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._known_lock:
+                busy = bool(self._inflight)
+            if not busy or time.monotonic() > deadline:
+                return not busy
+            time.sleep(0.01)
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the express thread once it has sent what it was given."""
@@ -194,24 +219,47 @@ class Deliverer:
         return report
 
     def deliver(self, row_ids: Iterable[int]) -> Report:
-        """Send these rows now if still owed (the replies a request just produced)."""
+        """Send these rows now if still owed: claimed for this deliverer already (what a request
+        just owed), or pending and due."""
         report = Report()
         ids = list(row_ids)
-        if not ids:
-            return report
+        try:
+            if ids:
+                self._deliver_rows(ids, report)
+        finally:
+            with self._known_lock:
+                self._inflight.difference_update(ids)
+        return report
+
+    def _deliver_rows(self, ids: list[int], report: Report) -> None:
         try:
             with self.db.read() as session:
                 rows = [r for r in (session.get(OutboxRow, i) for i in ids) if r is not None]
         except SQLAlchemyError as exc:
             report.errors.append(f"reading the outbox: {one_line(exc)}")
-            return report
+            return
         now = self.clock()
-        owed = [r for r in rows if r.state == outbox.PENDING and r.next_attempt_at <= now]
-        self._send_all(owed, report)
-        return report
+        sent: list[tuple[OutboxRow, _Outcome]] = []
+        for row in rows:
+            if row.kind == "card_settled" and sent:
+                # The card it updates may be among those just sent: on record first.
+                self._record_all(sent, report)
+                sent = []
+            # A reply on a response_url cannot be looked up after a crash: its outcome is
+            # recorded at once, so a crash can repeat at most the one in flight. Messages,
+            # which can be looked up, are recorded together after the batch.
+            later = None if row.kind == "reply" and row.data.get("response_url") else sent
+            mine = row.state == outbox.SENDING and row.claimed_by == self.token
+            if mine:
+                self._attempt(row, report, claimed=True, later=later)
+            elif row.state == outbox.PENDING and row.next_attempt_at <= now:
+                self._attempt(row, report, later=later)
+        self._record_all(sent, report)
 
     def _send_all(self, rows: list[OutboxRow], report: Report) -> None:
         blocked: set[str] = set()
+        with self._known_lock:
+            rows = [r for r in rows if r.id not in self._inflight]  # the express thread's
         newest_home = {r.recipient: r.id for r in rows if r.kind == "home"}
         for row in rows:
             assert row.id is not None
@@ -224,8 +272,17 @@ class Deliverer:
             if not self._attempt(row, report):
                 blocked.add(row.recipient)
 
-    def _attempt(self, row: OutboxRow, report: Report) -> bool:
-        """One row: False when it did not get through (later rows for its recipient wait)."""
+    def _attempt(
+        self,
+        row: OutboxRow,
+        report: Report,
+        *,
+        claimed: bool = False,
+        later: list[tuple[OutboxRow, _Outcome]] | None = None,
+    ) -> bool:
+        """One row: False when it did not get through (later rows for its recipient wait).
+        `claimed`: this deliverer holds the row's claim already (made in the owing commit);
+        `later`: the outcome of a send goes there, to be recorded with others."""
         assert row.id is not None
         with self._known_lock:
             known = self._known.get(row.id)
@@ -241,22 +298,16 @@ class Deliverer:
             return True
         if isinstance(prepared, _Dropped):
             return self._record(row, prepared, report)
-        in_doubt = row.state == outbox.SENDING and row.claimed_by != self.token
+        in_doubt = not claimed and row.state == outbox.SENDING and row.claimed_by != self.token
         in_doubt = in_doubt or row.claimed_by == outbox.IN_DOUBT
         if in_doubt and not isinstance(prepared, _NotSent):
             landed = self._landed(row, prepared)
             if landed is not None:
                 return self._record(row, landed, report)
-        try:
-            with self.db.write() as session:
-                claimed = outbox.claim(session, row, at=self.clock(), by=self.token)
-        except SQLAlchemyError as exc:
-            report.failed += 1
-            report.errors.append(f"{row.kind} {row.subject}: claim: {one_line(exc)}")
-            log.warning("outbox row %s not sent: cannot claim it (%s)", row.id, one_line(exc))
-            return False
-        if not claimed:  # another pass or worker took it
-            return True
+        if not claimed:
+            taken = self._claim(row, report)
+            if taken is not True:
+                return taken is None  # None: another pass or worker took it
         if in_doubt:
             report.in_doubt += 1
             log.info(
@@ -266,7 +317,26 @@ class Deliverer:
             outcome: _Outcome = prepared
         else:
             outcome = self._send(row, prepared)
+        if later is not None:
+            later.append((row, outcome))
+            return not isinstance(outcome, _NotSent)
         return self._record(row, outcome, report)
+
+    def _claim(self, row: OutboxRow, report: Report) -> bool | None:
+        """Take the row for one attempt: True; False when the database refused (nothing is
+        sent); None when someone else took it meanwhile."""
+        try:
+            with self.db.write() as session:
+                taken = outbox.claim(session, row, at=self.clock(), by=self.token)
+        except SQLAlchemyError as exc:
+            report.failed += 1
+            report.errors.append(f"{row.kind} {row.subject}: claim: {one_line(exc)}")
+            log.warning("outbox row %s not sent: cannot claim it (%s)", row.id, one_line(exc))
+            return False
+        if not taken:
+            report.deferred += 1
+            return None
+        return True
 
     def _prepare(self, row: OutboxRow) -> Any:
         """What to send: a Rendered, (Rendered, cards) for a card update, _Dropped or _DEFERRED."""
@@ -347,11 +417,11 @@ class Deliverer:
         posts_message = row.kind not in ("card_settled", "home")
         url = row.data.get("response_url") if row.kind == "reply" else None
         fresh = self.clock() - row.created_at < RESPONSE_URL_LIFE
-        if not posts_message or (url and fresh) or row.claimed_at is None:
+        if not posts_message or (url and fresh):
             return None
         try:
             channel = self._channel_for(row.recipient)
-            oldest = (row.claimed_at - HISTORY_SLACK).timestamp()
+            oldest = (row.created_at - HISTORY_SLACK).timestamp()
             history = self.client.conversations_history(
                 channel=channel, oldest=f"{oldest:.6f}", limit=200, include_all_metadata=True
             )
@@ -366,34 +436,58 @@ class Deliverer:
         return None
 
     def _record(self, row: OutboxRow, outcome: _Outcome, report: Report) -> bool:
-        assert row.id is not None
+        return self._record_all([(row, outcome)], report)[0]
+
+    def _record_all(self, outcomes: list[tuple[OutboxRow, _Outcome]], report: Report) -> list[bool]:
+        """Record what became of these rows, in one transaction; per row, whether it got
+        through. Outcomes the database does not take are kept, to be recorded later."""
+        if not outcomes:
+            return []
         at = self.clock()
+        retries: list[datetime | None] = []
         try:
             with self.db.write() as session:
-                if isinstance(outcome, _Sent):
-                    outbox.delivered(session, row.id, at=at, channel=outcome.channel, ts=outcome.ts)
-                elif isinstance(outcome, _Dropped):
-                    outbox.dropped(session, row.id, at=at, why=outcome.why)
-                else:
-                    retry = outbox.failed(
-                        session,
-                        row.id,
-                        at=at,
-                        error=outcome.error,
-                        retry_after=outcome.retry_after,
-                        max_attempts=self.max_attempts,
-                        in_doubt=outcome.in_doubt,
-                    )
+                for row, outcome in outcomes:
+                    assert row.id is not None
+                    retries.append(self._apply(session, row.id, outcome, at))
         except SQLAlchemyError as exc:
             with self._known_lock:
-                self._known[row.id] = outcome
-            report.unrecorded += 1
+                self._known.update((row.id, outcome) for row, outcome in outcomes if row.id)
+            report.unrecorded += len(outcomes)
             log.warning(
-                "outbox row %s: outcome kept until it can be recorded (%s)", row.id, one_line(exc)
+                "%d delivery outcome(s) kept until the database takes them (%s)",
+                len(outcomes),
+                one_line(exc),
             )
-            return isinstance(outcome, _Sent)
+            return [isinstance(outcome, _Sent) for _, outcome in outcomes]
         with self._known_lock:
-            self._known.pop(row.id, None)
+            for row, _ in outcomes:
+                self._known.pop(row.id or 0, None)
+        return [
+            self._count(row, outcome, retry, report)
+            for (row, outcome), retry in zip(outcomes, retries, strict=True)
+        ]
+
+    def _apply(self, session: Any, row_id: int, outcome: _Outcome, at: datetime) -> datetime | None:
+        if isinstance(outcome, _Sent):
+            outbox.delivered(session, row_id, at=at, channel=outcome.channel, ts=outcome.ts)
+            return None
+        if isinstance(outcome, _Dropped):
+            outbox.dropped(session, row_id, at=at, why=outcome.why)
+            return None
+        return outbox.failed(
+            session,
+            row_id,
+            at=at,
+            error=outcome.error,
+            retry_after=outcome.retry_after,
+            max_attempts=self.max_attempts,
+            in_doubt=outcome.in_doubt,
+        )
+
+    def _count(
+        self, row: OutboxRow, outcome: _Outcome, retry: datetime | None, report: Report
+    ) -> bool:
         if isinstance(outcome, _Sent):
             report.delivered += 1
             return True

@@ -92,19 +92,24 @@ class Inbox:
         prepare: Callable[[InboxRow], Any] = lambda row: None,
         open_view: Callable[[str, dict[str, Any]], None] | None = None,
         delivered: Callable[[list[int]], None] = lambda ids: None,
+        claimant: str | None = None,
         workers: int = 4,
     ) -> None:
         self.db, self.clock = db, clock
         self.handlers = dict(handlers)
         self.prepare = prepare
         self.open_view = open_view
-        self.delivered = delivered  # hands the answers just owed to delivery
+        # Everything a request owed (its answer, the DMs and cards of its decision) is claimed
+        # for `claimant`, the deliverer `delivered` hands it to, in the request's own commit.
+        self.delivered = delivered
+        self.claimant = claimant
         self.size = max(1, workers)
         self._queues = _Queues()
         self._changed = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._running = 0
+        self._accepted: dict[int, InboxRow] = {}  # rows this process recorded, until taken
 
     # the ack path
 
@@ -121,6 +126,10 @@ class Inbox:
         if row_id is None:
             log.info("a repeated %s from %s (key %s) acknowledged, not run again", kind, actor, key)
             return Accepted.REPEATED
+        # What the worker's look-ups need, so it does not read back what was just written.
+        seen = InboxRow(id=row_id, key=key, kind=kind, actor=actor, payload=dict(payload))
+        with self._changed:
+            self._accepted[row_id] = seen
         self.submit(row_id, actor)
         return Accepted.NEW
 
@@ -205,18 +214,21 @@ class Inbox:
     def carry_out(self, row_id: int) -> None:
         """Run one recorded request to its end: done and answered, retried later, or failed."""
         try:
-            with self.db.read() as session:
-                found = session.get(InboxRow, row_id)
+            with self._changed:
+                found = self._accepted.pop(row_id, None)
+            if found is None:  # from an earlier run, or a retry: as the database has it
+                with self.db.read() as session:
+                    found = session.get(InboxRow, row_id)
             if found is None or found.state != inbox.PENDING:
                 return
             looked_up = self.prepare(found)
+            row = found
             with self.db.unit() as session:
-                row = inbox.take(session, row_id)
-                if row is None:
+                if not inbox.take(session, row_id, at=self.clock()):
                     return  # carried out meanwhile
                 answer = self.handlers[row.kind](row, looked_up)
-                owed = self._owe(session, row, answer)
-                inbox.done(session, row, at=self.clock())
+                self._owe(session, row, answer)
+                owed = self._claim(session)
                 trigger = row.payload.get("trigger_id")
         except (OperationalError, InterfaceError) as exc:  # the database failed: try again
             self._retry_or_give_up(row_id, exc)
@@ -228,17 +240,22 @@ class Inbox:
             self._open(row_id, str(trigger), answer.view)
         self.delivered(owed)
 
-    def _owe(self, session: Session, row: InboxRow, answer: Answer) -> list[int]:
-        subject, at, ids = f"inbox:{row.id}", self.clock(), []
+    def _owe(self, session: Session, row: InboxRow, answer: Answer) -> None:
+        subject, at = f"inbox:{row.id}", self.clock()
         if answer.reply is not None:
             data: dict[str, Any] = answer.reply.as_kwargs()
             url = row.payload.get("response_url")
             if isinstance(url, str) and url:
                 data["response_url"] = url
-            ids.append(outbox.owe(session, Owed("reply", subject, row.actor, data), at=at).id)
+            outbox.owe(session, Owed("reply", subject, row.actor, data), at=at)
         if answer.home:
-            ids.append(outbox.owe(session, Owed("home", subject, row.actor, {}), at=at).id)
-        return [i for i in ids if i is not None]
+            outbox.owe(session, Owed("home", subject, row.actor, {}), at=at)
+
+    def _claim(self, session: Session) -> list[int]:
+        owed = outbox.owed_in(session)
+        if self.claimant is not None:
+            outbox.claim_owed(session, owed, at=self.clock(), by=self.claimant)
+        return owed
 
     def _open(self, row_id: int, trigger: str, view: dict[str, Any]) -> None:
         assert self.open_view is not None
@@ -300,13 +317,16 @@ class Inbox:
         inbox.failed(session, row_id, at=self.clock(), error=f"{reference}: {one_line(exc)}")
         text = FAILED_TEXT.format(reference=reference)
         reply = Message(text, [{"type": "section", "text": {"type": "mrkdwn", "text": text}}])
-        return self._owe(session, row, Answer(reply=reply))
+        self._owe(session, row, Answer(reply=reply))
+        return self._claim(session)
 
     def _tell(self, row_id: int, reply: Message) -> None:
         try:
             with self.db.write() as session:
                 row = session.get(InboxRow, row_id)
-                ids = self._owe(session, row, Answer(reply=reply)) if row is not None else []
+                if row is not None:
+                    self._owe(session, row, Answer(reply=reply))
+                ids = self._claim(session)
         except SQLAlchemyError as exc:
             log.warning("inbox row %s: could not owe a note (%s)", row_id, one_line(exc))
             return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -25,15 +24,15 @@ from tests.integration.test_flows import ALICE, BOB, answered, card, dm_text
 def test_rate_limits_and_server_errors_are_retried_and_delivered_once(running: Running) -> None:
     """A 429 waits in the outbox for its Retry-After, a 500 for its backoff (the pass never
     sleeps on either, and the client never re-sends on its own); the DM lands exactly once."""
-    answered(running, ALICE, "borrow 2 a100 for 6h")
     running.local.faults.add("chat.postMessage", status=429, retry_after=30)
     running.local.faults.add("chat.postMessage", status=500)
     now = running.bot.services.ctx.now()
+    answered(running, ALICE, "borrow 2 a100 for 6h")  # the grant DM's first try: the 429
     deliverer = running.bot.deliverer
-    deliverer.clock = lambda: now
-    assert 1 == deliverer.deliver_due().failed
+    assert deliverer.idle()
     with running.bot.db.read() as session:
         grant = session.exec(select(OutboxRow).where(OutboxRow.kind == "lease_granted")).one()
+    assert ("pending", 1) == (grant.state, grant.attempts)
     assert grant.next_attempt_at >= now + timedelta(seconds=30)
     for seconds in (29, 31, 40):
         deliverer.clock = lambda at=now + timedelta(seconds=seconds): at  # type: ignore[misc]
@@ -45,16 +44,17 @@ def test_rate_limits_and_server_errors_are_retried_and_delivered_once(running: R
 
 
 def test_an_outage_keeps_the_message_owed_until_slack_is_back(running: Running) -> None:
-    """Longer than the client's retries: the row stays pending with a backoff, then lands."""
+    """Longer than any retry: the rows stay pending with a backoff, then land."""
+    running.local.faults.add("chat.postMessage", status=500, times=20)
     answered(running, ALICE, "borrow 8 a100")
     answered(running, BOB, "borrow 2 a100 because sweep")
-    running.local.faults.add("chat.postMessage", status=500, times=20)
+    assert running.bot.deliverer.idle()
     report = running.bot.deliverer.deliver_due()
-    assert 1 <= report.failed
+    assert 0 == report.delivered
     with running.bot.db.read() as session:
         waiting = session.exec(select(OutboxRow).where(OutboxRow.state == "pending")).all()
     assert {"lease_granted", "approval_card"} == {r.kind for r in waiting}
-    assert all("internal_error" in r.last_error for r in waiting if r.attempts)
+    assert all("internal_error" in r.last_error for r in waiting)
     running.local.faults.clear()  # Slack is back
     later = running.bot.services.ctx.now() + timedelta(minutes=6)
     running.bot.deliverer.clock = lambda: later
@@ -110,25 +110,25 @@ def test_a_delivery_the_database_cannot_record_is_recorded_later_never_sent_agai
     monkeypatch.setattr(db_module, "_SQLITE_BUSY_TIMEOUT_MS", 200)
     deliverer = running.bot.deliverer
     deliverer.db = Database(str(running.bot.db.url))  # same file, short busy timeout
-    answered(running, ALICE, "borrow 2 a100 for 6h")
     running.local.faults.add("chat.postMessage", delay=1.0)  # in flight when the lock comes
-    first = threading.Thread(target=deliverer.deliver_due)
-    first.start()
+    assert 200 == running.slack.command(ALICE, "borrow 2 a100 for 6h").status
     time.sleep(0.4)
     other = sqlite3.connect(tmp_path / "gpubot.db", isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
-        first.join(10)
+        assert deliverer.idle()  # sent, and its bookkeeping refused
+        later = running.bot.services.ctx.now() + timedelta(minutes=1)
+        deliverer.clock = lambda: later
         for _ in range(3):  # passes while the database stays locked: nothing is sent again
             assert 0 == deliverer.deliver_due().delivered
     finally:
         other.execute("ROLLBACK")
         other.close()
-    later = running.bot.services.ctx.now() + timedelta(minutes=10)
-    deliverer.clock = lambda: later
     running.deliver()
     grant = _grant(running)
     assert ("delivered", 1) == (grant.state, _posted(running, grant.id))
+    assert 1 == len(running.local.calls.of("chat.postMessage"))
+    assert 1 == len(running.local.calls.of("response_url"))
     deliverer.db.dispose()
 
 

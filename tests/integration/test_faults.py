@@ -96,6 +96,7 @@ class Rig:
             self.clock.skipped += step
             self.bot.inbox.run_due()
             self.bot.inbox.wait_idle()
+            self.bot.deliverer.idle()
             self.bot.deliverer.deliver_due()
 
     def owed(self) -> int:
@@ -104,14 +105,26 @@ class Rig:
             waiting = session.exec(select(InboxRow).where(InboxRow.state == "pending")).all()
         return len(waiting) + sum(r.state in (outbox.PENDING, outbox.SENDING) for r in rows)
 
+    def stuck(self) -> list[tuple[object, ...]]:
+        with self.bot.db.read() as session:
+            rows = session.exec(select(OutboxRow)).all()
+            waiting = session.exec(select(InboxRow).where(InboxRow.state == "pending")).all()
+        return [("inbox", r.id, r.attempts, r.last_error) for r in waiting] + [
+            (r.id, r.kind, r.state, r.claimed_by, r.attempts, r.next_attempt_at, r.last_error[:40])
+            for r in rows
+            if r.state in (outbox.PENDING, outbox.SENDING)
+        ]
+
     def drain(self, timeout_s: float = 60.0) -> None:
-        """Until nothing is owed: time skipped in minutes, the passes run in between."""
+        """Until nothing is owed: time skipped in minutes, the passes run in between (never
+        while a send is still under way, which real time must finish)."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.bot.inbox.wait_idle()
+            self.bot.deliverer.idle()
             if self.owed() == 0:
                 return
-            assert time.monotonic() < deadline, f"{self.owed()} still owed"
+            assert time.monotonic() < deadline, f"{self.owed()} still owed: {self.stuck()}"
             self.skip(timedelta(minutes=1), step=timedelta(minutes=1))
             time.sleep(0.05)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from storage import inbox
 from storage.db import Database
 
@@ -28,17 +30,31 @@ def test_a_key_recorded_before_is_not_recorded_again(database: Database) -> None
 
 
 def test_due_rows_come_in_arrival_order_and_done_ones_leave(database: Database) -> None:
-    """Workers see what waits, oldest first; a row marked done is not handed out again."""
+    """Workers see what waits, oldest first; a row taken (marked done) is not taken again."""
     ids = [_accept(database, f"k{n}", actor=f"U{n % 2}") for n in range(3)]
     with database.read() as session:
         assert [(ids[0], "U0"), (ids[1], "U1"), (ids[2], "U0")] == inbox.due(session, T0)
     with database.write() as session:
-        row = inbox.take(session, ids[1] or 0)
-        assert row is not None
-        inbox.done(session, row, at=T0)
+        assert inbox.take(session, ids[1] or 0, at=T0)
     with database.write() as session:
-        assert inbox.take(session, ids[1] or 0) is None
+        assert not inbox.take(session, ids[1] or 0, at=T0)
         assert 2 == inbox.backlog(session)
+
+
+def test_a_take_rolled_back_leaves_the_row_waiting(database: Database) -> None:
+    """The done mark commits with the unit of work that carried the request out, or not."""
+    row_id = _accept(database, "k")
+    assert row_id is not None
+
+    def carried_out_then_failed() -> None:
+        with database.write() as session:
+            assert inbox.take(session, row_id, at=T0)
+            raise RuntimeError("the use case failed")
+
+    with pytest.raises(RuntimeError):
+        carried_out_then_failed()
+    with database.read() as session:
+        assert [row_id] == [i for i, _ in inbox.due(session, T0)]
 
 
 def test_a_retry_waits_a_growing_backoff(database: Database) -> None:
@@ -63,7 +79,7 @@ def test_a_failed_row_is_never_handed_out_again(database: Database) -> None:
     with database.write() as session:
         inbox.failed(session, row_id, at=T0, error="bug")
     with database.write() as session:
-        assert inbox.take(session, row_id) is None
+        assert not inbox.take(session, row_id, at=T0)
         assert 0 == inbox.backlog(session)
 
 
@@ -74,9 +90,7 @@ def test_pruning_forgets_only_finished_rows_old_enough(database: Database) -> No
     new_done = _accept(database, "new-done", at=T0 + inbox.KEPT)
     with database.write() as session:
         for row_id in (old_done, new_done):
-            row = inbox.take(session, row_id or 0)
-            assert row is not None
-            inbox.done(session, row, at=T0)
+            assert inbox.take(session, row_id or 0, at=T0)
     with database.write() as session:
         assert 1 == inbox.prune(session, T0 + timedelta(hours=1))
     assert _accept(database, "old-done") is not None  # forgotten: a new request now
