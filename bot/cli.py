@@ -28,6 +28,7 @@ from bot.rulesdir import RulesDirError, read_rules_dir
 from bot.services.queries import list_leases
 from bot.services.views import LeaseView
 from bot.settings import Settings
+from bot.telemetry.errors import TelemetryError
 from rules.domain import Subject, format_duration
 from rules.engine.live import EngineName, build_engine, check
 from rules.errors import PolicyError, Problem, RulesError
@@ -41,8 +42,9 @@ EXIT_BROKEN = 1
 EXIT_FAILED = 2
 
 app = typer.Typer(
-    help="gpubot: run the bot (serve), the node agent (agent), and the admin commands: check "
-    "rule files, migrate the database, verify and export the audit log, list leases.",
+    help="gpubot: run the bot (serve), the local Slack workspace (demo), the node agent "
+    "(agent), and the admin commands: check rule files, migrate the database, verify and "
+    "export the audit log, list leases.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,  # plain click-style errors: one greppable `Error:` line
@@ -372,7 +374,9 @@ def serve(
     host: Annotated[str, typer.Option(help="address to listen on in HTTP mode")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on in HTTP mode")] = 3000,
 ) -> None:
-    """Run the bot: Socket Mode when SLACK_APP_TOKEN is set, else HTTP on /slack/events."""
+    """Run the bot: Socket Mode when SLACK_APP_TOKEN is set, else HTTP on /slack/events (with
+    /healthz, /readyz and /livez). It migrates the database first and carries out what an
+    earlier run acknowledged and did not finish."""
     from bot.main import SetupError  # noqa: PLC0415 - the Slack stack loads only to serve
     from bot.main import serve as run  # noqa: PLC0415
 
@@ -381,6 +385,8 @@ def serve(
     )
     for noisy in ("apscheduler", "alembic"):  # a line per tick, a line per migration check
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # "skipped: maximum number of running instances reached": a pass still running, as meant.
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     settings = _settings()
     try:
         with _database_errors(settings.database_url):
@@ -391,6 +397,8 @@ def serve(
         _fail(f"the rules in {settings.rules_dir} cannot be loaded:\n{exc}")
     except BoltError as exc:
         _fail(f"Slack refused the bot token at {settings.slack_api_url}: {exc}")
+    except TelemetryError as exc:
+        _fail(str(exc).splitlines()[0])
 
 
 # ---- demo -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from bot.rulesdir import read_rules_dir
 from bot.services import Services
 from bot.services.context import utcnow
 from bot.settings import Settings
-from bot.slack.app import Identity, build_app, web_client
+from bot.slack.app import BAD_TOKEN, Identity, build_app, web_client
 from bot.slack.delivery import Deliverer
 from bot.slack.inbox import Inbox
 from bot.slack.notify import renderer
@@ -67,6 +68,7 @@ class Bot:
     identity: Identity
     source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it
     ingest: Ingest | None = None
+    closed: bool = False
 
     def poll(self) -> int:
         """The `poll` job: read the local (or simulated) GPUs, keep per-minute history."""
@@ -148,6 +150,10 @@ class Bot:
         return {"ok": ok, "database": "ok" if ok else "unwritable"}
 
     def close(self) -> None:
+        """Stop the jobs, let the workers and the express thread finish what they hold, close."""
+        if self.closed:
+            return
+        self.closed = True
         self.jobs.shutdown()
         self.identity.stop()
         self.inbox.stop()
@@ -156,6 +162,9 @@ class Bot:
             self.source.close()
         self.services.ctx.live.close()
         self.db.dispose()
+        log.info(
+            "gpubot stopped: what it had begun is finished or left recorded for the next start"
+        )
 
 
 def assemble(
@@ -240,8 +249,14 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             "HTTP mode needs SLACK_SIGNING_SECRET (Slack signs every request with it); "
             "or set SLACK_APP_TOKEN (xapp-...) for Socket Mode."
         )
-    bot = assemble(settings)
-    problem = bot.identity.check()
+    listening = _listen(host, port) if not socket_mode else None
+    try:
+        bot = assemble(settings)
+    except BaseException:
+        if listening is not None:
+            listening.close()
+        raise
+    problem = bot.identity.check(quick=True)
     if problem is not None and problem.startswith("bad-token:"):
         bot.close()
         raise SetupError(
@@ -260,7 +275,7 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
         log.info("carrying out %d acknowledged requests left by the last run", drained)
     bot.jobs.start()
     try:
-        if socket_mode:
+        if listening is None:
             assert settings.slack_app_token is not None
             log.info("gpubot: Socket Mode, rules %s", bot.services.policy.revision)
             _socket_mode(bot, settings.slack_app_token.get_secret_value())
@@ -270,10 +285,32 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             from bot.server import SlackAsgi  # noqa: PLC0415
 
             log.info("gpubot: HTTP on %s:%s/slack/events", host, port)
-            asgi = SlackAsgi(bot.app, bot.health, ingest=bot.ingest, ready=bot.ready)
-            uvicorn.run(asgi, host=host, port=port, log_level="info")
+            # uvicorn re-raises SIGTERM once it has stopped, which ends the process before any
+            # `finally` here: the bot is closed at the ASGI shutdown instead.
+            asgi = SlackAsgi(
+                bot.app, bot.health, ingest=bot.ingest, ready=bot.ready, on_shutdown=bot.close
+            )
+            server = uvicorn.Server(uvicorn.Config(asgi, log_level="info"))
+            server.run(sockets=[listening])
     finally:
         bot.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The HTTP port, taken before anything starts: a port in use stops serve at once."""
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        raise SetupError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}): is another gpubot "
+            "running there? Choose another --port."
+        ) from None
+    listening.listen(2048)
+    listening.set_inheritable(True)
+    return listening
 
 
 def _socket_mode(bot: Bot, app_token: str) -> None:
@@ -290,10 +327,18 @@ def _socket_mode(bot: Bot, app_token: str) -> None:
         try:
             handler.connect()  # type: ignore[no-untyped-call]  # slack_bolt leaves it unannotated
             break
-        except (SlackApiError, SlackClientError, OSError) as exc:
+        except SlackApiError as exc:
+            error = str(exc.response.get("error", "?"))
+            if error in BAD_TOKEN:
+                raise SetupError(
+                    f"Slack refused SLACK_APP_TOKEN ({error}): make an app-level token with "
+                    "the connections:write scope (Basic Information, App-Level Tokens)."
+                ) from None
+            log.warning("Socket Mode: Slack answered %s; retrying in %.0f s", error, wait)
+        except (SlackClientError, OSError) as exc:
             log.warning("Socket Mode: cannot connect (%s); retrying in %.0f s", exc, wait)
-            time.sleep(wait)
-            wait = min(wait * 2, 300.0)
+        time.sleep(wait)
+        wait = min(wait * 2, 300.0)
     try:
         threading.Event().wait()
     finally:

@@ -61,8 +61,10 @@ class SlackAsgi:
         signing_secret: str | None = None,
         ingest: Ingest | None = None,
         ready: Health | None = None,
+        on_shutdown: Callable[[], None] | None = None,
     ) -> None:
         self.app = app
+        self.on_shutdown = on_shutdown
         self.health = health
         self.ready = ready or health
         self.ingest = ingest
@@ -75,7 +77,7 @@ class SlackAsgi:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await _lifespan(receive, send, self.on_shutdown)
             return
         if scope["type"] != "http":
             return
@@ -102,6 +104,10 @@ class SlackAsgi:
             except Exception:
                 log.exception("%s failed", path)
                 report = {"ok": False}
+            if path == "/healthz":
+                report["refused"] = self.refused.totals()
+                if self.ingest is not None:
+                    report["agent_refused"] = self.ingest.refusals.totals()
         status = 200 if report.get("ok") else 503
         await _answer(send, status, JSON_TYPE, json.dumps(report).encode())
 
@@ -138,6 +144,8 @@ class SlackAsgi:
             log.exception("dispatching a Slack request failed")
             await _answer(send, 500, TEXT, b"internal error")
             return
+        if response.status == 404:  # signed and well formed, but nothing here takes it
+            self.refused.refused("unhandled", "", 404, "unhandled", "no listener takes it")
         answered = {k: ", ".join(v) for k, v in response.headers.items()}
         await _answer(send, response.status, answered, response.body.encode("utf-8"))
 
@@ -214,12 +222,16 @@ async def _answer(send: Send, status: int, headers: dict[str, str], body: bytes)
     await send({"type": "http.response.body", "body": body})
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
+async def _lifespan(
+    receive: Receive, send: Send, on_shutdown: Callable[[], None] | None = None
+) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            if on_shutdown is not None:
+                await asyncio.to_thread(on_shutdown)
             await send({"type": "lifespan.shutdown.complete"})
             return
 

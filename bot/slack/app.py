@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from slack_bolt import Ack, App, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
@@ -33,7 +32,7 @@ from bot.services import Services
 from bot.settings import Settings
 from bot.slack.inbox import Accepted, Inbox, request_key
 from bot.slack.listeners import actions, commands, events, views
-from bot.slack.people import People
+from bot.slack.people import People, Zone
 from storage.tables import InboxRow
 
 log = logging.getLogger(__name__)
@@ -80,14 +79,14 @@ class SlackDeps:
         else:
             raise NotRecorded(kind)
 
-    def look_up(self, row: InboxRow) -> ZoneInfo | None:
+    def look_up(self, row: InboxRow) -> Zone | None:
         """What a request needs from Slack before its unit of work: the person's time zone,
         for an end time typed in a command or a form (a users.info call, cached)."""
         payload = row.payload
         if row.kind == "command" and "until" in str(payload.get("text", "")).lower():
-            return self.people.tz(row.actor)
+            return self.people.zone(row.actor)
         if row.kind == "view" and payload.get("callback_id") == views.BORROW_MODAL:
-            return self.people.tz(row.actor)
+            return self.people.zone(row.actor)
         return None
 
 
@@ -118,10 +117,16 @@ class Identity:
         self.checked = threading.Event()
         self._stop = threading.Event()
 
-    def check(self) -> str | None:
-        """One auth.test: None when the identity is known, else what went wrong."""
+    def check(self, *, quick: bool = False) -> str | None:
+        """One auth.test: None when the identity is known, else what went wrong. `quick`:
+        no retries and a short timeout (start-up does not wait for a Slack that is down)."""
+        client = self.client
+        if quick:
+            client = WebClient(
+                token=client.token, base_url=client.base_url, timeout=5, retry_handlers=[]
+            )
         try:
-            answer = self.client.auth_test()
+            answer = client.auth_test()
         except SlackApiError as exc:
             error = str(exc.response.get("error", "?"))
             if error in BAD_TOKEN:
@@ -166,14 +171,29 @@ class Identity:
 
 class _QuietBolt(logging.Filter):
     """Bolt warns that the token it read from the environment is unused, since our client (built
-    from that same token) and our authorize win; the warning would only mislead an operator."""
+    from that same token) and our authorize win; and it writes eight lines of coding advice for
+    every request no listener takes. Neither helps an operator: the front counts and logs
+    unhandled requests itself (bot.server), once a minute."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        return "`token` will be unused" not in text and "will be ignored" not in text
+        return not (
+            "`token` will be unused" in text
+            or "will be ignored" in text
+            or text.startswith("Unhandled request")
+        )
+
+
+class _QuietSdk(logging.Filter):
+    """slack_sdk logs an ERROR for each call that fails to connect; the outbox, which retries
+    them, says so itself in one line a pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to send a request to Slack API server")
 
 
 _quiet = _QuietBolt()
+_quiet_sdk = _QuietSdk()
 
 
 def build_app(
@@ -191,6 +211,9 @@ def build_app(
     bolt_log = logging.getLogger("slack_bolt.App")
     if _quiet not in bolt_log.filters:
         bolt_log.addFilter(_quiet)
+    sdk_log = logging.getLogger("slack_sdk.web.base_client")
+    if _quiet_sdk not in sdk_log.filters:
+        sdk_log.addFilter(_quiet_sdk)
     secret = settings.slack_signing_secret
     token = client.token
     app = App(

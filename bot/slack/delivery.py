@@ -65,6 +65,7 @@ class Report:
     deferred: int = 0
     dropped: int = 0
     unrecorded: int = 0  # outcomes the database could not take yet (kept, recorded later)
+    database_down: bool = False  # a claim failed: the rest of the pass waits for the next
     in_doubt: int = 0  # sent again after a crash with no way to know if it had landed
     errors: list[str] = field(default_factory=list)
 
@@ -216,6 +217,7 @@ class Deliverer:
                 log.warning("the outbox cannot be read (%s); next pass retries", one_line(exc))
                 return report
             self._send_all(rows, report)
+        _summarise(report)
         return report
 
     def deliver(self, row_ids: Iterable[int]) -> Report:
@@ -229,6 +231,7 @@ class Deliverer:
         finally:
             with self._known_lock:
                 self._inflight.difference_update(ids)
+        _summarise(report)
         return report
 
     def _deliver_rows(self, ids: list[int], report: Report) -> None:
@@ -263,6 +266,9 @@ class Deliverer:
         newest_home = {r.recipient: r.id for r in rows if r.kind == "home"}
         for row in rows:
             assert row.id is not None
+            if report.database_down:  # every claim would wait out the database, one by one
+                report.deferred += 1
+                continue
             if row.recipient in blocked:
                 report.deferred += 1
                 continue
@@ -311,7 +317,10 @@ class Deliverer:
         if in_doubt:
             report.in_doubt += 1
             log.info(
-                "outbox row %s (%s) sent again: its earlier send is in doubt", row.id, row.kind
+                "outbox row %s (%s): claimed before a restart or a timeout and not found in "
+                "Slack; sending it (now, or again)",
+                row.id,
+                row.kind,
             )
         if isinstance(prepared, _NotSent):
             outcome: _Outcome = prepared
@@ -330,6 +339,7 @@ class Deliverer:
                 taken = outbox.claim(session, row, at=self.clock(), by=self.token)
         except SQLAlchemyError as exc:
             report.failed += 1
+            report.database_down = True
             report.errors.append(f"{row.kind} {row.subject}: claim: {one_line(exc)}")
             log.warning("outbox row %s not sent: cannot claim it (%s)", row.id, one_line(exc))
             return False
@@ -506,7 +516,7 @@ class Deliverer:
                 outcome.error,
             )
         else:
-            log.warning(
+            log.debug(
                 "delivery of %s %s failed (%s); retrying at %s",
                 row.kind,
                 row.subject,
@@ -523,6 +533,19 @@ class Deliverer:
             opened = self.client.conversations_open(users=recipient)
             self._dm[recipient] = str(opened["channel"]["id"])
         return self._dm[recipient]
+
+
+def _summarise(report: Report) -> None:
+    """One line for the deliveries that failed in a pass (each waits its backoff), not one each:
+    an outage would otherwise write a line per owed message per try."""
+    if report.failed:
+        tried = report.delivered + report.failed
+        log.warning(
+            "%d of %d deliveries failed, each retried with backoff (first: %s)",
+            report.failed,
+            tried,
+            report.errors[0] if report.errors else "?",
+        )
 
 
 def _maybe_arrived(exc: BaseException) -> bool:

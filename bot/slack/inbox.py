@@ -41,6 +41,9 @@ FAILED_TEXT = (
 )
 
 
+_KINDS = {"command": "a command", "action": "a click", "view": "a form", "event": "an event"}
+
+
 class Accepted(Enum):
     NEW = "new"  # recorded: a worker carries it out
     REPEATED = "repeated"  # recorded before (a retry or a replay): acknowledged, not run again
@@ -121,10 +124,15 @@ class Inbox:
                     session, key=key, kind=kind, actor=actor, payload=payload, at=self.clock()
                 )
         except SQLAlchemyError as exc:
-            log.warning("a %s from %s was not recorded: %s", kind, actor, one_line(exc))
+            log.warning("%s from %s not recorded: %s", _KINDS.get(kind, kind), actor, one_line(exc))
             return Accepted.UNAVAILABLE
         if row_id is None:
-            log.info("a repeated %s from %s (key %s) acknowledged, not run again", kind, actor, key)
+            log.info(
+                "%s from %s acknowledged again, not run again (Slack's retry or a replay; key %s)",
+                _KINDS.get(kind, kind),
+                actor,
+                key,
+            )
             return Accepted.REPEATED
         # What the worker's look-ups need, so it does not read back what was just written.
         seen = InboxRow(id=row_id, key=key, kind=kind, actor=actor, payload=dict(payload))

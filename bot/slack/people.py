@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from slack_sdk import WebClient
@@ -11,6 +12,14 @@ from slack_sdk.errors import SlackApiError
 
 log = logging.getLogger(__name__)
 UTC_ZONE = ZoneInfo("UTC")
+
+
+@dataclass(frozen=True)
+class Zone:
+    """A person's time zone, and whether Slack told it (else UTC is a guess to own up to)."""
+
+    tz: ZoneInfo
+    known: bool
 
 
 class People:
@@ -45,6 +54,17 @@ class People:
 
     def tz(self, user: str) -> ZoneInfo:
         return self._lookup(user)[1]
+
+    def zone(self, user: str) -> Zone:
+        """The person's zone from users.info (cached), or UTC marked as a guess when Slack
+        could not be asked."""
+        with self._lock:
+            known = self._known.get(user)
+        if known is None:
+            self._lookup(user)
+            with self._lock:
+                known = self._known.get(user)
+        return Zone(known[1], True) if known is not None else Zone(UTC_ZONE, False)
 
     def known_tz(self, user: str) -> ZoneInfo | None:
         """The zone if it was looked up before; never calls Slack (the ack path uses it)."""

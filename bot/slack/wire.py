@@ -39,6 +39,8 @@ def verify(secret: str, headers: Mapping[str, str], body: bytes, now: float) -> 
     """Slack's v0 signature over the raw bytes, and a timestamp within five minutes."""
     stamp = headers.get("x-slack-request-timestamp", "")
     signature = headers.get("x-slack-signature", "")
+    if not stamp and not signature:
+        return Refusal(401, "unsigned")
     if not (stamp.isascii() and stamp.isdecimal() and len(stamp) <= 12):
         return Refusal(401, "bad timestamp")
     if abs(now - int(stamp)) > MAX_SKEW_S:

@@ -72,7 +72,10 @@ class Running:
             time.sleep(0.01)
 
     def deliver(self) -> None:
-        """Run the outbox job until nothing it can send is left (tests call jobs directly)."""
+        """Let the requests in hand finish and their answers go out, then run the outbox job
+        until nothing it can send is left (tests call jobs directly)."""
+        self.bot.inbox.wait_idle()
+        self.bot.deliverer.idle()
         for _ in range(10):
             report = self.bot.deliverer.deliver_due()
             if not report.delivered and not report.dropped:

@@ -77,6 +77,8 @@ class Story:
         self.events += [(self.minute, f"notify {n.split()[0]}") for n in report.notified]
         for lease in self.bot.services.serve_queue():
             self.events.append((self.minute, f"granted {lease.code} to {lease.holder}"))
+        self.bot.inbox.wait_idle()
+        self.bot.deliverer.idle()
         self.bot.deliverer.deliver_due()
 
     def lease_events(self) -> list[tuple[int, str]]:

@@ -299,11 +299,20 @@ def test_postgres_stopped_and_restarted_loses_nothing(local: LocalSlack, tmp_pat
 
 def test_the_ack_does_not_wait_for_slack(rig: Rig) -> None:
     """`until fri 18:00` needs the person's zone (users.info), looked up after the ack: a
-    users.info that takes 10 s never delays it."""
-    rig.local.faults.add("users.info", delay=10)
+    users.info that fails never delays it, and the answer owns up to reading UTC."""
+    rig.local.faults.add("users.info", status=500, times=20)
     typed = rig.type(PEOPLE[0], "borrow 1 l40s until fri 18:00 because {tag}")
     token = (typed.reply.response_url or "").rsplit("/", 1)[-1]
     deadline = time.monotonic() + 30
-    while not any(c.target == token for c in rig.local.calls.of("response_url")):
+    while not (answers := [c for c in rig.local.calls.of("response_url") if c.target == token]):
         assert time.monotonic() < deadline, "never answered"
         time.sleep(0.1)
+    assert "Times were read in UTC" in str(answers[0].args)
+    rig.local.faults.clear()
+    known = rig.type(PEOPLE[1], "borrow 1 l40s until fri 18:00 because {tag}")
+    token = (known.reply.response_url or "").rsplit("/", 1)[-1]
+    deadline = time.monotonic() + 30
+    while not (answers := [c for c in rig.local.calls.of("response_url") if c.target == token]):
+        assert time.monotonic() < deadline, "never answered"
+        time.sleep(0.1)
+    assert "read in UTC" not in str(answers[0].args)

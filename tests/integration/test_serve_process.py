@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 from pathlib import Path
 
 from bot.slack.localapi import APP_TOKEN, HttpTransport, LocalSlack, SlackDriver, SocketTransport
@@ -32,6 +33,7 @@ def test_serve_http_runs_from_the_documented_environment(local: LocalSlack, tmp_
     assert status in (0, -signal.SIGTERM)
     logged = served.log_text()
     assert "Application shutdown complete" in logged
+    assert "gpubot stopped" in logged  # SIGTERM let the workers and deliveries finish
     # Quiet by default: no scheduler tick lines, no misleading token warning from Bolt.
     assert "Running job" not in logged
     assert "will be unused" not in logged
@@ -72,4 +74,30 @@ def test_socket_mode_keeps_dialling_until_slack_answers(tmp_path: Path) -> None:
             served.stop()
     assert process.returncode in (0, -signal.SIGTERM)
     assert "retrying in" in served.log_text()
+    assert "Traceback" not in served.log_text()
+
+
+def test_serve_stops_at_once_when_the_port_is_taken(local: LocalSlack, tmp_path: Path) -> None:
+    """A second bot on a port in use says so in one line and exits 2, before it touches the
+    database or starts any worker."""
+    served = Served(local, tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", served.port))
+        taken.listen()
+        served.launch(["serve", "--http", "--port", str(served.port)])
+        assert served.process is not None
+        assert 2 == served.process.wait(timeout=30)
+    logged = served.log_text()
+    assert f"cannot listen on 127.0.0.1:{served.port}" in logged
+    assert "Traceback" not in logged
+    assert not (tmp_path / "serve.db").exists()
+
+
+def test_a_wrong_app_token_stops_socket_mode_with_one_line(tmp_path: Path) -> None:
+    """Slack rejecting SLACK_APP_TOKEN is no outage to wait out: exit 2, saying what to fix."""
+    with LocalSlack() as local:
+        served = Served(local, tmp_path, env={"SLACK_APP_TOKEN": "xapp-not-this-one"})
+        process = served.launch(["serve"])
+        assert 2 == process.wait(timeout=30)
+    assert "Slack refused SLACK_APP_TOKEN (invalid_auth)" in served.log_text()
     assert "Traceback" not in served.log_text()

@@ -109,7 +109,7 @@ def test_env_example_names_exactly_the_settings_and_slacks_variables() -> None:
 
 
 def test_env_example_sets_no_empty_values() -> None:
-    """An empty value still counts as set (an empty SLACK_APP_TOKEN would pick Socket Mode)."""
+    """Every active line has a value: an empty one would read as something left to fill in."""
     assert all(value.strip() for _, value, active in env_example() if active)
 
 

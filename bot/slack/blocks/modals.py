@@ -148,5 +148,10 @@ def borrow_from_modal(
     return Borrow(pool, int(count), words.length(now), priority, reason)
 
 
+def end_time_typed(values: Mapping[str, Any]) -> bool:
+    """Did the borrow form give an end time (read in the person's zone), not a duration?"""
+    return "until" in _value(values, BORROW_DURATION).lower()
+
+
 def deny_reason_from_modal(values: Mapping[str, Any]) -> str:
     return _value(values, DENY_REASON)

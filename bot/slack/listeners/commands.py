@@ -8,7 +8,6 @@ Slack call, and nothing before an ack makes one); the worker parses again with t
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from slack_bolt import Ack, App
 
@@ -26,10 +25,10 @@ from bot.slack.blocks import (
     refused_message,
     release_reply,
 )
-from bot.slack.blocks.kit import Message, escape, message, section
+from bot.slack.blocks.kit import Message, context, escape, message, section
 from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
 from bot.slack.inbox import Answer
-from bot.slack.people import UTC_ZONE
+from bot.slack.people import UTC_ZONE, Zone
 from rules.domain import Outcome
 from rules.errors import PolicyError
 from storage.tables import InboxRow
@@ -57,19 +56,30 @@ def register(app: App, deps: SlackDeps) -> None:
         deps.accept(ack, body, kind="command", actor=user, payload=payload)
 
 
-def carry_out(deps: SlackDeps, row: InboxRow, tz: ZoneInfo | None) -> Answer:
+def carry_out(deps: SlackDeps, row: InboxRow, zone: Zone | None) -> Answer:
     """A recorded /gpu command: its use case, and the reply."""
     user, text = row.actor, str(row.payload.get("text", ""))
-    parsed = p.parse(
-        text, now=deps.now(), tz=tz or UTC_ZONE, pools=list(deps.services.policy.pools)
-    )
+    tz = zone.tz if zone is not None else UTC_ZONE
+    parsed = p.parse(text, now=deps.now(), tz=tz, pools=list(deps.services.policy.pools))
     if isinstance(parsed, p.ParseProblem):  # the person's own zone can make an end time wrong
         return Answer(reply=problem_message(parsed))
     if isinstance(parsed, p.Help):
         return Answer(reply=help_message(parsed.topic))
     if isinstance(parsed, p.OpenBorrowModal):
         return Answer(view=borrow_form(deps, user))
-    return Answer(reply=run(deps, user, parsed))
+    return Answer(reply=owning_up(run(deps, user, parsed), zone))
+
+
+def owning_up(reply: Message, zone: Zone | None) -> Message:
+    """A reply to an end time read in UTC because Slack could not say the person's zone
+    says so, so nobody is surprised by a lease ending hours off."""
+    if zone is None or zone.known:
+        return reply
+    note = context(
+        ":information_source: Times were read in UTC: Slack did not tell me your time zone "
+        "just now. `/gpu mine` shows the end time in yours."
+    )
+    return message(reply.text, [*reply.blocks, note])
 
 
 def borrow_form(deps: SlackDeps, user: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ any, goes to the person's DM with the bot.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from slack_bolt import Ack, App
 
@@ -21,9 +20,10 @@ from bot.slack.blocks import (
     refused_message,
 )
 from bot.slack.blocks.kit import message, section
+from bot.slack.blocks.modals import end_time_typed
 from bot.slack.inbox import Answer
-from bot.slack.listeners.commands import borrowed
-from bot.slack.people import UTC_ZONE
+from bot.slack.listeners.commands import borrowed, owning_up
+from bot.slack.people import UTC_ZONE, Zone
 from storage.tables import InboxRow
 
 if TYPE_CHECKING:
@@ -63,17 +63,19 @@ def register(app: App, deps: SlackDeps) -> None:
         deps.accept(ack, body, kind="view", actor=user, payload=payload)
 
 
-def carry_out(deps: SlackDeps, row: InboxRow, tz: ZoneInfo | None) -> Answer:
+def carry_out(deps: SlackDeps, row: InboxRow, zone: Zone | None) -> Answer:
     """A recorded form: borrow, or deny with the reason given."""
     services, payload, user = deps.services, row.payload, row.actor
     if payload["callback_id"] == BORROW_MODAL:
+        tz = zone.tz if zone is not None else UTC_ZONE
         asked = borrow_from_modal(
-            payload["values"], now=deps.now(), tz=tz or UTC_ZONE, pools=list(services.policy.pools)
+            payload["values"], now=deps.now(), tz=tz, pools=list(services.policy.pools)
         )
         if isinstance(asked, dict):  # valid in UTC, not in the person's own zone
             text = "Your borrow form was not sent: " + " ".join(asked.values())
             return Answer(reply=message(text, [section(text)]))
-        return Answer(reply=borrowed(deps, services.borrow(user, asked.to_ask())))
+        reply = borrowed(deps, services.borrow(user, asked.to_ask()))
+        return Answer(reply=owning_up(reply, zone) if end_time_typed(payload["values"]) else reply)
     # The card itself is updated in place by the delivery of `card_settled`.
     result = services.deny(user, int(payload["request"]), str(payload.get("reason") or ""))
     return Answer(reply=refused_message(result) if isinstance(result, Refused) else None)
