@@ -26,6 +26,7 @@ from bot.slack.localapi import HttpTransport, LocalSlack, SlackDriver
 from storage import audit
 from storage.db import Database
 from storage.tables import InboxRow, LeaseGpuRow, LeaseRow, OutboxRow, RequestRow
+from tests.support.answers import answers_by_token, posted_per_outbox_row
 from tests.support.serve import SECRET, Served
 
 CLIENTS = 20
@@ -120,17 +121,6 @@ def _crash_repeatedly(served: Served, local: LocalSlack) -> Load:
     return load
 
 
-def _posted_per_outbox_row(local: LocalSlack) -> Counter[int]:
-    """How often each outbox row's message is in the workspace (by the id in its metadata)."""
-    posted: Counter[int] = Counter()
-    for channel in list(local.workspace.channels):
-        for message in local.workspace.messages(channel):
-            payload = (message.metadata or {}).get("event_payload") or {}
-            if isinstance(payload.get("outbox_id"), int):
-                posted[payload["outbox_id"]] += 1
-    return posted
-
-
 def test_acknowledged_commands_survive_kill_9_exactly_once(
     local: LocalSlack, tmp_path: Path
 ) -> None:
@@ -168,13 +158,13 @@ def test_acknowledged_commands_survive_kill_9_exactly_once(
     assert [] == shared
 
     # Answered: every acked command at least once on its response_url.
-    answers = Counter(c.target for c in local.calls.of("response_url") if c.status == 200)
+    answers = answers_by_token(local)
     unanswered = [s.text for s in acked if answers[s.response_url.rsplit("/", 1)[-1]] == 0]
     assert [] == unanswered
     repeated = sum(n - 1 for n in answers.values() if n > 1)
 
     # No message the outbox posted landed twice (each carries its outbox id).
-    posted = _posted_per_outbox_row(local)
+    posted = posted_per_outbox_row(local)
     assert [] == [row for row, n in posted.items() if n > 1]
     assert local.violations == []
 

@@ -19,6 +19,7 @@ from storage.db import Database
 from storage.tables import OutboxRow
 from tests.integration.conftest import Running, settings_for
 from tests.integration.test_flows import ALICE, BOB, answered, card, dm_text
+from tests.support.answers import posted_per_outbox_row
 
 
 def test_rate_limits_and_server_errors_are_retried_and_delivered_once(running: Running) -> None:
@@ -95,11 +96,7 @@ def _grant(running: Running) -> OutboxRow:
 
 def _posted(running: Running, row_id: int | None) -> int:
     """How many messages in the workspace carry this outbox row's id."""
-    return sum(
-        (m.metadata or {}).get("event_payload", {}).get("outbox_id") == row_id
-        for channel in list(running.local.workspace.channels)
-        for m in running.local.workspace.messages(channel)
-    )
+    return posted_per_outbox_row(running.local)[row_id or 0]
 
 
 def test_a_delivery_the_database_cannot_record_is_recorded_later_never_sent_again(

@@ -33,6 +33,12 @@ from storage import outbox
 from storage.tables import InboxRow, OutboxRow, RequestRow
 from tests.integration.conftest import SECRET, settings_for
 from tests.support import postgres
+from tests.support.answers import (
+    answers_by_token,
+    posted_per_outbox_row,
+    token_of,
+    wait_for_answer,
+)
 
 PEOPLE = ("U0ALICE01", "U0BOB0001", "U0CAROL01", "U0DAVE001", "U0ERIN001")
 SLACK_METHODS = ("response_url", "chat.postMessage", "conversations.open", "views.publish")
@@ -142,16 +148,10 @@ class Rig:
         assert [] == [t.tag for t in refused if t.text.startswith("borrow") and reasons[t.tag]]
         assert {"done"} >= set(inbox_states), inbox_states
         assert set(states) <= {"delivered", "dropped"}, states
-        answers = Counter(c.target for c in self.local.calls.of("response_url") if c.status == 200)
-        token = {t.tag: (t.reply.response_url or "").rsplit("/", 1)[-1] for t in self.typed}
-        assert [] == [t.text for t in recorded if answers[token[t.tag]] == 0]
+        answers = answers_by_token(self.local)
+        assert [] == [t.text for t in recorded if answers[token_of(t.reply)] == 0]
         assert all(NOT_RECORDED in (t.reply.text or "") for t in refused)
-        posted: Counter[int] = Counter()
-        for channel in list(self.local.workspace.channels):
-            for message in self.local.workspace.messages(channel):
-                payload = (message.metadata or {}).get("event_payload") or {}
-                if isinstance(payload.get("outbox_id"), int):
-                    posted[payload["outbox_id"]] += 1
+        posted = posted_per_outbox_row(self.local)
         assert [] == [row for row, n in posted.items() if n > 1], "a message posted twice"
         assert [] == self.local.violations
         return {
@@ -302,17 +302,7 @@ def test_the_ack_does_not_wait_for_slack(rig: Rig) -> None:
     users.info that fails never delays it, and the answer owns up to reading UTC."""
     rig.local.faults.add("users.info", status=500, times=20)
     typed = rig.type(PEOPLE[0], "borrow 1 l40s until fri 18:00 because {tag}")
-    token = (typed.reply.response_url or "").rsplit("/", 1)[-1]
-    deadline = time.monotonic() + 30
-    while not (answers := [c for c in rig.local.calls.of("response_url") if c.target == token]):
-        assert time.monotonic() < deadline, "never answered"
-        time.sleep(0.1)
-    assert "Times were read in UTC" in str(answers[0].args)
+    assert "Times were read in UTC" in str(wait_for_answer(rig.local, typed.reply).args)
     rig.local.faults.clear()
     known = rig.type(PEOPLE[1], "borrow 1 l40s until fri 18:00 because {tag}")
-    token = (known.reply.response_url or "").rsplit("/", 1)[-1]
-    deadline = time.monotonic() + 30
-    while not (answers := [c for c in rig.local.calls.of("response_url") if c.target == token]):
-        assert time.monotonic() < deadline, "never answered"
-        time.sleep(0.1)
-    assert "read in UTC" not in str(answers[0].args)
+    assert "read in UTC" not in str(wait_for_answer(rig.local, known.reply).args)
