@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -257,10 +258,12 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             listening.close()
         raise
     problem = bot.identity.check(quick=True)
-    if problem is not None and problem.startswith("bad-token:"):
+    if bot.identity.rejected is not None:
         bot.close()
+        if listening is not None:
+            listening.close()
         raise SetupError(
-            f"Slack refused SLACK_BOT_TOKEN ({problem.split(':', 1)[1]}): copy the Bot User "
+            f"Slack refused SLACK_BOT_TOKEN ({bot.identity.rejected}): copy the Bot User "
             "OAuth Token (xoxb-...) from the app's OAuth & Permissions page."
         )
     if problem is not None:
@@ -316,8 +319,6 @@ def _listen(host: str, port: int) -> socket.socket:
 def _socket_mode(bot: Bot, app_token: str) -> None:
     """Connect out to Slack and stay connected; while Slack cannot be reached, keep trying
     (2 s, 4 s ... at most 5 minutes) instead of exiting."""
-    import threading  # noqa: PLC0415
-
     from slack_bolt.adapter.socket_mode import SocketModeHandler  # noqa: PLC0415
     from slack_sdk.errors import SlackApiError, SlackClientError  # noqa: PLC0415
 

@@ -116,10 +116,12 @@ class Identity:
         self.bot_id: str | None = None
         self.checked = threading.Event()
         self._stop = threading.Event()
+        self.rejected: str | None = None  # Slack's error when it refused the token itself
 
     def check(self, *, quick: bool = False) -> str | None:
-        """One auth.test: None when the identity is known, else what went wrong. `quick`:
-        no retries and a short timeout (start-up does not wait for a Slack that is down)."""
+        """One auth.test: None when the identity is known, else what went wrong (`rejected`
+        is set when no retry can mend it). `quick`: no retries and a short timeout (start-up
+        does not wait for a Slack that is down)."""
         client = self.client
         if quick:
             client = WebClient(
@@ -130,7 +132,7 @@ class Identity:
         except SlackApiError as exc:
             error = str(exc.response.get("error", "?"))
             if error in BAD_TOKEN:
-                return f"bad-token:{error}"
+                self.rejected = error
             return f"Slack answered {exc.response.status_code} ({error})"
         except (SlackRequestError, OSError) as exc:
             return f"Slack cannot be reached ({type(exc).__name__}: {exc})"

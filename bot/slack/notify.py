@@ -16,8 +16,8 @@ from bot.slack.blocks.warnings import (
     unreserved_message,
     warning_message,
 )
-from bot.slack.delivery import Render, Rendered
 from bot.slack.people import People
+from bot.slack.sending import Render, Rendered
 from storage.tables import OutboxRow
 
 

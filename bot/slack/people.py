@@ -52,19 +52,12 @@ class People:
     def name(self, user: str) -> str:
         return self._lookup(user)[0]
 
-    def tz(self, user: str) -> ZoneInfo:
-        return self._lookup(user)[1]
-
     def zone(self, user: str) -> Zone:
         """The person's zone from users.info (cached), or UTC marked as a guess when Slack
         could not be asked."""
-        with self._lock:
-            known = self._known.get(user)
-        if known is None:
-            self._lookup(user)
-            with self._lock:
-                known = self._known.get(user)
-        return Zone(known[1], True) if known is not None else Zone(UTC_ZONE, False)
+        self._lookup(user)
+        known = self.known_tz(user)
+        return Zone(known, True) if known is not None else Zone(UTC_ZONE, False)
 
     def known_tz(self, user: str) -> ZoneInfo | None:
         """The zone if it was looked up before; never calls Slack (the ack path uses it)."""

@@ -10,6 +10,7 @@ backoff plays out in seconds; the scheduler is not started and its jobs are call
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -241,7 +242,7 @@ def test_a_full_disk_loses_nothing_and_sends_nothing_twice(
     mount = tmp_path / "small"
     mount.mkdir()
     mounted = subprocess.run(  # noqa: S603 - fixed arguments
-        ["/bin/mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)],
+        ["/bin/mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
         capture_output=True,
         check=False,
     )
@@ -253,17 +254,14 @@ def test_a_full_disk_loses_nothing_and_sends_nothing_twice(
             rig.local.faults.add("chat.postMessage", status=503, times=1_000_000)
             rig.burst()
             filler = mount / "filler"
-            with filler.open("wb") as fill:
-                try:
-                    while True:
-                        fill.write(b"\0" * 65536)
-                        fill.flush()
-                except OSError:
-                    pass  # full
+            with contextlib.suppress(OSError), filler.open("wb") as fill:  # until it is full
+                while True:
+                    fill.write(b"\0" * 65536)
+                    fill.flush()
             rig.local.faults.clear()
             rig.burst()
             rig.skip(timedelta(minutes=2))
-            filler.unlink()
+            filler.unlink(missing_ok=True)
             figures = rig.settle()
             print(f"\nfull disk: {figures}")
             assert 0 == figures["replies repeated"]

@@ -1,0 +1,219 @@
+"""How one outbox row reaches Slack, and what became of it: a message posted (carrying its
+outbox id in Slack's message metadata), a card updated, a Home tab published, or a reply POSTed
+to its response_url (a DM once that has expired); and, for a send left in doubt, whether the
+message landed after all, looked up in its conversation by that outbox id.
+
+No retry happens here: the outbox retries, so a timeout is never followed by a second post of
+a message Slack may already have taken.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import urllib.error
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackRequestError
+from slack_sdk.webhook import WebhookClient
+
+from bot.services.notices import CARDS
+from storage.tables import OutboxRow
+
+log = logging.getLogger(__name__)
+
+METADATA_TYPE = "gpubot_outbox"  # every message the outbox posts carries its row id
+RESPONSE_URL_LIFE = timedelta(minutes=29)  # Slack honours a response_url for 30 minutes
+# How far before the row was owed a message in doubt is looked for: the bot's clock and
+# Slack's may disagree by a little.
+HISTORY_SLACK = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    blocks: list[dict[str, Any]]
+    view: dict[str, Any] | None = None  # a Home tab to publish instead of a message
+
+
+# Renders one owed message from the database as it stands now; None: nothing left to say.
+# It opens its own short reads: no transaction stays open across a Slack call.
+Render = Callable[[OutboxRow], Rendered | None]
+
+
+@dataclass(frozen=True)
+class Sent:
+    channel: str | None
+    ts: str | None
+
+
+@dataclass(frozen=True)
+class NotSent:
+    error: str
+    retry_after: timedelta | None = None
+    # The request may have reached Slack (it timed out, or the link broke while waiting for the
+    # answer): before the next attempt, look for it as for a send a crash interrupted.
+    in_doubt: bool = False
+
+
+@dataclass(frozen=True)
+class Dropped:
+    why: str
+
+
+Outcome = Sent | NotSent | Dropped
+
+
+class ResponseUrlError(Exception):
+    """A response_url answered something else than 200 ok."""
+
+    def __init__(self, status: int, body: str, retry_after: timedelta | None) -> None:
+        super().__init__(f"response_url answered {status}: {body[:100]}")
+        self.status, self.body, self.retry_after = status, body, retry_after
+
+    @property
+    def gone(self) -> bool:
+        """Expired or used up: no retry will ever work."""
+        return self.status in (404, 410) or self.body in ("expired_url", "used_url", "bad_url")
+
+
+class Sender:
+    """Talks to Slack for the outbox, with a client that never retries on its own."""
+
+    def __init__(self, client: WebClient) -> None:
+        # Retry-After is honoured through the row's next attempt rather than by sleeping here.
+        self.client = WebClient(
+            token=client.token, base_url=client.base_url, timeout=client.timeout, retry_handlers=[]
+        )
+        self._dm: dict[str, str] = {}
+
+    def send(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
+        """One attempt: a Rendered, or (Rendered, cards) for a card update."""
+        try:
+            return self._call(row, prepared, now)
+        except ResponseUrlError as exc:
+            return NotSent(str(exc), exc.retry_after)
+        except SlackApiError as exc:
+            return NotSent(_describe(exc), _retry_after(exc.response.headers))
+        except (SlackRequestError, OSError, http.client.HTTPException) as exc:
+            return NotSent(_describe(exc), in_doubt=_maybe_arrived(exc))
+
+    def landed(self, row: OutboxRow, now: datetime) -> Sent | None:
+        """Where a message in doubt landed, if Slack has it (looked up by its outbox id). None
+        for what cannot be looked up: a reply on a live response_url; or need not be: a card
+        update or a Home tab, which are the same however often they are sent."""
+        if row.kind in ("card_settled", "home") or _live_url(row, now):
+            return None
+        try:
+            channel = self._channel_for(row.recipient)
+            oldest = (row.created_at - HISTORY_SLACK).timestamp()
+            history = self.client.conversations_history(
+                channel=channel, oldest=f"{oldest:.6f}", limit=200, include_all_metadata=True
+            )
+        except (SlackApiError, SlackRequestError, OSError) as exc:
+            log.warning("cannot check whether outbox row %s landed (%s)", row.id, exc)
+            return None
+        for message in history.get("messages") or []:
+            meta = message.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == METADATA_TYPE and payload.get("outbox_id") == row.id:
+                return Sent(channel, str(message.get("ts")))
+        return None
+
+    def _call(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
+        if row.kind == "card_settled":
+            rendered, cards = prepared
+            for channel, ts in cards:
+                self.client.chat_update(
+                    channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks
+                )
+            return Sent(cards[0][0], cards[0][1])
+        if row.kind == "home":
+            self.client.views_publish(user_id=row.recipient, view=prepared.view)
+            return Sent(None, None)
+        url = _live_url(row, now)
+        if url is not None:
+            try:
+                self._respond(url, prepared)
+                return Sent(None, None)
+            except ResponseUrlError as exc:
+                if not exc.gone:
+                    raise
+                log.info("outbox row %s: the response_url is gone; answering by DM", row.id)
+        channel = self._channel_for(row.recipient)
+        answer = self.client.chat_postMessage(
+            channel=channel,
+            text=prepared.text,
+            blocks=prepared.blocks,
+            metadata={"event_type": METADATA_TYPE, "event_payload": {"outbox_id": row.id}},
+        )
+        return Sent(str(answer["channel"]), str(answer["ts"]))
+
+    def _respond(self, url: str, rendered: Rendered) -> None:
+        hook = WebhookClient(url, timeout=int(self.client.timeout))
+        try:
+            answer = hook.send_dict(
+                {
+                    "text": rendered.text,
+                    "blocks": rendered.blocks,
+                    "response_type": "ephemeral",
+                    "replace_original": False,
+                }
+            )
+        except ValueError:  # not a URL urllib can open: no retry will mend it
+            raise ResponseUrlError(0, "bad_url", None) from None
+        if answer.status_code != 200:
+            headers = {k.lower(): v for k, v in (answer.headers or {}).items()}
+            raise ResponseUrlError(answer.status_code, answer.body, _retry_after(headers))
+
+    def _channel_for(self, recipient: str) -> str:
+        """Channels as they are; a person through their DM with the bot (opened once)."""
+        if recipient == CARDS or recipient[:1] not in ("U", "W"):
+            return recipient
+        if recipient not in self._dm:
+            opened = self.client.conversations_open(users=recipient)
+            self._dm[recipient] = str(opened["channel"]["id"])
+        return self._dm[recipient]
+
+
+def has_live_url(row: OutboxRow, now: datetime) -> bool:
+    """A reply that goes to a response_url Slack still honours (which cannot be looked up)."""
+    return _live_url(row, now) is not None
+
+
+def _live_url(row: OutboxRow, now: datetime) -> str | None:
+    url = row.data.get("response_url") if row.kind == "reply" else None
+    if isinstance(url, str) and url and now - row.created_at < RESPONSE_URL_LIFE:
+        return url
+    return None
+
+
+def _maybe_arrived(exc: BaseException) -> bool:
+    """Did the request perhaps reach Slack? A timeout or a link that broke while waiting for
+    the answer says nothing of what Slack did; a refused connection says it never arrived."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, ConnectionRefusedError) or isinstance(reason, ConnectionRefusedError):
+        return False
+    if isinstance(exc, urllib.error.URLError) and not isinstance(reason, TimeoutError | OSError):
+        return False  # a name that did not resolve, a bad URL: nothing was sent
+    return isinstance(exc, OSError | http.client.HTTPException)
+
+
+def _retry_after(headers: Any) -> timedelta | None:
+    values = headers.get("retry-after") or headers.get("Retry-After") if headers else None
+    value = values[0] if isinstance(values, list) else values
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return timedelta(seconds=min(max(seconds, 0.0), 3600.0)) if seconds is not None else None
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, SlackApiError):
+        return f"slack answered {exc.response.status_code}: {exc.response.get('error', '?')}"
+    return f"{type(exc).__name__}: {exc}"
