@@ -1,5 +1,5 @@
 """The admin command line: `gpubot rules check`, `db upgrade`, `audit verify|export`, `leases`,
-`serve`, `demo` (the local Slack workspace) and `agent` (the node agent).
+`nodes`, `serve`, `demo` (the local Slack workspace) and `agent` (the node agent).
 
 Exit status: 0 done, 1 the audit chain is broken, 2 the command could not do its job (bad input,
 rule problems, an unreachable database). Expected failures print one line, never a traceback.
@@ -7,6 +7,8 @@ rule problems, an unreachable database). Expected failures print one line, never
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
 import sys
 from collections.abc import Iterable, Iterator
@@ -25,6 +27,7 @@ from rich.table import Table
 from slack_bolt.error import BoltError
 
 from bot.rulesdir import RulesDirError, read_rules_dir
+from bot.services import devices
 from bot.services.queries import list_leases
 from bot.services.views import LeaseView
 from bot.settings import Settings
@@ -361,6 +364,147 @@ def _time_left(view: LeaseView, now: datetime) -> str:
         return "-"
     left = view.expires_at - now
     return format_duration(left) if left > timedelta(0) else f"overdue {format_duration(-left)}"
+
+
+# ---- nodes ------------------------------------------------------------------------------
+
+
+class NodesFormat(StrEnum):
+    TABLE = "table"
+    CSV = "csv"
+    JSONL = "jsonl"
+
+
+_GPU_FIELDS: tuple[str, ...] = (
+    "node",
+    "gpu",
+    "pool",
+    "state",
+    "reporting",
+    "drained",
+    "model",
+    "uuid",
+    "memory_mib",
+    "memory_used_mib",
+    "temperature_c",
+    "power_w",
+    "lease",
+    "team",
+    "processes_of",
+    "since",
+)
+_INTERVAL_FIELDS: tuple[str, ...] = (
+    "node",
+    "gpu",
+    "pool",
+    "state",
+    "team",
+    "lease",
+    "start",
+    "end",
+    "by",
+    "detail",
+)
+
+
+@app.command("nodes")
+def nodes(
+    show_history: Annotated[
+        bool,
+        typer.Option(
+            "--history",
+            help="every device's lifecycle and lease intervals instead of the current state",
+        ),
+    ] = False,
+    node: Annotated[str | None, typer.Option("--node", help="only this node")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="with --history: intervals reaching past an ISO date/time or 30d"),
+    ] = None,
+    fmt: Annotated[
+        NodesFormat, typer.Option("--format", help="table (default), csv or jsonl")
+    ] = NodesFormat.TABLE,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Every node and GPU: where it stands, whether it reports, its profile; or its history."""
+    try:
+        start = None if since is None else parse_since(since, datetime.now(UTC))
+    except ValueError as exc:
+        _fail(str(exc))
+    url = _database_url(database_url)
+    with _migrated(url) as database, database.read() as session:
+        if show_history:
+            found = devices.intervals(session, start)
+            rows = [_interval_row(i) for i in found if node is None or i.node == node]
+            fields = _INTERVAL_FIELDS
+        else:
+            rows = [_gpu_row(n, g) for n in devices.profiles(session, node) for g in n.gpus]
+            fields = _GPU_FIELDS
+    if node is not None and not rows and not show_history:
+        _fail(f"there is no node {node!r} in the database")
+    _emit(rows, fields, fmt)
+
+
+def _gpu_row(node: devices.NodeProfile, gpu: devices.GpuProfile) -> dict[str, object]:
+    return {
+        "node": node.name,
+        "gpu": gpu.index,
+        "pool": gpu.pool,
+        "state": gpu.place,
+        "reporting": node.reporting,
+        "drained": node.drained,
+        "model": gpu.model,
+        "uuid": gpu.uuid,
+        "memory_mib": gpu.memory_mib,
+        "memory_used_mib": gpu.memory_used_mib,
+        "temperature_c": gpu.temperature_c,
+        "power_w": gpu.power_w,
+        "lease": gpu.lease,
+        "team": gpu.team,
+        "processes_of": " ".join(gpu.occupants),
+        "since": _iso(gpu.since),
+    }
+
+
+def _interval_row(interval: devices.Interval) -> dict[str, object]:
+    return {
+        "node": interval.node,
+        "gpu": "" if interval.gpu is None else interval.gpu,
+        "pool": interval.pool,
+        "state": interval.state,
+        "team": interval.team,
+        "lease": interval.lease,
+        "start": _iso(interval.start),
+        "end": _iso(interval.end),
+        "by": interval.by,
+        "detail": json.dumps(dict(interval.detail), sort_keys=True, default=str),
+    }
+
+
+def _iso(when: datetime | None) -> str:
+    return "" if when is None else when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _emit(rows: list[dict[str, object]], fields: tuple[str, ...], fmt: NodesFormat) -> None:
+    if fmt == NodesFormat.JSONL:
+        for row in rows:
+            sys.stdout.write(json.dumps(row, default=str) + "\n")
+        return
+    if fmt == NodesFormat.CSV:
+        writer = csv.DictWriter(sys.stdout, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return
+    if not rows:
+        typer.echo("Nothing recorded yet.")
+        return
+    table = Table(title=None, show_edge=False, pad_edge=False)
+    for name in fields:
+        table.add_column(name, no_wrap=True)
+    for row in rows:
+        table.add_row(*("" if row[f] is None else str(row[f]) for f in fields))
+    console = Console() if sys.stdout.isatty() else Console(width=240)
+    console.print(table)
 
 
 # ---- serve ------------------------------------------------------------------------------

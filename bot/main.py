@@ -70,15 +70,24 @@ class Bot:
     source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it
     ingest: Ingest | None = None
     closed: bool = False
+    # When this process began to expect samples; None when no telemetry is configured at all.
+    watching_since: datetime | None = None
 
     def poll(self) -> int:
-        """The `poll` job: read the local (or simulated) GPUs, keep per-minute history."""
-        if self.source is None:
-            return 0
-        now = self.services.ctx.now()
-        seen = self.telemetry.observe(self.source.poll(now))
-        self._store_history(now)
+        """The `poll` job: read the local (or simulated) GPUs, keep per-minute history, and
+        write down what the fleet shows (agents' pushes included)."""
+        seen = 0
+        if self.source is not None:
+            now = self.services.ctx.now()
+            seen = self.telemetry.observe(self.source.poll(now))
+            self._store_history(now)
+        self.observe_fleet()
         return seen
+
+    def observe_fleet(self) -> None:
+        report = self.services.observe_fleet(self.telemetry, self.watching_since)
+        if report.events and self.deliverer.want():
+            self.jobs.kick(OUTBOX)
 
     def _store_history(self, now: datetime) -> None:
         rows = self.telemetry.minute_rollups(now)
@@ -90,6 +99,7 @@ class Bot:
         """The `sweep` job: one reconcile pass, then deliver what it owes."""
         if self.source is None:
             self._store_history(self.services.ctx.now())  # agents' samples have history too
+        self.observe_fleet()
         report = self.services.sweep(self.telemetry)
         granted = self.services.serve_queue()  # reclaims and expiries free GPUs for the queue
         if (report.changed or granted) and self.deliverer.want():
@@ -231,6 +241,7 @@ def assemble(
         identity,
         source,
         ingest,
+        watching_since=services.ctx.now() if source is not None or ingest is not None else None,
     )
     jobs.every(INBOX, INBOX_EVERY, inbox_.run_due)
     jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)

@@ -52,7 +52,10 @@ def load_cases(
                     problems.append(doc.at(where, f"`{name}` is a {fact.type}, got {value!r}"))
                     continue
                 facts[name] = converted
-            missing = sorted(set(catalogue) - set(raw))
+            for name, fact in catalogue.items():
+                if name not in raw and fact.default is not None:
+                    facts[name] = fact.default
+            missing = sorted(n for n in set(catalogue) - set(raw) if catalogue[n].default is None)
             if missing:
                 problems.append(
                     doc.at(

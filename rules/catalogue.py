@@ -25,6 +25,13 @@ class FactSpec:
     name: str
     type: FactType
     meaning: str
+    # What a test case that does not name the fact assumes: facts added after rule files were
+    # written have one, so those files' cases keep loading. None: every case must give it.
+    default: bool | float | str | None = None
+
+
+# Facts newer than the first rule format, and the value a case that omits them assumes.
+_DEFAULTS: dict[str, bool | float | str] = {"lease.intruded": False}
 
 
 N, D, S, B = FactType.NUMBER, FactType.DURATION, FactType.STRING, FactType.BOOLEAN
@@ -83,6 +90,7 @@ _LEASE = [
     ("lease.snoozed", B, "the holder said Still using and the snooze still runs"),
     ("lease.unhealthy", B, "a GPU of the lease is unhealthy (lost, XID, ECC)"),
     ("lease.recalled", B, "the lease holds borrowed GPUs that their lending team needs back"),
+    ("lease.intruded", B, "a process of someone the lease does not cover runs on one of its GPUs"),
     ("lease.warned.preempt", B, "a preemption warning for the recall was delivered"),
     ("lease.since_warned.preempt", D, "time since the preemption warning was delivered"),
     ("telemetry.fresh", B, "every GPU of the subject has recent, successful samples"),
@@ -109,7 +117,9 @@ _GPU = [
 ]
 
 CATALOGUE: dict[Subject, dict[str, FactSpec]] = {
-    subject: {name: FactSpec(name, kind, meaning) for name, kind, meaning in specs}
+    subject: {
+        name: FactSpec(name, kind, meaning, _DEFAULTS.get(name)) for name, kind, meaning in specs
+    }
     for subject, specs in (
         (Subject.REQUEST, _REQUEST),
         (Subject.LEASE, _LEASE),
@@ -123,6 +133,13 @@ def markdown() -> str:
     lines: list[str] = []
     for subject, specs in CATALOGUE.items():
         lines += [f"### `on: {subject}`", "", "| fact | type | meaning |", "|---|---|---|"]
-        lines += [f"| `{s.name}` | {s.type} | {s.meaning} |" for s in specs.values()]
+        lines += [f"| `{s.name}` | {s.type} | {s.meaning}{_omitted(s)} |" for s in specs.values()]
         lines.append("")
     return "\n".join(lines)
+
+
+def _omitted(spec: FactSpec) -> str:
+    if spec.default is None:
+        return ""
+    value = str(spec.default).lower() if isinstance(spec.default, bool) else spec.default
+    return f" (a test case may leave it out: `{value}`)"

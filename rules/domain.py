@@ -126,6 +126,21 @@ class GpuState(StrEnum):
     DRAINED = "drained"
 
 
+class Observed(StrEnum):
+    """What telemetry last showed on a GPU, whatever the ledger says."""
+
+    EMPTY = "empty"  # fresh samples: no process, memory at most the floor
+    OCCUPIED = "occupied"  # a process, or memory beyond the floor
+    UNKNOWN = "unknown"  # no fresh sample yet (or the reading failed)
+    SILENT = "silent"  # expected to report and has not for `fleet.not_reporting_after`
+
+
+class Reporting(StrEnum):
+    REPORTING = "reporting"
+    SILENT = "silent"
+    UNKNOWN = "unknown"  # nothing expected yet: no telemetry, or still within the first polls
+
+
 def format_duration(value: timedelta) -> str:
     """Render a duration the way people type one: 90m, 6h, 2d, 1d 6h."""
     minutes = int(value.total_seconds() // 60)

@@ -23,6 +23,7 @@ from rules.errors import PolicyError, Problem
 from rules.policy import (
     PLACEHOLDER,
     Case,
+    FleetLimits,
     Limits,
     Policy,
     Pool,
@@ -36,7 +37,7 @@ from rules.policy import (
     parse_sweep_then,
     then_help,
 )
-from rules.schema import CaseFile, LimitsSpec, PolicyFile, RecallSpec, WarningsSpec
+from rules.schema import CaseFile, FleetSpec, LimitsSpec, PolicyFile, RecallSpec, WarningsSpec
 from rules.yamlsrc import Located, parse
 
 
@@ -191,6 +192,7 @@ class _Builder:
         limits_at = self.once("limits")
         warnings_at = self.once("warnings")
         recall_at = self.once("recall")
+        fleet_at = self.once("fleet")
         automation_at = self.once("automation")
         default_at = self.once("default")
         teams = self._teams()
@@ -230,6 +232,7 @@ class _Builder:
             cases=(),
             files=files,
             recall=Recall(**(recall_at[1] if recall_at else RecallSpec()).model_dump()),
+            fleet=FleetLimits(**(fleet_at[1] if fleet_at else FleetSpec()).model_dump()),
             _team_of=team_of,
         )
 

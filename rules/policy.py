@@ -65,6 +65,15 @@ class Recall:
 
 
 @dataclass(frozen=True)
+class FleetLimits:
+    """What the fleet's telemetry must show: a GPU is occupied by any process or by more memory
+    than the floor; a device silent for longer than `not_reporting_after` is out of service."""
+
+    memory_floor_mib: int = 256
+    not_reporting_after: timedelta = timedelta(seconds=90)  # three polls of 30 s
+
+
+@dataclass(frozen=True)
 class Pool:
     name: str
     model: str
@@ -141,6 +150,7 @@ class Policy:
     cases: tuple[Case, ...]
     files: tuple[str, ...]
     recall: Recall = field(default_factory=Recall)
+    fleet: FleetLimits = field(default_factory=FleetLimits)
     _team_of: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def rules_for(self, subject: Subject) -> tuple[Rule, ...]:

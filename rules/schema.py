@@ -143,6 +143,11 @@ class RecallSpec(_Strict):
     cooldown: Duration = timedelta(days=1)
 
 
+class FleetSpec(_Strict):
+    memory_floor_mib: Count = 256
+    not_reporting_after: Duration = timedelta(seconds=90)
+
+
 class DefaultSpec(_Strict):
     then: Literal["approve", "queue", "ask", "ask managers", "ask admins", "deny"] = "ask"
     because: str = "no rule matched, so a manager decides"
@@ -175,6 +180,7 @@ class PolicyFile(_Strict):
     limits: LimitsSpec | None = None
     warnings: WarningsSpec | None = None
     recall: RecallSpec | None = None
+    fleet: FleetSpec | None = None
     automation: Literal["active", "paused"] | None = None
     default: DefaultSpec | None = None
     rules: list[RuleSpec] | None = None

@@ -59,6 +59,12 @@ class NodeRow(SQLModel, table=True):
     name: str = Field(unique=True, max_length=128)
     pool: str = Field(foreign_key="pool.name", max_length=64, index=True)
     drained: bool = False
+    # reporting | silent | unknown (rules.domain.Reporting): silent means configured, expected
+    # to report, and no sample for longer than the rules' `fleet.not_reporting_after`.
+    reporting: str = Field(default="unknown", max_length=16)
+    reporting_since: datetime | None = _ts(nullable=True)
+    driver: str = Field(default="", max_length=32)
+    cuda: str = Field(default="", max_length=16)
 
 
 class GpuRow(SQLModel, table=True):
@@ -74,6 +80,33 @@ class GpuRow(SQLModel, table=True):
     pool: str = Field(foreign_key="pool.name", max_length=64, index=True)
     # ok | unhealthy | unknown | drained (rules.domain.GpuState)
     state: str = Field(default="ok", max_length=16)
+    # What telemetry last showed (rules.domain.Observed): empty | occupied | unknown | silent.
+    # Placement offers empty GPUs first, unknown ones last, and never occupied or silent ones.
+    observed: str = Field(default="unknown", max_length=16)
+    observed_since: datetime | None = _ts(nullable=True)
+    # The processes seen on it: [{pid, user, memory_mib}] (user "" when it cannot be named).
+    occupants: list[dict[str, Any]] = Field(
+        default_factory=list, sa_column=sa.Column(sa.JSON(), nullable=False, default=list)
+    )
+    memory_used_mib: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    profiled_at: datetime | None = _ts(nullable=True)
+
+
+class DeviceEventRow(SQLModel, table=True):
+    """One event in a node's or GPU's life (`gpu` None: the node): joined, left, not reporting,
+    back, drained, undrained, fault, recovered, swapped (a new UUID), unknown node."""
+
+    __tablename__ = "device_event"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = _ts(index=True)
+    node: str = Field(max_length=128, index=True)
+    gpu: int | None = None
+    kind: str = Field(max_length=32)
+    actor: str = Field(max_length=64)
+    detail: dict[str, Any] = _json()
 
 
 class RequestRow(SQLModel, table=True):

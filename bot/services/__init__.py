@@ -13,6 +13,7 @@ from bot.services import (
     admin,
     agents,
     borrowing,
+    devices,
     enforcement,
     explain,
     leases,
@@ -20,12 +21,19 @@ from bot.services import (
     queueing,
     recall,
     sweep,
-    sweep_gpus,
 )
 from bot.services.borrowing import BorrowAsk
 from bot.services.context import Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
-from bot.services.queries import lease_view, list_leases, list_requests, request_view
+from bot.services.queries import (
+    GpuLine,
+    Place,
+    gpu_lines,
+    lease_view,
+    list_leases,
+    list_requests,
+    request_view,
+)
 from bot.services.sweep import SweepReport
 from bot.services.sweep_facts import Readings
 from bot.services.views import (
@@ -174,8 +182,28 @@ class Services:
         """One pass of the reconcile loop (the scheduler's `sweep` job, or a test, calls it)."""
         return sweep.sweep(self.ctx, readings)
 
+    def observe_fleet(self, fleet: devices.Fleet, since: datetime | None) -> devices.DeviceReport:
+        """Write down what telemetry shows (after each poll, before each sweep); `since`: when
+        samples began to be expected, None when no telemetry is configured."""
+        return devices.observe(self.ctx, fleet, since=since)
+
+    def fleet_lines(self) -> list[GpuLine]:
+        """Every GPU and where it stands (free, leased, occupied, not reporting, out)."""
+        with self.db.read() as session:
+            return gpu_lines(session)
+
     def unreserved(self) -> list[str]:
-        return sweep_gpus.unreserved(self.ctx)
+        """GPUs in use without a lease: "a100-node-02:6 by dave"."""
+        return [
+            f"{g.node}:{g.index} by {', '.join(u for u in g.occupants if u) or 'an unnamed user'}"
+            for g in self.fleet_lines()
+            if g.place == Place.OCCUPIED
+        ]
+
+    def intrusions(self) -> list[str]:
+        """Leased GPUs where someone else's process runs: "L8 a100-node-02:6 by dave"."""
+        with self.db.read() as session:
+            return devices.intrusions(session)
 
     def why(self, user: str, ref: str) -> Explanation | Refused:
         return explain.why(self.ctx, user, ref)
@@ -248,11 +276,28 @@ class Services:
     def resume(self, user: str) -> str | Refused:
         return admin.set_paused(self.ctx, user, paused=False)
 
-    def drain(self, user: str, node: str) -> str | Refused:
-        return admin.set_drained(self.ctx, user, node, drained=True)
+    def drain(self, user: str, node: str, reason: str = "") -> str | Refused:
+        return admin.set_drained(self.ctx, user, node, drained=True, reason=reason)
 
-    def undrain(self, user: str, node: str) -> str | Refused:
-        return admin.set_drained(self.ctx, user, node, drained=False)
+    def undrain(self, user: str, node: str, reason: str = "") -> str | Refused:
+        return admin.set_drained(self.ctx, user, node, drained=False, reason=reason)
+
+    def nodes(self, user: str, name: str | None = None) -> list[devices.NodeProfile] | Refused:
+        """Every node (or one) with its GPUs, for admins."""
+        if not self.policy.is_admin(user):
+            return Refused("`/gpu nodes` is for gpubot admins.", "not-admin")
+        with self.db.read() as session:
+            found = devices.profiles(session, name)
+        if name is not None and not found:
+            names = ", ".join(sorted(n for p in self.policy.pools.values() for n in p.nodes))
+            return Refused(f"There is no node `{name}`. Nodes: {names}.", "no-node")
+        return found
+
+    def node_history(
+        self, name: str | None = None, limit: int | None = None
+    ) -> list[devices.DeviceEvent]:
+        with self.db.read() as session:
+            return devices.history(session, name, limit=limit)
 
     def sync_inventory(self, actor: str = borrowing.SYSTEM) -> list[str]:
         with self.db.write() as session:

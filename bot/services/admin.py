@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlmodel import Session, select
 
+from bot.services import devices
 from bot.services.context import Context, record
 from bot.services.views import Refused
 from storage.tables import GpuRow, NodeRow, SettingRow
@@ -38,8 +39,11 @@ def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
     )
 
 
-def set_drained(ctx: Context, user: str, node_name: str, drained: bool) -> str | Refused:
-    """A drained node's GPUs leave the pool for new leases; running leases keep them."""
+def set_drained(
+    ctx: Context, user: str, node_name: str, drained: bool, reason: str = ""
+) -> str | Refused:
+    """A drained node's GPUs leave the pool for new leases; running leases keep them. Who and
+    why go to the audit log and the node's history."""
     if not ctx.policy.is_admin(user):
         return Refused("Only admins may drain or undrain nodes.", "not-admin")
     now = ctx.now()
@@ -58,8 +62,13 @@ def set_drained(ctx: Context, user: str, node_name: str, drained: bool) -> str |
         if not drained:  # an undrain also returns GPUs taken out by hand or as unhealthy
             for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
                 if gpu.state in ("drained", "unhealthy"):
+                    if gpu.state == "unhealthy":
+                        devices.event(session, now, node_name, gpu.index, "recovered", actor=user)
                     gpu.state = "ok"
                     session.add(gpu)
         tag = "node:drained" if drained else "node:undrained"
-        record(session, at=now, actor=user, tag=tag, subject=f"node:{node_name}")
+        detail = {"reason": reason} if reason else {}
+        record(session, at=now, actor=user, tag=tag, subject=f"node:{node_name}", detail=detail)
+        kind = "drained" if drained else "undrained"
+        devices.event(session, now, node_name, None, kind, actor=user, **detail)
     return f"`{node_name}` is {'drained' if drained else 'back in service'}."

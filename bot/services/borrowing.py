@@ -14,6 +14,8 @@ from sqlmodel import Session, col, select
 from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.queries import (
+    FreeGpus,
+    claimable,
     free_gpus,
     gpu_ids,
     lease_view,
@@ -195,7 +197,7 @@ def _grant(
     *,
     actor: str,
     decision: Decision | None,
-    free: dict[str, list[int]] | None = None,
+    free: FreeGpus | None = None,
     prefer: tuple[tuple[str, int], ...] = (),
 ) -> LeaseView | None:
     """Place the request's GPUs best-fit and create the active lease; None if they don't fit.
@@ -203,11 +205,15 @@ def _grant(
     Preferred GPUs are taken as they are when all of them are free and they are as many as
     asked for."""
     free = free if free is not None else free_gpus(session, request.pool)
-    wanted = [(node, index) for node, index in prefer if index in free.get(node, [])]
-    slots = wanted if prefer and len(wanted) == len(prefer) == request.gpus else None
-    slots = slots or place(free, request.gpus)
+    slots: list[tuple[str, int]] | None = None
+    own = len(prefer) == request.gpus and claimable(session, ctx.policy, request.requester, prefer)
+    if prefer and own:
+        slots = list(prefer)
+    if slots is None:
+        slots = place(free, request.gpus, free.unknown)
     if slots is None:
         return None
+    unsure = sorted(set(slots) & free.unknown)
     pool = ctx.policy.pools[request.pool]
     lease = LeaseRow(
         holder=request.requester,
@@ -228,7 +234,7 @@ def _grant(
         session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=True))
     session.flush()  # the partial unique index refuses a GPU already in an active lease here
     request.lease_id = lease.id
-    notices.granted(session, lease, at=now)
+    notices.granted(session, lease, at=now, unknown=[f"{n}:{i}" for n, i in unsure])
     view = lease_view(session, lease)
     record(
         session,

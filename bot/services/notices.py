@@ -10,12 +10,13 @@ Kinds (the Slack adapter renders each from the database when it delivers):
     lease_reclaimed  the lease was reclaimed, and why
     recall_withdrawn the lease warned of preemption stays: its recall is no longer needed
     unreserved_use   a process runs on a GPU no lease covers: offer a borrow
-    admin_notice     a line for each admin (faults, would-haves, unreserved use)
+    admin_notice     a line for each admin (faults, would-haves, unreserved use, devices)
+    notice           a line for one person (someone else runs on their leased GPU, ...)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlmodel import Session
@@ -52,8 +53,13 @@ def settled(
         owe(session, Owed("request_decided", subject, request.requester, data), at=at)
 
 
-def granted(session: Session, lease: LeaseRow, *, at: datetime) -> None:
-    data = {"lease": lease.id}
+def granted(
+    session: Session, lease: LeaseRow, *, at: datetime, unknown: Sequence[str] = ()
+) -> None:
+    """The grant DM; `unknown`: its GPUs ("node:index") that had no fresh telemetry."""
+    data: dict[str, object] = {"lease": lease.id}
+    if unknown:
+        data["unknown"] = list(unknown)
     owe(session, Owed("lease_granted", f"lease:{lease.id}", lease.holder, data), at=at)
 
 
@@ -65,6 +71,11 @@ def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) 
 def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:
     data = {"lease": lease.id}
     owe(session, Owed("recall_withdrawn", f"lease:{lease.id}", lease.holder, data), at=at)
+
+
+def tell(session: Session, user: str, subject: str, text: str, *, at: datetime) -> None:
+    """A one-off notice to one person (rendered like an admin notice)."""
+    owe(session, Owed("notice", subject, user, {"text": text}), at=at)
 
 
 def tell_admins(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from bot.services.context import Context
 from bot.services.queries import (
+    Place,
     free_gpus,
+    gpu_lines,
     list_leases,
     list_requests,
     ordered_queue,
@@ -17,32 +19,28 @@ from bot.services.queries import (
     request_view,
 )
 from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestView
-from rules.domain import GpuState, RequestState
-from storage.tables import GpuRow, LeaseGpuRow, NodeRow, RequestRow
+from rules.domain import RequestState
+from storage.tables import RequestRow
 
 
 def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
-    """Every pool of the rules: free, leased and out-of-service GPUs by model."""
-    leased_ids = set(
-        session.exec(select(LeaseGpuRow.gpu_id).where(col(LeaseGpuRow.active).is_(True))).all()
-    )
-    counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
-    rows = session.exec(
-        select(GpuRow, NodeRow.drained).join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
-    ).all()
-    for gpu, drained in rows:
-        slot = counts[gpu.pool][gpu.model or "GPU"]
-        if gpu.id in leased_ids:
-            slot[1] += 1
-        elif drained or gpu.state != GpuState.OK:
-            slot[2] += 1
-        else:
-            slot[0] += 1
+    """Every pool of the rules: free, leased, occupied without a lease, not reporting and
+    out-of-service GPUs by model (queries.gpu_lines: the definition placement uses)."""
+    counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for line in gpu_lines(session):
+        counts[line.pool][line.model or "GPU"][line.place] += 1
     out = []
     for name, pool in ctx.policy.pools.items():
         models = tuple(
-            ModelCount(model, free, leased, down)
-            for model, (free, leased, down) in sorted(counts[name].items())
+            ModelCount(
+                model,
+                free=c[Place.FREE],
+                leased=c[Place.LEASED],
+                unhealthy=c[Place.OUT] + c[Place.SILENT],
+                occupied=c[Place.OCCUPIED],
+                silent=c[Place.SILENT],
+            )
+            for model, c in sorted(counts[name].items())
         )
         queued = pool_usage(session, name).queued
         stranded = _stranded(session, name) if queued else 0

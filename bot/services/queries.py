@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services.views import GpuSlot, LeaseView, RequestView
-from rules.domain import GpuState, LeaseState, RequestKind, RequestState
+from rules.domain import GpuState, LeaseState, Observed, RequestKind, RequestState
 from rules.facts import PoolUsage
 from rules.policy import Policy
 from rules.recall import Queued, queue_order
@@ -121,23 +123,116 @@ def held_by_team(session: Session, pool: str) -> dict[str, int]:
     return {str(team): int(n) for team, n in rows}
 
 
-def free_gpus(session: Session, pool: str) -> dict[str, list[int]]:
-    """{node: free GPU indices}: healthy, on an undrained node, in no active lease."""
-    busy = select(LeaseGpuRow.gpu_id).where(col(LeaseGpuRow.active).is_(True))
-    rows = session.exec(
-        select(NodeRow.name, GpuRow.index)
-        .join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
-        .where(
-            GpuRow.pool == pool,
-            GpuRow.state == GpuState.OK,
-            col(NodeRow.drained).is_(False),
-            col(GpuRow.id).not_in(busy),
+class Place(StrEnum):
+    """Where a GPU stands for placement: one name, used by placement, status, Home, the fleet
+    panel and the rules' `pool.free`."""
+
+    FREE = "free"  # healthy, undrained, in no active lease, telemetry shows it empty (or unknown)
+    LEASED = "leased"
+    OCCUPIED = "occupied"  # a process or memory in use, and no lease covers it
+    SILENT = "silent"  # not reporting
+    OUT = "out"  # unhealthy or drained
+
+
+@dataclass(frozen=True)
+class GpuLine:
+    node: str
+    index: int
+    pool: str
+    model: str
+    place: Place
+    observed: str
+    lease_id: int | None
+    occupants: tuple[str, ...]  # the Unix users seen on it ("" when unnamed)
+
+
+def gpu_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
+    """Every GPU (of one pool) with where it stands, from one read of the inventory, the
+    leases and what telemetry last showed (bot.services.devices)."""
+    held = sa.and_(col(LeaseGpuRow.gpu_id) == col(GpuRow.id), col(LeaseGpuRow.active).is_(True))
+    stmt = (
+        sa.select(
+            col(NodeRow.name),
+            col(GpuRow.index),
+            col(GpuRow.pool),
+            col(GpuRow.model),
+            col(GpuRow.state),
+            col(NodeRow.drained),
+            col(GpuRow.observed),
+            col(GpuRow.occupants),
+            col(LeaseGpuRow.lease_id),
         )
-    ).all()
-    out: dict[str, list[int]] = defaultdict(list)
-    for node, index in rows:
-        out[node].append(index)
-    return dict(out)
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .outerjoin(LeaseGpuRow, held)  # at most one: ix_lease_gpu_active
+        .order_by(col(NodeRow.name), col(GpuRow.index))
+    )
+    if pool is not None:
+        stmt = stmt.where(col(GpuRow.pool) == pool)
+    out = []
+    for (
+        node,
+        index,
+        gpu_pool,
+        model,
+        state,
+        drained,
+        observed,
+        occupants,
+        lease_id,
+    ) in session.connection().execute(stmt):
+        if lease_id is not None:
+            place = Place.LEASED
+        elif drained or state != GpuState.OK:
+            place = Place.OUT
+        elif observed == Observed.SILENT:
+            place = Place.SILENT
+        elif observed == Observed.OCCUPIED:
+            place = Place.OCCUPIED
+        else:
+            place = Place.FREE
+        users = tuple(sorted({str(p.get("user") or "") for p in occupants or []}))
+        out.append(GpuLine(node, index, gpu_pool, model, place, observed, lease_id, users))
+    return out
+
+
+class FreeGpus(dict[str, list[int]]):
+    """{node: free GPU indices}; `unknown` names those free GPUs without fresh telemetry,
+    which placement offers last."""
+
+    unknown: frozenset[tuple[str, int]] = frozenset()
+
+
+def free_gpus(session: Session, pool: str) -> FreeGpus:
+    """The pool's free GPUs: healthy, on an undrained node, in no active lease, and telemetry
+    shows no process and no memory in use beyond the floor (or has no fresh sample yet)."""
+    out = FreeGpus()
+    unknown = set()
+    for line in gpu_lines(session, pool):
+        if line.place == Place.FREE:
+            out.setdefault(line.node, []).append(line.index)
+            if line.observed != Observed.EMPTY:
+                unknown.add((line.node, line.index))
+    out.unknown = frozenset(unknown)
+    return out
+
+
+def claimable(
+    session: Session, policy: Policy, user: str, slots: Sequence[tuple[str, int]]
+) -> bool:
+    """May `user` take exactly these GPUs although they are not free: each is free, or
+    occupied only by processes of the user's own Unix accounts (the one-click borrow of one's
+    own unreserved process)?"""
+    if not slots:
+        return False
+    lines = {(g.node, g.index): g for g in gpu_lines(session)}
+    for slot in slots:
+        line = lines.get(slot)
+        if line is None:
+            return False
+        own = line.occupants and all(policy.accounts.get(u) == user for u in line.occupants)
+        if not (line.place == Place.FREE or (line.place == Place.OCCUPIED and own)):
+            return False
+    return True
 
 
 def gpu_ids(session: Session, slots: list[tuple[str, int]]) -> list[int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from bot.services.devices import covers
 from rules.facts import minutes
 from rules.policy import Policy
 
@@ -125,6 +126,12 @@ def lease_facts(
         "lease.snoozed": lease.snoozed_until is not None and lease.snoozed_until > now,
         "lease.unhealthy": any(r is not None and not r.healthy for r in readings),
         "lease.recalled": "recall" in lease.warnings,
+        "lease.intruded": any(
+            not covers(policy, lease.holder, getattr(p, "user", None))
+            for r in readings
+            if r is not None and r.fresh
+            for p in r.processes
+        ),
         "lease.warned.preempt": preempt_at is not None,
         "lease.since_warned.preempt": minutes(now - preempt_at) if preempt_at else 0.0,
         "telemetry.fresh": fresh,

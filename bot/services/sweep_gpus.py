@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, select
 
-from bot.services import notices
+from bot.services import devices, notices
 from bot.services.context import Context, record
 from bot.services.sweep_facts import GpuSnapshot
 from rules.domain import Reason
@@ -47,6 +47,16 @@ def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) ->
             return
         row.state = "unhealthy"
         session.add(row)
+        devices.event(
+            session,
+            run.now,
+            gpu.node,
+            gpu.index,
+            "fault",
+            actor=SWEEPER,
+            health=str(decision.facts.get("gpu.health", "")),
+            because=match.because,
+        )
         subject = f"gpu:{gpu.node}:{gpu.index}"
         record(
             session,
@@ -130,11 +140,3 @@ def told(session: Session) -> dict[str, frozenset[str]]:
         col(SettingRow.key).startswith("unreserved:")
     )
     return {key: frozenset(value.split(",")) for key, value in session.exec(stmt).all()}
-
-
-def unreserved(ctx: Context) -> list[str]:
-    """What the sweeps found running on GPUs no lease covers (for /gpu status)."""
-    with ctx.db.read() as session:
-        stmt = select(SettingRow).where(col(SettingRow.key).startswith("unreserved:"))
-        rows = session.exec(stmt).all()
-    return [f"{r.key.removeprefix('unreserved:')} by {r.value}" for r in rows]

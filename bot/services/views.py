@@ -136,7 +136,9 @@ class ModelCount:
     model: str
     free: int
     leased: int
-    unhealthy: int  # unhealthy, unknown or drained: out of service
+    unhealthy: int  # unhealthy, drained or not reporting: out of service
+    occupied: int = 0  # in use without a lease: a process or memory, and no lease covers it
+    silent: int = 0  # of the out of service, those not reporting
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,14 @@ class PoolStatus:
     @property
     def unhealthy(self) -> int:
         return sum(m.unhealthy for m in self.models)
+
+    @property
+    def occupied(self) -> int:
+        return sum(m.occupied for m in self.models)
+
+    @property
+    def silent(self) -> int:
+        return sum(m.silent for m in self.models)
 
 
 @dataclass(frozen=True)

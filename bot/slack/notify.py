@@ -66,7 +66,7 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
         if lease is None:
             return None
         if row.kind == "lease_granted":
-            return grant_message(lease)
+            return grant_message(lease, [str(u) for u in data.get("unknown", [])])
         if row.kind == "lease_warning":
             if lease.state != "active" or not services.warning_stands(lease.id, row):
                 return None  # superseded, or released or extended before it could go out
@@ -93,7 +93,7 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
         return unreserved_message(
             str(data["node"]), int(data["index"]), str(data["pool"]), str(data["user"])
         )
-    if row.kind == "admin_notice":
+    if row.kind in ("admin_notice", "notice"):
         return admin_notice(str(data["text"]))
     return None
 

@@ -103,12 +103,19 @@ class Audit:
 class Admin:
     action: str  # one of ADMIN_ACTIONS
     node: str | None = None  # for drain and undrain
+    reason: str = ""  # why a node is drained (maintenance, a fault, ...)
+
+
+@dataclass(frozen=True)
+class Nodes:
+    node: str | None = None  # None: every node
 
 
 Command: TypeAlias = (
     (Help | OpenBorrowModal | Borrow | Extend | Release | Mine | Status | Queue | Quota | Why)
     | Audit
     | Admin
+    | Nodes
 )
 
 
@@ -236,6 +243,15 @@ def _quota(args: str, env: _Env) -> Command | ParseProblem:
     )
 
 
+def _nodes(args: str, env: _Env) -> Command | ParseProblem:
+    words = args.split()
+    if len(words) <= 1:
+        return Nodes(words[0] if words else None)
+    return ParseProblem(
+        [], f"Name one node, or none for all; I did not understand {quote(args)}.", "/gpu nodes"
+    )
+
+
 def _ref(kind: type[Why] | type[Audit]) -> Callable[[str, _Env], Command | ParseProblem]:
     name = kind.__name__.lower()
 
@@ -257,8 +273,16 @@ def _admin(args: str, env: _Env) -> Command | ParseProblem:
         return Admin(action)
     if action in ("drain", "undrain") and len(words) == 2:
         return Admin(action, words[1])
+    if action in ("drain", "undrain") and len(words) > 2 and words[2].lower() == "because":
+        reason = clip(" ".join(words[3:]), 500)
+        if reason:
+            return Admin(action, words[1], reason)
     if action in ("drain", "undrain"):
-        return ParseProblem([], f"Name one node to {action}.", f"/gpu admin {action} a100-node-02")
+        return ParseProblem(
+            [],
+            f"Name one node to {action}, optionally followed by `because` and why.",
+            f"/gpu admin {action} a100-node-02 because fan replacement",
+        )
     close = difflib.get_close_matches(action, ADMIN_ACTIONS, n=1, cutoff=0.5)
     hint = f" Did you mean `{close[0]}`?" if close else ""
     problem = f"I did not understand {quote(args) if args else 'an empty admin command'}.{hint} "
@@ -300,5 +324,6 @@ _HANDLERS: dict[str, Callable[[str, _Env], Command | ParseProblem]] = {
     "why": _ref(Why),
     "audit": _ref(Audit),
     "admin": _admin,
+    "nodes": _nodes,
     "help": _help,
 }

@@ -89,13 +89,22 @@ COMMANDS: dict[str, CommandHelp] = {
         "revision.",
         ("/gpu audit L7", "/gpu audit A31"),
     ),
+    "nodes": CommandHelp(
+        "/gpu nodes [node]",
+        "Admins only: every node and GPU, whether it reports, and its history.",
+        "Each GPU shows where it stands (free, leased, in use without a lease, not reporting, "
+        "out of service), its model, memory, UUID, temperature and power. Name a node to see "
+        "its GPUs one by one and its latest lifecycle events (joined, not reporting, back, "
+        "drained, fault, swapped). `gpubot nodes --history` exports them all.",
+        ("/gpu nodes", "/gpu nodes a100-node-02"),
+    ),
     "admin": CommandHelp(
-        "/gpu admin pause | resume | reload | drain <node> | undrain <node>",
+        "/gpu admin pause | resume | reload | drain <node> [because …] | undrain <node>",
         "Admins only: the automation kill switch, rule reloads and node drains.",
         "`pause` turns every automatic warning and reclaim into a recorded would-have; manual "
         "commands keep working. `reload` reads the rule files again and keeps the old rules "
         "if the new ones fail. `drain` stops new grants on a node.",
-        ("/gpu admin pause", "/gpu admin drain a100-node-02"),
+        ("/gpu admin pause", "/gpu admin drain a100-node-02 because fan replacement"),
     ),
     "help": CommandHelp(
         "/gpu help [command]",

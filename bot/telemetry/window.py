@@ -38,6 +38,7 @@ class GpuReading:
     processes: tuple[ProcessInfo, ...]
     idle_for: timedelta
     last_seen: datetime | None
+    memory_total_mib: int | None = None
 
 
 @dataclass(slots=True)
@@ -143,6 +144,11 @@ class Telemetry:
         with self._lock:
             return {key: self._reading(gpu, _aware(now)) for key, gpu in self._gpus.items()}
 
+    def latest(self) -> dict[tuple[str, int], Sample]:
+        """The newest sample of every GPU that has one, by (node, index)."""
+        with self._lock:
+            return {key: gpu.last for key, gpu in self._gpus.items() if gpu.last is not None}
+
     def minute_rollups(self, now: datetime) -> list[GpuMinuteRow]:
         """Rows for the minutes that are over (allowing one interval for late pushes) and not
         rolled up before; each minute is handed out once."""
@@ -212,6 +218,7 @@ class Telemetry:
             processes=last.processes if ok else (),
             idle_for=idle_for,
             last_seen=last.taken_at,
+            memory_total_mib=last.memory_total_mib or None,
         )
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
+from bot.services.queries import GpuLine, Place
 from bot.telemetry.window import GpuReading
 from rules.domain import GpuState
 from storage.tables import GpuRow, NodeRow
@@ -19,10 +20,13 @@ IDLE_BELOW_PCT = 5.0  # the telemetry's own idle threshold
 
 
 def fleet_panel(bot: Bot) -> dict[str, Any]:
-    """Pools -> nodes -> GPUs as plain JSON; GPUs the telemetry sees outside every pool last."""
+    """Pools -> nodes -> GPUs as plain JSON; GPUs the telemetry sees outside every pool last.
+    Where each GPU stands (free, leased, in use without a lease, not reporting, out of service)
+    is the placement's own answer (queries.gpu_lines); telemetry adds utilisation and memory."""
     now = bot.services.ctx.now()
     readings = bot.telemetry.readings(now)
     held = {(s.node, s.index): lease for lease in bot.services.leases() for s in lease.gpus}
+    lines = {(g.node, g.index): g for g in bot.services.fleet_lines()}
     with bot.db.read() as session:
         rows = session.exec(
             select(GpuRow, NodeRow)
@@ -32,19 +36,30 @@ def fleet_panel(bot: Bot) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
     for gpu, node in rows:
         entry = nodes.setdefault(
-            node.name, {"name": node.name, "pool": node.pool, "drained": node.drained, "gpus": []}
+            node.name,
+            {
+                "name": node.name,
+                "pool": node.pool,
+                "drained": node.drained,
+                "reporting": node.reporting,
+                "gpus": [],
+            },
         )
         key = (node.name, gpu.index)
-        reading, lease = readings.get(key), held.get(key)
-        status = _status(gpu.state, node.drained, reading, lease)
-        entry["gpus"].append(_gpu(gpu.index, gpu.memory_mib, status, reading, lease))
+        reading, lease, line = readings.get(key), held.get(key), lines.get(key)
+        status = _status(gpu.state, node.drained, line, reading, lease)
+        total = gpu.memory_mib or (reading.memory_total_mib or 0 if reading else 0)
+        entry["gpus"].append(_gpu(gpu.index, total, status, reading, lease))
     pools = []
     for name, pool in bot.services.policy.pools.items():
         members = [nodes[n] for n in sorted(pool.nodes) if n in nodes]
         counts = {"free": 0, "leased": 0, "out": 0}
-        for gpu in (g for n in members for g in n["gpus"]):
-            bucket = {"free": "free", "unreserved": "free"}.get(gpu["status"], "out")
-            counts["leased" if gpu["lease"] else bucket] += 1
+        for n in members:
+            for g in n["gpus"]:
+                line = lines.get((n["name"], g["index"]))
+                place = line.place if line is not None else Place.OUT
+                bucket = {Place.FREE: "free", Place.LEASED: "leased"}.get(place, "out")
+                counts[bucket] += 1
         pools.append(
             {"name": name, "model": pool.model, "protected": pool.protected, "nodes": members}
             | counts
@@ -54,23 +69,34 @@ def fleet_panel(bot: Bot) -> dict[str, Any]:
     for (node_name, index), reading in sorted(readings.items()):
         if (node_name, index) not in known:
             entry = strays.setdefault(node_name, {"name": node_name, "drained": False, "gpus": []})
-            status = _status(GpuState.OK, False, reading, None)
-            entry["gpus"].append(_gpu(index, 0, status, reading, None))
+            status = "unreserved" if reading.processes else "unknown"
+            entry["gpus"].append(_gpu(index, reading.memory_total_mib or 0, status, reading, None))
     return {"pools": pools, "outside": list(strays.values()), "paused": bot.services.paused()}
 
 
-def _status(state: str, drained: bool, reading: GpuReading | None, lease: LeaseView | None) -> str:
-    """drained, unhealthy, unknown, busy, idle (leased, computing nothing), unreserved, free."""
+def _status(
+    state: str,
+    drained: bool,
+    line: GpuLine | None,
+    reading: GpuReading | None,
+    lease: LeaseView | None,
+) -> str:
+    """drained, unhealthy, silent (not reporting), unknown, busy, idle (leased, computing
+    nothing), unreserved (in use without a lease), free."""
     if drained or state == GpuState.DRAINED:
         return "drained"
     if state == GpuState.UNHEALTHY or (reading is not None and not reading.healthy):
         return "unhealthy"
-    if reading is None or reading.unknown:
-        return "unknown"
-    computing = reading.util_pct is not None and reading.util_pct >= IDLE_BELOW_PCT
-    if lease is not None:
+    if line is not None and line.place == Place.SILENT:
+        return "silent"
+    if lease is not None and reading is not None and not reading.unknown:
+        computing = reading.util_pct is not None and reading.util_pct >= IDLE_BELOW_PCT
         return "busy" if computing else "idle"
-    return "unreserved" if reading.processes else "free"
+    if line is not None and line.place == Place.OCCUPIED:
+        return "unreserved"
+    if reading is None or reading.unknown or (line is not None and line.observed != "empty"):
+        return "unknown"
+    return "free"
 
 
 def _gpu(

@@ -4,6 +4,8 @@ surfaces reuse, and the replies to `extend` and `release`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from bot.services.views import ExtendResult, LeaseView, ReleaseResult, RequestView
 from bot.slack.blocks.kit import (
     EXTEND_ACTION,
@@ -81,8 +83,9 @@ def lease_rows(lease: LeaseView) -> list[Block]:
     return [section(lease_summary(lease)), lease_buttons(lease)]
 
 
-def grant_message(lease: LeaseView) -> Message:
-    """The DM to the holder when GPUs are granted: where to run, until when, and two buttons."""
+def grant_message(lease: LeaseView, unknown: Sequence[str] = ()) -> Message:
+    """The DM to the holder when GPUs are granted: where to run, until when, and two buttons;
+    `unknown`: its GPUs ("node:index") that had no fresh telemetry when they were chosen."""
     hosts = ", ".join(lease.by_node) or "no host yet"
     length = format_duration(lease.expires_at - lease.granted_at)
     text = (
@@ -102,6 +105,15 @@ def grant_message(lease: LeaseView) -> Message:
         ),
         lease_buttons(lease),
     ]
+    if unknown:
+        slots = ", ".join(f"{n} GPU {i}" for n, _, i in (u.rpartition(":") for u in unknown))
+        blocks.insert(
+            3,
+            context(
+                f":warning: No fresh telemetry from {escape(slots)} yet, so nobody can vouch "
+                "that they are empty: check `nvidia-smi` there before you start."
+            ),
+        )
     return message(escape(text), blocks)
 
 

@@ -93,12 +93,19 @@ def mine_message(leases: Sequence[LeaseView], requests: Sequence[RequestView]) -
 
 def pool_text(pool: PoolStatus) -> str:
     head = f"*{escape(pool.name)}*{' · protected' if pool.protected else ''} · {pool.size} GPUs: "
-    head += f"*{pool.free} free* · {pool.leased} leased · {pool.unhealthy} out of service"
+    head += f"*{pool.free} free* · {pool.leased} leased"
+    if pool.occupied:
+        head += f" · {pool.occupied} in use without a lease"
+    head += f" · {pool.unhealthy} out of service"
+    if pool.silent:
+        head += f" ({pool.silent} not reporting)"
     head += f" · {pool.queued} queued"
     if pool.stranded:
         head += f" · {pool.stranded} free but stranded (no waiting request fits on their node)"
     models = [
-        f"• {escape(m.model)}: {m.free} free, {m.leased} leased, {m.unhealthy} out of service"
+        f"• {escape(m.model)}: {m.free} free, {m.leased} leased, "
+        + (f"{m.occupied} in use without a lease, " if m.occupied else "")
+        + f"{m.unhealthy} out of service"
         for m in pool.models[:20]
     ]
     return "\n".join([head, *models])

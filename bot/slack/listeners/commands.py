@@ -25,6 +25,7 @@ from bot.slack.blocks import (
     refused_message,
     release_reply,
 )
+from bot.slack.blocks.devices import nodes_message
 from bot.slack.blocks.kit import Message, context, escape, message, section
 from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
 from bot.slack.inbox import Answer
@@ -108,10 +109,14 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
         return mine_message(services.leases(user), services.requests(user))
     if isinstance(command, p.Status):
         shown = status_message(services.status())
-        found = services.unreserved() if services.policy.is_admin(user) else []
-        if found:  # admins also see work running on GPUs no lease covers
-            lines = "\n".join(f"• `{escape(line)}`" for line in found[:20])
-            shown.blocks.append(section(f"*Unreserved use* (no lease covers it):\n{lines}"))
+        if services.policy.is_admin(user):  # admins also see where ledger and fleet disagree
+            for title, found in (
+                ("*In use without a lease* (never offered while it lasts)", services.unreserved()),
+                ("*Someone else's process on a leased GPU*", services.intrusions()),
+            ):
+                if found:
+                    lines = "\n".join(f"• `{escape(line)}`" for line in found[:20])
+                    shown.blocks.append(section(f"{title}:\n{lines}"))
         return shown
     if isinstance(command, p.Queue):
         return queue_message(services.queue_explained())
@@ -129,6 +134,12 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
         return _reply(services.audit(user, command.ref), explanation_message)
     if isinstance(command, p.Admin):
         return _admin(deps, user, command)
+    if isinstance(command, p.Nodes):
+        nodes = services.nodes(user, command.node)
+        if isinstance(nodes, Refused):
+            return refused_message(nodes)
+        events = services.node_history(command.node, limit=10) if command.node else []
+        return nodes_message(nodes, events, one=command.node is not None)
     return help_message(None)
 
 
@@ -164,7 +175,7 @@ def _admin(deps: SlackDeps, user: str, command: p.Admin) -> Message:
         answer = services.resume(user)
     elif command.action in ("drain", "undrain") and command.node:
         change = services.drain if command.action == "drain" else services.undrain
-        answer = change(user, command.node)
+        answer = change(user, command.node, command.reason)
     elif command.action == "reload":
         answer = _reload(deps, user)
     else:

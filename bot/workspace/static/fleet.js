@@ -5,11 +5,25 @@ import { h } from "./blocks.js";
 
 const LABELS = {
   busy: "leased, computing", idle: "leased, idle", free: "free", unreserved: "in use without a lease",
-  unhealthy: "unhealthy", unknown: "unknown (no fresh telemetry)", drained: "drained",
+  unhealthy: "unhealthy", silent: "not reporting", unknown: "unknown (no fresh telemetry)",
+  drained: "drained",
 };
 
 function gib(mib) {
   return mib === null || mib === undefined ? "?" : (mib / 1024).toFixed(mib < 10240 ? 1 : 0);
+}
+
+function memory(used, total) {
+  if (!total) return used === null || used === undefined ? "memory unknown" : `${gib(used)} GiB memory in use`;
+  return `memory ${gib(used)} of ${gib(total)} GiB`;
+}
+
+// An active lease past its end waits out its grace period before the reclaim.
+function ends(lease, now) {
+  const left = lease.expires_at - now;
+  if (left >= 60) return `ends in ${duration(left)}`;
+  if (left > 0) return "ends in under a minute";
+  return -left < 60 ? "expired just now" : `expired ${duration(-left)} ago`;
 }
 
 function duration(seconds) {
@@ -46,9 +60,9 @@ function gpuCell(gpu, names, now) {
   const lines = [
     `GPU ${gpu.index}: ${LABELS[gpu.status] || gpu.status}`,
     util === null ? "utilisation unknown" : `utilisation ${util}%`,
-    `memory ${gib(gpu.memory_used_mib)} of ${gib(gpu.memory_total_mib)} GiB`,
+    memory(gpu.memory_used_mib, gpu.memory_total_mib),
   ];
-  if (lease) lines.push(`${holder} (${lease.team}), ends in ${duration(lease.expires_at - now)}`);
+  if (lease) lines.push(`${holder} (${lease.team}), ${ends(lease, now)}`);
   if (gpu.users.length) lines.push(`processes of ${gpu.users.join(", ")}`);
   if (gpu.status === "idle" && gpu.idle_min) lines.push(`idle for ${duration(gpu.idle_min * 60)}`);
   return h("div", { class: `gpu ${gpu.status}`, title: lines.join("\n"), "data-status": gpu.status },
