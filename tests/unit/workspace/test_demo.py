@@ -129,8 +129,9 @@ def test_plain_text_in_the_composer_is_posted_as_the_persons_message(
 def test_gpubot_demo_prints_where_to_look_and_serves_the_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """`gpubot demo` replays the simulated fleet by itself: no GPUBOT_TELEMETRY needed."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("GPUBOT_TELEMETRY", "simulated")
+    monkeypatch.delenv("GPUBOT_TELEMETRY", raising=False)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -144,6 +145,7 @@ def test_gpubot_demo_prints_where_to_look_and_serves_the_page(
             time.sleep(0.05)
         assert said, "no banner"
         assert f"open http://127.0.0.1:{port}/ in a browser" in said[0]
+        assert "telemetry: the simulated fleet (default.yaml)" in said[0]
         with OPENER.open(f"http://127.0.0.1:{port}/", timeout=10) as answer:
             assert 200 == answer.status
     finally:
