@@ -163,3 +163,17 @@ def test_gpubot_demo_on_a_taken_port_says_so_in_one_line() -> None:
     assert 2 == result.exit_code
     assert f"cannot serve the page on 127.0.0.1:{port}" in result.output
     assert "Traceback" not in result.output
+
+
+def test_gpubot_demo_with_a_missing_fleet_file_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUBOT_FLEET", str(tmp_path / "nope.yaml"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = CliRunner().invoke(app, ["demo", "--port", str(port)])
+    assert 2 == result.exit_code
+    assert "nope.yaml: cannot read the fleet file" in result.output
+    assert "Traceback" not in result.output
