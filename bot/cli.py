@@ -565,6 +565,8 @@ def demo(
         _fail(str(exc))
     except (PolicyError, RulesDirError) as exc:
         _fail(f"the default rules cannot be loaded:\n{exc}")
+    except TelemetryError as exc:  # GPUBOT_FLEET naming a missing or malformed fleet file
+        _fail(str(exc).splitlines()[0])
     except KeyboardInterrupt:
         typer.echo("demo stopped", err=True)
 

@@ -33,7 +33,7 @@ from bot.telemetry import history
 from bot.telemetry.ingest import Ingest, load_tokens
 from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
-from bot.telemetry.sources import make_source
+from bot.telemetry.sources import Feed, choose
 from bot.telemetry.window import Telemetry
 from storage import inbox, migrate, outbox
 from storage.db import Database, one_line
@@ -67,9 +67,10 @@ class Bot:
     telemetry: Telemetry
     inbox: Inbox
     identity: Identity
-    source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it
+    source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it, or nothing
     ingest: Ingest | None = None
     closed: bool = False
+    feed: Feed | None = None  # what assemble chose; the kind and note /healthz reports
     # When this process began to expect samples; None when no telemetry is configured at all.
     watching_since: datetime | None = None
 
@@ -150,9 +151,8 @@ class Bot:
             "inbox_pending": waiting,
             "outbox_pending": owed.get(outbox.PENDING, 0) + owed.get(outbox.SENDING, 0),
             "outbox_failed": owed.get(outbox.FAILED, 0),
-            "telemetry": self.settings.telemetry
-            if self.source is None
-            else type(self.source).__name__,
+            "telemetry": self.feed.kind if self.feed else "none",
+            "telemetry_note": self.feed.note if self.feed else "",
         }
 
     def ready(self) -> dict[str, Any]:
@@ -212,11 +212,13 @@ def assemble(
         claimant=deliverer.token,
     )
     telemetry = Telemetry(services.policy.timing.stale_after, clock=services.ctx.now)
-    source = None
-    if settings.telemetry != "agents":
-        source = make_source(
-            settings.telemetry, settings.fleet, settings.node_name, start=services.ctx.now()
-        )
+    feed = choose(
+        settings.telemetry,
+        agents=settings.agent_tokens_file is not None,
+        fleet_path=settings.fleet,
+        node_name=settings.node_name,
+        start=services.ctx.now(),
+    )
     ingest = None
     if settings.agent_tokens_file is not None:
         ingest = Ingest(
@@ -239,9 +241,10 @@ def assemble(
         telemetry,
         inbox_,
         identity,
-        source,
+        feed.source,
         ingest,
-        watching_since=services.ctx.now() if source is not None or ingest is not None else None,
+        feed=feed,
+        watching_since=None if feed.kind == "none" else services.ctx.now(),
     )
     jobs.every(INBOX, INBOX_EVERY, inbox_.run_due)
     jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)

@@ -34,11 +34,14 @@ class Settings(BaseSettings):
     )
     telemetry: Literal["auto", "nvml", "simulated", "agents"] = Field(
         default="auto",
-        description="auto: this host's GPUs when NVML finds them, else the simulated fleet; "
-        "agents: only what node agents push",
+        description="auto: this host's GPUs when NVML finds them, else what node agents push; "
+        "nvml: this host's GPUs; agents: only what node agents push; simulated: the demo's "
+        "simulated fleet, only when asked for by name",
     )
     fleet: Path | None = Field(
-        default=None, description="simulated fleet file (default fixtures/fleets/default.yaml)"
+        default=None,
+        description="the fleet file GPUBOT_TELEMETRY=simulated replays (default: the demo's, "
+        "bot/telemetry/fleets/default.yaml in the package)",
     )
     node_name: str | None = Field(
         default=None, description="this host's node name for NVML (default: the host name)"

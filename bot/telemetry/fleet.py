@@ -1,5 +1,6 @@
-"""Fleet files (fixtures/fleets/*.yaml): nodes, their GPUs, utilisation timelines relative to the
-start of a replay, and faults. A malformed file is refused with `file:line:col: what` lines.
+"""Fleet files (the demo's `bot/telemetry/fleets/default.yaml`, the tests' `fixtures/fleets/`):
+nodes, their GPUs, utilisation timelines relative to the start of a replay, and faults. A
+malformed file is refused with `file:line:col: what` lines.
 """
 
 from __future__ import annotations

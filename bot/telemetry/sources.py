@@ -1,11 +1,14 @@
-"""Choosing a GPU source: NVML on this host, a simulated fleet, or `auto` (NVML when it finds
-GPUs, else the simulated fleet, so a laptop demo and a GPU node run the same command).
+"""Where `gpubot serve` gets its GPU samples: NVML on this host, node agents, or the simulated
+fleet. The simulated fleet is the demo's and is never chosen unless asked for by name: `auto` is
+NVML when it finds GPUs, else node agents, else nothing (and nothing is then ever idle).
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -16,8 +19,23 @@ from bot.telemetry.simulated import SimulatedSource
 
 log = logging.getLogger(__name__)
 
-SourceKind = Literal["nvml", "simulated", "auto"]
-DEFAULT_FLEET = Path(__file__).resolve().parents[2] / "fixtures" / "fleets" / "default.yaml"
+SourceKind = Literal["auto", "nvml", "simulated", "agents"]
+FeedKind = Literal["nvml", "simulated", "agents", "none"]
+#: The demo's fleet, shipped in the package: five nodes as rules/policies/pools.yaml names them.
+DEFAULT_FLEET = Path(__file__).resolve().parent / "fleets" / "default.yaml"
+
+NO_AGENTS = "no node agents are configured (GPUBOT_AGENT_TOKENS_FILE)"
+BLIND = "no GPU is read, so no GPU is ever idle and nothing is reclaimed for idleness"
+
+
+@dataclass(frozen=True)
+class Feed:
+    """What feeds the bot's telemetry: `kind` and `note` are status words for /healthz and the
+    log; `source` is what the poll job reads (None: only what node agents push, if any)."""
+
+    kind: FeedKind
+    note: str
+    source: NvmlSource | SimulatedSource | None = None
 
 
 def this_node() -> str:
@@ -26,21 +44,72 @@ def this_node() -> str:
 
 
 def make_source(
-    kind: SourceKind,
+    kind: Literal["nvml", "simulated"],
     fleet_path: Path | str | None = None,
     node_name: str | None = None,
     *,
     start: datetime | None = None,
 ) -> NvmlSource | SimulatedSource:
-    """`simulated` replays `fleet_path` (default: fixtures/fleets/default.yaml) from `start`
-    (default: now), every node of it unless `node_name` picks one; `nvml` reads this host as
-    `node_name` (default: the host name). Bad fleet files raise FleetError."""
-    if kind == "auto":
-        kind = "nvml" if nvml_available() else "simulated"
-        log.info("telemetry source: %s (auto)", kind)
+    """`simulated` replays `fleet_path` (default: DEFAULT_FLEET) from `start` (default: now),
+    every node of it unless `node_name` picks one; `nvml` reads this host as `node_name`
+    (default: the host name). Bad fleet files raise FleetError."""
     if kind == "nvml":
         return NvmlSource(node_name or this_node())
     if kind != "simulated":
-        raise ValueError(f"unknown telemetry source {kind!r}: nvml, simulated or auto")
+        raise ValueError(f"unknown telemetry source {kind!r}: nvml or simulated")
     fleet = load_fleet(fleet_path or DEFAULT_FLEET)
     return SimulatedSource(fleet, start or datetime.now(UTC), node=node_name)
+
+
+def choose(
+    kind: SourceKind,
+    *,
+    agents: bool,
+    fleet_path: Path | str | None = None,
+    node_name: str | None = None,
+    start: datetime | None = None,
+    found: Callable[[], bool] | None = None,
+) -> Feed:
+    """The feed for GPUBOT_TELEMETRY=`kind`, `agents` saying whether node agents may push.
+
+    `found` says whether NVML finds GPUs here (default: ask NVML). Logs the choice in one line;
+    a bot that reads no GPU at all says so as a warning."""
+    feed = _feed(
+        kind,
+        agents=agents,
+        fleet_path=fleet_path,
+        node_name=node_name,
+        start=start,
+        found=found or nvml_available,
+    )
+    if feed.kind == "none":
+        log.warning("telemetry: none: %s", feed.note)
+    else:
+        log.info("telemetry: %s: %s", feed.kind, feed.note)
+    return feed
+
+
+def _feed(
+    kind: SourceKind,
+    *,
+    agents: bool,
+    fleet_path: Path | str | None,
+    node_name: str | None,
+    start: datetime | None,
+    found: Callable[[], bool],
+) -> Feed:
+    also = "; node agents may push too" if agents else ""
+    if kind == "simulated":
+        fleet = make_source("simulated", fleet_path, node_name, start=start)
+        return Feed("simulated", "the demo's simulated fleet (GPUBOT_TELEMETRY=simulated)", fleet)
+    if kind == "nvml" or (kind == "auto" and found()):
+        how = " (auto)" if kind == "auto" else ""
+        host = make_source("nvml", node_name=node_name)
+        return Feed("nvml", f"this host's GPUs through NVML{how}{also}", host)
+    if kind not in ("auto", "agents"):
+        raise ValueError(f"unknown telemetry source {kind!r}: auto, nvml, simulated or agents")
+    if agents:
+        return Feed("agents", "only what node agents push")
+    if kind == "auto":
+        return Feed("none", f"NVML finds no GPU on this host and {NO_AGENTS}: {BLIND}")
+    return Feed("none", f"GPUBOT_TELEMETRY=agents but {NO_AGENTS}: {BLIND}")

@@ -86,10 +86,11 @@ class Demo:
 
 
 def demo_settings(base: Settings, local: LocalSlack, data_dir: Path) -> Settings:
-    """The caller's telemetry choice, on a fresh SQLite file, the default rules (the demo's
-    people are theirs) and the local Slack API."""
+    """The simulated fleet (this host's GPUs when GPUBOT_TELEMETRY=nvml asks for them), on a
+    fresh SQLite file, the default rules (the demo's people are theirs) and the local Slack API."""
     return base.model_copy(
         update={
+            "telemetry": "nvml" if base.telemetry == "nvml" else "simulated",
             "database_url": f"sqlite:///{data_dir / 'gpubot-demo.db'}",
             "rules_dir": DEFAULT_RULES_DIR,
             "agent_tokens_file": None,

@@ -13,6 +13,7 @@ from pathlib import Path
 from bot.settings import Settings
 from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
+from bot.telemetry.sources import DEFAULT_FLEET
 from bot.workspace.demo import Demo, start
 from bot.workspace.page import PageServer
 
@@ -78,7 +79,7 @@ def _stopped_by_sigterm(stop: threading.Event) -> Iterator[None]:
 def banner(url: str, demo: Demo, settings: Settings) -> str:
     source = demo.bot.source
     if isinstance(source, SimulatedSource):
-        telemetry = f"the simulated fleet ({settings.fleet or 'fixtures/fleets/default.yaml'})"
+        telemetry = f"the simulated fleet ({settings.fleet or DEFAULT_FLEET.name})"
     elif isinstance(source, NvmlSource):
         telemetry = "this host's GPUs, through NVML"
     else:

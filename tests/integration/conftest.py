@@ -45,9 +45,12 @@ def local() -> Iterator[LocalSlack]:
 
 
 def settings_for(local: LocalSlack, tmp_path: Path, database_url: str | None = None) -> Settings:
+    """The bot on the shipped rules, a SQLite file in `tmp_path`, the local Slack API and the
+    simulated fleet (asked for by name: `auto` never simulates)."""
     return Settings(
         database_url=database_url or f"sqlite:///{tmp_path / 'gpubot.db'}",
         rules_dir=DEFAULT_RULES_DIR,
+        telemetry="simulated",
         SLACK_BOT_TOKEN=SecretStr(BOT_TOKEN),
         SLACK_SIGNING_SECRET=SecretStr(SECRET),
         SLACK_API_URL=local.api_url,

@@ -26,7 +26,7 @@ DAVE = "U0DAVE001"
 def served(local: LocalSlack, tmp_path: Path) -> Iterator[tuple[Bot, FrozenDateTimeFactory]]:
     with freeze_time(T0) as clock:
         assert isinstance(clock, FrozenDateTimeFactory)
-        bot = assemble(settings_for(local, tmp_path))  # telemetry auto: the simulated fleet
+        bot = assemble(settings_for(local, tmp_path))  # the simulated fleet
         yield bot, clock
         bot.close()
 

@@ -31,15 +31,19 @@ class Served:
         workdir: Path,
         *,
         database_url: str | None = None,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
+        gpubot: Path = GPUBOT,
     ) -> None:
+        """`env` adds to the documented environment; a None value leaves that variable unset.
+        `gpubot` is the console script to run (default: this environment's)."""
         self.workdir = workdir
+        self.gpubot = gpubot
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.events_url = self.url + "/slack/events"
         self.log_path = workdir / "serve.log"
         self.database_url = database_url or f"sqlite:///{workdir / 'serve.db'}"
-        self.env = {
+        documented: dict[str, str | None] = {
             **{k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
             "SLACK_BOT_TOKEN": BOT_TOKEN,
             "SLACK_SIGNING_SECRET": SECRET,
@@ -49,6 +53,7 @@ class Served:
             "GPUBOT_TELEMETRY": "simulated",
             **(env or {}),
         }
+        self.env = {k: v for k, v in documented.items() if v is not None}
         if "SLACK_APP_TOKEN" not in (env or {}):
             self.env.pop("SLACK_APP_TOKEN", None)
         self.process: subprocess.Popen[bytes] | None = None
@@ -63,7 +68,7 @@ class Served:
         """`gpubot ARGV...` in the background, logging to `log_path`."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(  # noqa: S603 - our own console script
-                [str(GPUBOT), *argv],
+                [str(self.gpubot), *argv],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,5 +1,6 @@
 """The files in deploy/ parse and stay in step with the code: the settings the bot reads, the
-`gpubot` console script and its commands, and a rules ConfigMap the bot accepts."""
+`gpubot` console script and its commands, and a rules ConfigMap the bot accepts. Each says where
+GPU samples come from, none runs the demo's simulated fleet, and the systemd units reach NVML."""
 
 from __future__ import annotations
 
@@ -275,3 +276,97 @@ def test_systemd_agent_unit_runs_the_agent_with_a_bot_url_and_a_token_file() -> 
     assert "--bot-url" in argv
     if has_command("agent"):  # the agent command is newer than this unit
         assert_real_command(argv)
+
+
+def telemetry_settings() -> dict[str, str]:
+    """GPUBOT_TELEMETRY as each deploy file that runs the bot sets it."""
+    dockerfile: dict[str, str] = {}
+    for keyword, args in dockerfile_instructions():
+        if keyword == "ENV":
+            dockerfile |= dict(word.split("=", 1) for word in shlex.split(args))
+    container = kubernetes()[("Deployment", "gpubot")]["spec"]["template"]["spec"]["containers"][0]
+    unit = unit_directives(DEPLOY / "systemd" / "gpubot.service")
+    environment = dict(line.split("=", 1) for line in unit.get("Environment", []))
+    return {
+        "Dockerfile": dockerfile.get("GPUBOT_TELEMETRY", ""),
+        "compose.yaml": compose()["services"]["gpubot"]["environment"].get("GPUBOT_TELEMETRY", ""),
+        "kubernetes/deployment.yaml": {e["name"]: e.get("value") for e in container["env"]}.get(
+            "GPUBOT_TELEMETRY", ""
+        ),
+        "systemd/gpubot.service": environment.get("GPUBOT_TELEMETRY", ""),
+    }
+
+
+def test_every_deploy_file_names_a_real_telemetry_source() -> None:
+    """Each way of running the bot says where its samples come from: node agents where the bot
+    runs in a container without GPUs, this host's NVML (or agents) under systemd."""
+    expected = {
+        "Dockerfile": "agents",
+        "compose.yaml": "agents",
+        "kubernetes/deployment.yaml": "agents",
+        "systemd/gpubot.service": "auto",
+    }
+    assert expected == telemetry_settings()
+    for value in expected.values():
+        Settings(_env_file=None, telemetry=value)
+
+
+def test_no_deploy_file_runs_the_simulated_fleet() -> None:
+    """The simulated fleet is the demo's: no deploy file asks for it, even commented out."""
+    asked = re.compile(r"GPUBOT_TELEMETRY\W+simulated|GPUBOT_FLEET\s*[=:]\s*\S|--simulated")
+    files = [p for p in DEPLOY.rglob("*") if p.is_file()]
+    assert DOCKERFILE in files
+    offenders = [
+        f"{path.relative_to(DEPLOY)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asked.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert [] == offenders
+    assert "simulated" not in telemetry_settings().values()
+    example = {name: value for name, value, active in env_example() if active}
+    assert example.get("GPUBOT_TELEMETRY", "auto") != "simulated"
+
+
+# What NVML opens: /dev/nvidiactl, /dev/nvidia0..N and /dev/nvidia-uvm, by path or by the device
+# group systemd reads from /proc/devices.
+NVML_DEVICES = (
+    ("/dev/nvidiactl", "char-nvidiactl"),
+    ("/dev/nvidia0", "char-nvidia-frontend"),
+    ("/dev/nvidia-uvm", "char-nvidia-uvm"),
+)
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_systemd_units_can_reach_nvml(unit: Path) -> None:
+    """PrivateDevices=yes would hide /dev/nvidia*; a device allow-list must name NVML's."""
+    directives = unit_directives(unit)
+    assert directives.get("PrivateDevices", ["no"])[-1] in ("no", "false", "0")
+    policy = directives.get("DevicePolicy", ["auto"])[-1]
+    allowed = directives.get("DeviceAllow", [])
+    if policy != "auto" or allowed:
+        granted = set()
+        for entry in allowed:
+            device, *access = entry.split()
+            if "w" in (access or ["rwm"])[0]:  # no access given means rwm
+                granted.add(device)
+        for path, group in NVML_DEVICES:
+            assert path in granted or group in granted, f"{unit.name}: {path} is not allowed"
+
+
+def test_systemd_bot_unit_keeps_its_sandbox() -> None:
+    """Reaching the GPUs costs no other hardening."""
+    directives = unit_directives(DEPLOY / "systemd" / "gpubot.service")
+    assert "closed" == directives["DevicePolicy"][-1]
+    assert [""] == directives["CapabilityBoundingSet"]
+    for name, value in {
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "ProtectKernelTunables": "yes",
+        "ProtectKernelModules": "yes",
+        "ProtectControlGroups": "yes",
+        "RestrictSUIDSGID": "yes",
+    }.items():
+        assert [value] == directives[name], name

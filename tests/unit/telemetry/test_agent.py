@@ -161,7 +161,7 @@ def test_an_unreachable_bot_is_retried_with_backoff_then_reported(tmp_path: Path
     ("url", "options", "words"),
     [
         ("ftp://bot", {"node": NODE, "simulated": FLEET}, "must be an http:// or https:// URL"),
-        ("http://bot", {"simulated": FLEETS / "default.yaml"}, "several nodes: name one"),
+        ("http://bot", {"simulated": FLEETS / "lab-4-nodes.yaml"}, "several nodes: name one"),
         ("http://bot", {"node": "gpu-9", "simulated": FLEET}, "'gpu-9' is not in the fleet"),
         (
             "http://bot",

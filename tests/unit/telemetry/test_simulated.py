@@ -3,8 +3,10 @@ fleet files refused with file:line:col, and how a source is chosen."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import yaml
@@ -12,18 +14,23 @@ import yaml
 from bot.telemetry.errors import FleetError
 from bot.telemetry.fleet import load_fleet, parse_fleet
 from bot.telemetry.model import Sample
-from bot.telemetry.nvml import NvmlSource, nvml_available
+from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource, simulated_uuid
-from bot.telemetry.sources import make_source
+from bot.telemetry.sources import DEFAULT_FLEET, choose, make_source
 from tests.unit.telemetry.builders import FLEETS, ROOT, START, at
 
 
-def replay(name: str, minutes: float, node: str | None = None) -> dict[tuple[str, int], Sample]:
+def replay(
+    name: str | Path, minutes: float, node: str | None = None
+) -> dict[tuple[str, int], Sample]:
+    """Samples of fixtures/fleets/NAME (or the fleet at a path) `minutes` into the replay."""
     source = SimulatedSource(load_fleet(FLEETS / name), START, node=node)
     return {(s.node, s.index): s for s in source.poll(at(minutes))}
 
 
-@pytest.mark.parametrize("path", sorted(FLEETS.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [*sorted(FLEETS.glob("*.yaml")), DEFAULT_FLEET], ids=lambda p: p.name
+)
 def test_every_fleet_fixture_loads_and_replays(path: Path) -> None:
     fleet = load_fleet(path)
     samples = SimulatedSource(fleet, START).poll(at(1))
@@ -39,7 +46,7 @@ def test_the_default_fleet_is_the_fleet_of_the_pool_rules() -> None:
         for pool in pools.values()
         for node, count in pool["nodes"].items()
     }
-    fleet = load_fleet(FLEETS / "default.yaml")
+    fleet = load_fleet(DEFAULT_FLEET)
     assert expected == {name: (n.gpus, n.model) for name, n in fleet.nodes.items()}
     users = {
         p.user
@@ -102,7 +109,7 @@ def test_the_failing_fleet_fails_as_real_gpus_do(
 
 
 def test_one_node_of_a_fleet_is_what_one_agent_sees() -> None:
-    samples = replay("default.yaml", 1, node="l40s-node-02")
+    samples = replay(DEFAULT_FLEET, 1, node="l40s-node-02")
     assert {("l40s-node-02", i) for i in range(4)} == set(samples)
 
 
@@ -173,8 +180,48 @@ def test_the_nvml_kind_reads_this_host_under_the_name_given() -> None:
     assert "a100-node-01" == source.node
 
 
-@pytest.mark.skipif(nvml_available(), reason="this machine has a GPU and a driver")
-def test_auto_falls_back_to_the_simulated_fleet_without_nvml() -> None:
-    source = make_source("auto", FLEETS / "a100-node.yaml", "a100-node-01", start=START)
-    assert isinstance(source, SimulatedSource)
-    assert ["a100-node-01"] == list(source.nodes)
+def test_the_demo_fleet_is_package_data_not_a_test_fixture() -> None:
+    """The demo's fleet ships inside the package; fixtures/ holds only the tests' fleets."""
+    assert Path("bot/telemetry/fleets/default.yaml") == DEFAULT_FLEET.relative_to(ROOT)
+    assert not (FLEETS / DEFAULT_FLEET.name).exists()
+
+
+def test_auto_reads_nvml_when_it_finds_gpus() -> None:
+    feed = choose("auto", agents=False, node_name="a100-node-01", found=lambda: True)
+    assert "nvml" == feed.kind
+    assert isinstance(feed.source, NvmlSource)
+    assert "a100-node-01" == feed.source.node
+
+
+def test_auto_without_nvml_is_node_agents_when_they_are_configured() -> None:
+    feed = choose("auto", agents=True, found=lambda: False)
+    assert ("agents", None) == (feed.kind, feed.source)
+
+
+@pytest.mark.parametrize("kind", ["auto", "agents"])
+def test_no_gpu_and_no_agents_is_no_telemetry_never_the_simulated_fleet(
+    kind: Literal["auto", "agents"],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without NVML and node agents the bot reads nothing, says so in one line, and never
+    builds the simulated fleet."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the simulated fleet was built")
+
+    monkeypatch.setattr("bot.telemetry.sources.load_fleet", refuse)
+    monkeypatch.setattr("bot.telemetry.sources.nvml_available", lambda: False)
+    with caplog.at_level(logging.INFO, logger="bot.telemetry.sources"):
+        feed = choose(kind, agents=False, fleet_path=FLEETS / "a100-node.yaml")
+    assert ("none", None) == (feed.kind, feed.source)
+    assert "nothing is reclaimed for idleness" in feed.note
+    (line,) = caplog.messages
+    assert line.startswith("telemetry: none: ")
+
+
+def test_the_simulated_fleet_is_chosen_only_by_name() -> None:
+    feed = choose("simulated", agents=False, fleet_path=FLEETS / "a100-node.yaml", start=START)
+    assert "simulated" == feed.kind
+    assert isinstance(feed.source, SimulatedSource)
+    assert ["a100-node-01"] == list(feed.source.nodes)

@@ -129,8 +129,9 @@ def test_plain_text_in_the_composer_is_posted_as_the_persons_message(
 def test_gpubot_demo_prints_where_to_look_and_serves_the_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """`gpubot demo` replays the simulated fleet by itself: no GPUBOT_TELEMETRY needed."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("GPUBOT_TELEMETRY", "simulated")
+    monkeypatch.delenv("GPUBOT_TELEMETRY", raising=False)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -144,6 +145,7 @@ def test_gpubot_demo_prints_where_to_look_and_serves_the_page(
             time.sleep(0.05)
         assert said, "no banner"
         assert f"open http://127.0.0.1:{port}/ in a browser" in said[0]
+        assert "telemetry: the simulated fleet (default.yaml)" in said[0]
         with OPENER.open(f"http://127.0.0.1:{port}/", timeout=10) as answer:
             assert 200 == answer.status
     finally:
@@ -160,4 +162,18 @@ def test_gpubot_demo_on_a_taken_port_says_so_in_one_line() -> None:
         result = CliRunner().invoke(app, ["demo", "--port", str(port)])
     assert 2 == result.exit_code
     assert f"cannot serve the page on 127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_gpubot_demo_with_a_missing_fleet_file_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUBOT_FLEET", str(tmp_path / "nope.yaml"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = CliRunner().invoke(app, ["demo", "--port", str(port)])
+    assert 2 == result.exit_code
+    assert "nope.yaml: cannot read the fleet file" in result.output
     assert "Traceback" not in result.output
