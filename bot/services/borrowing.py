@@ -16,7 +16,7 @@ from bot.services.context import Context, record
 from bot.services.queries import (
     FreeGpus,
     claimable,
-    free_gpus,
+    free_for,
     gpu_ids,
     lease_view,
     ordered_queue,
@@ -91,7 +91,7 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
     now = ctx.now()
     with ctx.db.write() as session:
         _lock_pool(session, ask.pool)
-        free = free_gpus(session, ask.pool)
+        free = free_for(session, policy, user, ask.pool)
         usage = pool_usage(session, ask.pool, free)
         # pool.queued: the waiting requests that would be served before this one
         usage = replace(usage, queued=_ahead(ctx, session, ask, team.name, now))
@@ -204,7 +204,8 @@ def _grant(
 
     Preferred GPUs are taken as they are when all of them are free and they are as many as
     asked for."""
-    free = free if free is not None else free_gpus(session, request.pool)
+    if free is None:
+        free = free_for(session, ctx.policy, request.requester, request.pool)
     slots: list[tuple[str, int]] | None = None
     own = len(prefer) == request.gpus and claimable(session, ctx.policy, request.requester, prefer)
     if prefer and own:
@@ -486,7 +487,8 @@ def _facts_again(
 ) -> dict[str, object]:
     """The request's facts now. `pool.queued` is what waits ahead of it: none for the head
     of the queue, and none for a request a person approves (the card said whom it overtakes)."""
-    usage = pool_usage(session, request.pool)
+    free = free_for(session, ctx.policy, request.requester, request.pool)
+    usage = pool_usage(session, request.pool, free)
     return request_facts(
         ctx.policy,
         kind=RequestKind.BORROW,

@@ -201,6 +201,15 @@ class FreeGpus(dict[str, list[int]]):
 
     unknown: frozenset[tuple[str, int]] = frozenset()
 
+    def adding(self, slots: Sequence[tuple[str, int]]) -> FreeGpus:
+        """These free GPUs and `slots` (GPUs a person may take although they are in use)."""
+        out = FreeGpus({node: list(indices) for node, indices in self.items()})
+        for node, index in slots:
+            if index not in out.setdefault(node, []):
+                out[node].append(index)
+        out.unknown = self.unknown
+        return out
+
 
 def free_gpus(session: Session, pool: str) -> FreeGpus:
     """The pool's free GPUs: healthy, on an undrained node, in no active lease, and telemetry
@@ -216,21 +225,34 @@ def free_gpus(session: Session, pool: str) -> FreeGpus:
     return out
 
 
+def free_for(session: Session, policy: Policy, user: str, pool: str) -> FreeGpus:
+    """The pool's free GPUs as `user` may take them: the free ones, and those where only the
+    user's own processes run (their own work, which their lease would cover)."""
+    free = free_gpus(session, pool)
+    return free.adding(
+        [(g.node, g.index) for g in gpu_lines(session, pool) if _own(policy, user, g)]
+    )
+
+
+def _own(policy: Policy, user: str, line: GpuLine) -> bool:
+    return (
+        line.place == Place.OCCUPIED
+        and bool(line.occupants)
+        and all(policy.accounts.get(u) == user for u in line.occupants)
+    )
+
+
 def claimable(
     session: Session, policy: Policy, user: str, slots: Sequence[tuple[str, int]]
 ) -> bool:
-    """May `user` take exactly these GPUs although they are not free: each is free, or
-    occupied only by processes of the user's own Unix accounts (the one-click borrow of one's
-    own unreserved process)?"""
+    """May `user` take exactly these GPUs: each is free, or occupied only by processes of the
+    user's own Unix accounts (the one-click borrow of one's own unreserved process)?"""
     if not slots:
         return False
     lines = {(g.node, g.index): g for g in gpu_lines(session)}
     for slot in slots:
         line = lines.get(slot)
-        if line is None:
-            return False
-        own = line.occupants and all(policy.accounts.get(u) == user for u in line.occupants)
-        if not (line.place == Place.FREE or (line.place == Place.OCCUPIED and own)):
+        if line is None or not (line.place == Place.FREE or _own(policy, user, line)):
             return False
     return True
 

@@ -75,6 +75,8 @@ class FleetProcess(_Strict):
     job: str | None = None
     memory: int | None = Field(default=None, ge=0)  # MiB; default: the segment's, shared
     started: SignedDuration | None = None  # from the replay start; default: the segment's
+    # Running at the start, the demo borrows it a lease first; false: it runs without one.
+    leased: bool = True
 
 
 class Segment(_Strict):

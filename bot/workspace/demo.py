@@ -129,14 +129,14 @@ def start(data_dir: Path, base: Settings | None = None) -> Demo:
 
 
 def _open(demo: Demo) -> None:
-    """The opening leases and their messages, a first poll, then the jobs (time-locked)."""
+    """A first poll, the opening leases and their messages, then the jobs (time-locked)."""
     bot = demo.bot
+    bot.poll()  # the opening leases go on GPUs the telemetry has seen, the panel has readings
     if isinstance(bot.source, SimulatedSource):
         nodes = {name: node.spec for name, node in bot.source.nodes.items()}
         for line in seed(bot.services, nodes):
             log.info("demo lease: %s", line)
     demo.deliver()
-    bot.poll()  # the fleet panel has readings from the first look on
     bot.jobs.every(POLL, POLL_EVERY, demo.locked(bot.poll))
     bot.jobs.every(SWEEP, SWEEP_EVERY, demo.locked(bot.sweep))
     bot.jobs.start()

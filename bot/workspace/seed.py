@@ -41,7 +41,8 @@ def holdings(nodes: Mapping[str, FleetNode], policy: Policy) -> list[Holding]:
             continue
         for index in range(spec.gpus):
             segment = spec.segment(index, _START)
-            accounts = {p.user for p in segment.processes if p.user} if segment else set()
+            running = segment.processes if segment else ()
+            accounts = {p.user for p in running if p.user and p.leased}
             for account in sorted(accounts):
                 user = policy.accounts.get(account)
                 if user is not None:

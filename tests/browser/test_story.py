@@ -36,6 +36,8 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     slack.act_as(ALICE)
     slack.go("dm")
     lease = slack.demo.bot.services.leases(ALICE)[0]
+    # Dave's and Carol's work without a lease keeps their GPUs out of every grant.
+    assert ("a100-node-02", 6) not in {(g.node, g.index) for g in lease.gpus}
     granted = slack.message(f"Your GPUs are ready: {lease.code}")
     expect(granted).to_contain_text("CUDA_VISIBLE_DEVICES=")
     # <!date^…> in the reader's zone (Berlin here), the UTC text only as its fallback title
@@ -65,3 +67,6 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     later = slack.demo.bot.services.lease(lease.id)
     assert later is not None
     assert lease.expires_at + timedelta(hours=2) == later.expires_at
+    services = slack.demo.bot.services
+    assert [] == services.intrusions()  # no leased GPU runs anyone else's work
+    assert {"a100-node-02:6 by dave", "l40s-node-01:2 by carol"} <= set(services.unreserved())

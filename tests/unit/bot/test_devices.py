@@ -143,14 +143,17 @@ def test_a_busy_gpu_is_passed_over_and_counted_as_in_use_without_a_lease(
     assert (7, 1, 0) == (status.free, status.occupied, status.unhealthy)
     assert ["l40s-node-01:2 by carol"] == services.unreserved()
     leases = [granted(services.borrow(who, BorrowAsk("l40s", 2))) for who in (ALICE, DAVE, ERIN)]
-    leases.append(granted(services.borrow(CAROL, BorrowAsk("l40s", 1))))
+    leases.append(granted(services.borrow(BOB, BorrowAsk("l40s", 1))))
     taken = {(s.node, s.index) for lease in leases for s in lease.gpus}
     assert ("l40s-node-01", 2) not in taken
     assert 7 == len(taken)
     assert Place.OCCUPIED == places(services)[("l40s-node-01", 2)]
-    refused = services.borrow(BOB, BorrowAsk("l40s", 1))
-    assert isinstance(refused, BorrowResult)
-    assert refused.lease is None  # the last GPU is Carol's: nobody is granted it
+    # Only Carol, whose work it is, is granted the last GPU: her lease covers her job.
+    waits = services.borrow(ERIN, BorrowAsk("l40s", 1))
+    assert isinstance(waits, BorrowResult)
+    assert waits.lease is None
+    hers = granted(services.borrow(CAROL, BorrowAsk("l40s", 1)))
+    assert [("l40s-node-01", 2)] == [(s.node, s.index) for s in hers.gpus]
 
 
 def test_gpus_without_fresh_telemetry_are_offered_last_and_the_grant_says_so(
