@@ -118,3 +118,36 @@ def test_admins_see_unreserved_use_in_status(
     slack.command("U0ALICE01", "status")
     local.wait_for("response_url", lambda a: len(local.calls.of("response_url")) > before)
     assert "In use without a lease" not in json.dumps(local.calls.of("response_url")[-1].args)
+
+
+def test_admins_see_every_node_and_one_nodes_history(
+    served: tuple[Bot, FrozenDateTimeFactory], local: LocalSlack
+) -> None:
+    """`/gpu nodes` and `/gpu nodes NODE` for admins; a drain's reason is in the history; a
+    member is told the command is for admins."""
+    bot, clock = served
+    run_minutes(bot, clock, 2)
+    slack = SlackDriver(local, InProcessTransport(bot.app), SECRET)
+
+    def answer(user: str, text: str, expect: str) -> str:
+        before = len(local.calls.of("response_url"))
+        slack.command(user, text)
+        found = local.wait_for(
+            "response_url",
+            lambda a: len(local.calls.of("response_url")) > before and expect in json.dumps(a),
+        )
+        return json.dumps(found.args)
+
+    typo = slack.command("U0ADMIN01", "admin drain l40s-node-02 fan swap").body  # in the ack
+    assert "optionally followed by `because` and why" in typo
+    assert "/gpu admin drain a100-node-02 because fan replacement" in typo
+    answer("U0ADMIN01", "admin drain l40s-node-02 because fan swap", "is drained")
+    listing = answer("U0ADMIN01", "nodes", "Nodes")
+    assert "a100-node-02" in listing
+    # carol's and dave's work on a100-node-02 runs without a lease here (nothing was seeded)
+    assert "4 free, 4 in use without a lease" in listing
+    one = answer("U0ADMIN01", "nodes l40s-node-02", "Node l40s-node-02")
+    assert "drained by <@U0ADMIN01> (reason fan swap)" in one
+    assert "GPU 1" in one
+    refused = answer("U0ALICE01", "nodes", "for gpubot admins")
+    assert "l40s-node-02" not in refused

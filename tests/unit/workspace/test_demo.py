@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import socket
 import threading
@@ -177,3 +179,40 @@ def test_gpubot_demo_with_a_missing_fleet_file_says_so_in_one_line(
     assert 2 == result.exit_code
     assert "nope.yaml: cannot read the fleet file" in result.output
     assert "Traceback" not in result.output
+
+
+def test_gpubot_nodes_reads_the_demos_database(demo: Demo, tmp_path: Path) -> None:
+    """`gpubot nodes` and `--history` on the demo's own database: every GPU with its state,
+    and each device's intervals (joined, drained with who and why, leases with their team)."""
+    demo.forward(timedelta(minutes=10))
+    assert isinstance(demo.bot.services.drain("U0ADMIN01", "l40s-node-02", "fan swap"), str)
+    url = f"sqlite:///{tmp_path / 'gpubot-demo.db'}"
+    now = CliRunner().invoke(app, ["nodes", "--format", "jsonl", "--database-url", url])
+    assert 0 == now.exit_code, now.output
+    gpus = {(g["node"], g["gpu"]): g for g in map(json.loads, now.output.splitlines())}
+    assert 28 == len(gpus)
+    assert "occupied" == gpus[("a100-node-02", 6)]["state"]
+    assert "dave" == gpus[("a100-node-02", 6)]["processes_of"]
+    assert ("leased", "platform") == (
+        gpus[("infer-node-01", 0)]["state"],
+        gpus[("infer-node-01", 0)]["team"],
+    )
+    assert 81920 == gpus[("a100-node-01", 0)]["memory_mib"]
+    assert gpus[("a100-node-01", 0)]["uuid"]
+    table = CliRunner().invoke(app, ["nodes", "--node", "l40s-node-02", "--database-url", url])
+    assert 0 == table.exit_code, table.output
+    assert 4 == sum("l40s-node-02" in line for line in table.output.splitlines())
+    past = CliRunner().invoke(app, ["nodes", "--history", "--format", "csv", "--database-url", url])
+    assert 0 == past.exit_code, past.output
+    rows = list(csv.DictReader(io.StringIO(past.output)))
+    assert {"node", "gpu", "pool", "state", "team", "lease", "start", "end", "by"} <= set(rows[0])
+    drained = [r for r in rows if r["state"] == "drained"]
+    assert [("l40s-node-02", "", "U0ADMIN01")] == [(r["node"], r["gpu"], r["by"]) for r in drained]
+    assert "fan swap" in drained[0]["detail"]
+    assert 28 == sum(r["state"] == "joined" for r in rows)
+    leased = [r for r in rows if r["state"] == "leased"]
+    assert {"vision", "nlp", "platform"} == {r["team"] for r in leased}
+    assert all(r["start"] and not r["end"] for r in leased)
+    unknown = CliRunner().invoke(app, ["nodes", "--node", "nope", "--database-url", url])
+    assert 2 == unknown.exit_code
+    assert "there is no node 'nope'" in unknown.output
