@@ -45,6 +45,10 @@ class Seen(Protocol):
     """The newest sample of a GPU (bot.telemetry.model.Sample)."""
 
     @property
+    def driver(self) -> str | None: ...
+    @property
+    def cuda(self) -> str | None: ...
+    @property
     def uuid(self) -> str: ...
     @property
     def model(self) -> str: ...
@@ -142,7 +146,9 @@ def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceRepo
     now, policy = ctx.now(), ctx.policy
     with ctx.db.read() as session:
         gpus = _gpus(session)
-        nodes = {n.name: n.reporting for n in session.exec(select(NodeRow)).all()}
+        rows = session.exec(select(NodeRow)).all()
+        nodes = {n.name: n.reporting for n in rows}
+        versions = {n.name: (n.driver, n.cuda) for n in rows}
         held = _held(session)
         told = _told(session)
     latest = fleet.latest()
@@ -160,14 +166,28 @@ def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceRepo
             if "observed" in change:
                 report.changed.append(f"{gpu.node}:{gpu.index} {change['observed']}")
     node_changes = _nodes(gpus, updates, nodes, since=since, now=now, events=events)
+    drivers = {
+        seen_node: (seen.driver or "", seen.cuda or "")
+        for (seen_node, _), seen in latest.items()
+        if seen_node in versions and (seen.driver or seen.cuda)
+    }
+    drivers = {n: v for n, v in drivers.items() if v != versions[n]}
     strays = sorted({node for node, _ in latest} - set(nodes) - told.strays)
     intrusions = _intrusions(policy, gpus, readings, held, told.intruders)
     gone = sorted(set(told.intruders) - set(intrusions))
     news = [i for i in intrusions.values() if i.strangers]
-    if not (updates or node_changes or strays or news or gone):
+    if not (updates or node_changes or strays or news or gone or drivers):
         return report
     with ctx.db.write() as session:
         _write(session, updates, node_changes, now)
+        for name, (driver, cuda) in drivers.items():
+            found = session.exec(select(NodeRow).where(NodeRow.name == name)).one()
+            if found.driver and found.driver != driver:
+                events.append(
+                    _event(now, name, None, "driver", {"was": found.driver, "now": driver})
+                )
+            found.driver, found.cuda = driver, cuda
+            session.add(found)
         for event in events:
             session.add(event)
             where = event.node if event.gpu is None else f"{event.node}:{event.gpu}"
@@ -183,9 +203,9 @@ def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceRepo
                 f"L{intrusion.lease} {intrusion.gpu.node}:{intrusion.gpu.index}"
             )
         for told_key in gone:
-            row = session.get(SettingRow, told_key)
-            if row is not None:
-                session.delete(row)
+            told_row = session.get(SettingRow, told_key)
+            if told_row is not None:
+                session.delete(told_row)
     return report
 
 

@@ -43,6 +43,8 @@ CALLS = frozenset(
         "nvmlDeviceGetRemappedRows",
         "nvmlDeviceGetTotalEccErrors",
         "nvmlDeviceGetSupportedEventTypes",
+        "nvmlSystemGetDriverVersion",
+        "nvmlSystemGetCudaDriverVersion_v2",
     }
 )
 
@@ -129,6 +131,8 @@ class FleetNode(_Strict):
     model: str
     memory_mib: int = Field(gt=0)
     gpus: int = Field(gt=0, le=64)
+    driver: str | None = Field(default=None, max_length=32)  # what NVML reports, e.g. 550.54.15
+    cuda: str | None = Field(default=None, pattern=r"^\d{1,3}(\.\d{1,2})?$")  # e.g. 12.4
     unsupported: frozenset[str] = frozenset()
     timelines: dict[int, tuple[Segment, ...]] = Field(default_factory=dict)
     faults: tuple[Fault, ...] = ()

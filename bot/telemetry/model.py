@@ -63,6 +63,8 @@ class Sample:
     processes: tuple[ProcessInfo, ...]
     taken_at: datetime  # aware UTC
     error: str | None = None
+    driver: str | None = None  # the NVIDIA driver version, e.g. 550.54.15
+    cuda: str | None = None  # the CUDA version the driver supports, e.g. 12.4
 
     def shifted(self, by: timedelta) -> Sample:
         """The same reading with `taken_at` moved onto another clock."""
@@ -89,6 +91,8 @@ FIELDS = (  # a sample's fields in its JSON form
     "processes",
     "taken_at",
     "error",
+    "driver",
+    "cuda",
 )
 
 
@@ -255,6 +259,8 @@ def _sample(row: Any, where: str) -> Sample:
         processes=tuple(_process(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)),
         taken_at=taken_at,
         error=_get(row, "error", _STR, where, null=True, within=(0, 1000)),
+        driver=_get(row, "driver", _STR, where, null=True, within=_WORD),  # older agents: none
+        cuda=_get(row, "cuda", _STR, where, null=True, within=_WORD),
     )
 
 

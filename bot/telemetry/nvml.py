@@ -89,6 +89,8 @@ class NvmlSource:
         self._gone: set[tuple[str, str]] = set()  # (uuid, variant) NotSupported / not found
         self._events: Any = None
         self._xids: dict[str, int] = {}  # uuid -> critical Xid; sticky until the agent restarts
+        self._driver: str | None = None
+        self._cuda: str | None = None
 
     def poll(self, now: datetime) -> list[Sample]:
         """One sample per GPU; raises TelemetryUnavailable when NVML cannot start."""
@@ -135,6 +137,18 @@ class NvmlSource:
             self._events = self.nvml.nvmlEventSetCreate()
         except pynvml.NVMLError as exc:
             log.info("NVML events unavailable (%s): Xids will not be reported", exc)
+        self._driver, self._cuda = self._versions()
+
+    def _versions(self) -> tuple[str | None, str | None]:
+        """The driver's version and the CUDA version it supports, for each GPU's profile."""
+        driver = cuda = None
+        with contextlib.suppress(pynvml.NVMLError, AttributeError):
+            found = self.nvml.nvmlSystemGetDriverVersion()
+            driver = found.decode() if isinstance(found, bytes) else str(found)
+        with contextlib.suppress(pynvml.NVMLError, AttributeError):
+            number = int(self.nvml.nvmlSystemGetCudaDriverVersion_v2())
+            cuda = f"{number // 1000}.{number % 1000 // 10}"
+        return driver, cuda
 
     def _watch(self, uuid: str, handle: Any) -> None:
         if self._events is None:
@@ -207,6 +221,8 @@ class NvmlSource:
             health=health,
             processes=self._processes(processes),
             taken_at=now,
+            driver=self._driver,
+            cuda=self._cuda,
         )
 
     def _handle(self, index: int) -> Any:

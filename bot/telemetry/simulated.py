@@ -74,6 +74,19 @@ class SimulatedNode:
         self._enter("nvmlDeviceGetCount")
         return self.spec.gpus
 
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        self._enter("nvmlSystemGetDriverVersion")
+        if self.spec.driver is None:
+            raise nvml_error("NotSupported")()
+        return self.spec.driver
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:  # noqa: N802
+        self._enter("nvmlSystemGetCudaDriverVersion_v2")
+        if self.spec.cuda is None:
+            raise nvml_error("NotSupported")()
+        major, _, minor = self.spec.cuda.partition(".")
+        return int(major) * 1000 + int(minor or 0) * 10  # 12.4 -> 12040, as NVML counts
+
     def nvmlEventSetCreate(self) -> object:  # noqa: N802
         self._enter("nvmlEventSetCreate")
         return object()

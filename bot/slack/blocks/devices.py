@@ -42,6 +42,10 @@ def node_line(node: NodeProfile) -> str:
     if node.drained:
         head += " · drained"
     model = node.gpus[0].model if node.gpus else ""
+    if node.driver:
+        head += f" · driver {escape(node.driver)}" + (
+            f", CUDA {escape(node.cuda)}" if node.cuda else ""
+        )
     return f"{head}\n{len(node.gpus)} × {escape(model) or 'GPU'}: {states or 'no GPUs'}"
 
 

@@ -199,6 +199,10 @@ def test_gpubot_nodes_reads_the_demos_database(demo: Demo, tmp_path: Path) -> No
     )
     assert 81920 == gpus[("a100-node-01", 0)]["memory_mib"]
     assert gpus[("a100-node-01", 0)]["uuid"]
+    assert ("550.54.15", "12.4") == (
+        gpus[("a100-node-01", 0)]["driver"],
+        gpus[("a100-node-01", 0)]["cuda"],
+    )
     table = CliRunner().invoke(app, ["nodes", "--node", "l40s-node-02", "--database-url", url])
     assert 0 == table.exit_code, table.output
     assert 4 == sum("l40s-node-02" in line for line in table.output.splitlines())
