@@ -23,14 +23,14 @@ SWEEPER = "gpubot"
 
 
 def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
-    for match in decision.actions:
+    for match in decision.actions:  # each recorded with the rule that asked for it
         if match.verdict.reason == Reason.UNHEALTHY:
-            _unhealthy(run, gpu, match, decision)
+            _unhealthy(run, gpu, match, decision.for_action(match))
         elif match.verdict.reason == Reason.UNRESERVED:
             reading = run.reading(gpu.node, gpu.index)
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
-            _unreserved(run, gpu, users, match, decision)
+            _unreserved(run, gpu, users, match, decision.for_action(match))
     key = f"unreserved:{gpu.node}:{gpu.index}"
     if not decision.facts["gpu.unreserved"] and key in run.unreserved:
         _clear(run.ctx, key)
