@@ -11,7 +11,7 @@ from bot.services import notices
 from bot.services.borrowing import approvers_for, open_requests_for, route_for, waiting_before
 from bot.services.context import Context, record
 from bot.services.queries import lease_view, pool_usage, request_view
-from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult
+from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult, ended_how
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.facts import request_facts
 from storage.db import lock_for_update
@@ -246,6 +246,8 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
             if user != lease.holder:
                 notices.ended_by_other(session, lease, by=user, at=now)
         for request in requests:
+            if not RequestState(request.state).is_open:
+                continue  # an extension of a lease just released, withdrawn with it
             if request.state == RequestState.PENDING:
                 notices.settled(
                     session,
@@ -276,7 +278,10 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
 def end_lease(
     session: Session, lease: LeaseRow, state: LeaseState, why: str, *, actor: str, now: datetime
 ) -> LeaseView:
-    """End a lease and free its GPUs in one step (the active-GPU index is released too)."""
+    """End a lease and free its GPUs in one step (the active-GPU index is released too).
+
+    The messages that offered its buttons are redrawn to say how it ended, and an extension
+    still waiting for a manager is withdrawn: there is nothing left to extend."""
     lease.state, lease.ended_at, lease.end_reason = state, now, why
     session.add(lease)
     session.exec(
@@ -292,7 +297,33 @@ def end_lease(
         outcome=state.value,
         detail={"why": why},
     )
+    notices.lease_closed(session, lease, by=actor, at=now)
+    _withdraw_extensions(session, lease, actor=actor, now=now)
     return lease_view(session, lease)
+
+
+def _withdraw_extensions(session: Session, lease: LeaseRow, *, actor: str, now: datetime) -> None:
+    """Close the extensions of an ended lease still waiting for a person, and say why."""
+    stmt = select(RequestRow).where(
+        RequestRow.lease_id == lease.id,
+        RequestRow.kind == RequestKind.EXTEND,
+        RequestRow.state == RequestState.PENDING,
+    )
+    how = ended_how(lease.state, lease.end_reason)
+    why = f"L{lease.id} ended ({how}) before anyone answered"
+    for request in session.exec(lock_for_update(session, stmt)).all():
+        request.state, request.decided_at, request.decided_by = RequestState.CANCELLED, now, actor
+        session.add(request)
+        record(
+            session,
+            at=now,
+            actor=actor,
+            tag="extend:withdrawn",
+            subject=f"request:{request.id}",
+            outcome="cancelled",
+            detail={"lease": lease.id, "why": why},
+        )
+        notices.settled(session, request, by=actor, verdict="withdrawn", reason=why, at=now)
 
 
 def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:

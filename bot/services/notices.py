@@ -6,6 +6,8 @@ Kinds (the Slack adapter renders each from the database when it delivers):
     request_decided  tell the requester what a person decided
     lease_granted    the holder's DM: hosts, GPU indices, CUDA_VISIBLE_DEVICES, expiry, buttons
     lease_ended      tell the holder someone else ended their lease
+    lease_closed     update the lease's grant and warning DMs in place once it ended: no
+                     buttons, how and when it ended (recipient the holder)
     lease_warning    expiry, idle or unhealthy, before anything is taken (buttons to answer)
     lease_reclaimed  the lease was reclaimed, and why
     recall_withdrawn the lease warned of preemption stays: its recall is no longer needed
@@ -60,6 +62,11 @@ def granted(session: Session, lease: LeaseRow, *, at: datetime) -> None:
 def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
     data = {"lease": lease.id, "by": by}
     owe(session, Owed("lease_ended", f"lease:{lease.id}", lease.holder, data), at=at)
+
+
+def lease_closed(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
+    data = {"lease": lease.id, "by": by}
+    owe(session, Owed("lease_closed", f"lease:{lease.id}", lease.holder, data), at=at)
 
 
 def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:

@@ -37,9 +37,11 @@ def test_a_two_hour_borrow_is_warned_at_60_and_10_then_reclaimed_after_grace(sto
         (151, "notify a100-node-01:1"),
     ] == story.events
     assert "reclaimed" == story.state(lease)
+    posted = str([c.args.get("text") for c in story.local.calls.of("chat.postMessage")])
+    assert "ends soon" in posted
     dm = str([m.text for m in story.local.messages(story.local.dm_channel(ALICE))])
-    assert "ends soon" in dm
     assert "was reclaimed" in dm
+    assert "ends soon" not in dm  # the warnings now say how the lease ended
 
 
 def test_an_idle_lease_is_warned_snoozed_warned_again_and_reclaimed(story: Story) -> None:
