@@ -13,7 +13,7 @@ from bot.services.views import ExtendResult
 from bot.slack.localapi import Message
 from rules.domain import RequestState
 from storage.tables import AuditRow, OutboxRow, RequestRow
-from tests.integration.story import ALICE, Story, busy, idle
+from tests.integration.story import ADA, ALICE, Story, busy, idle
 
 BOB = "U0BOB0001"
 APPROVALS = "C0VAPPROV"
@@ -141,3 +141,18 @@ def test_a_pending_extension_is_withdrawn_when_its_lease_is_reclaimed(story: Sto
     now = next(m for m in story.local.messages(APPROVALS) if m.ts == card.ts)
     assert now.edited
     assert not _has_buttons(now)
+
+
+def test_no_borrow_offer_for_the_gpu_just_reclaimed_from_the_same_person(story: Story) -> None:
+    """Alice's idle lease is reclaimed while her process stays on the GPU: the admins hear of
+    the unreserved use, but Alice is not invited to borrow back what was just taken."""
+    lease = story.borrow(ALICE, "a100", 1, hours=8)
+    story.run(130, idle, lease=lease)
+    assert "reclaimed" == story.state(lease)
+    assert (122, "notify a100-node-01:0") in story.events
+    assert not any("without a lease" in m.text for m in _dm(story, ALICE))
+    notices = [m.text for m in _dm(story, ADA) if "without a lease" in m.text]
+    assert [
+        "1 processes run on a100-node-01 GPU 0 without a lease (Unix users: alice). "
+        "Not offered a lease: alice, whose lease on it was just reclaimed."
+    ] == notices
