@@ -28,7 +28,10 @@ def _held(ctx: Context, session: Session, user: str, lease_id: int) -> LeaseRow 
     lease = _load_lease(session, lease_id)
     if lease is None:
         return Refused(f"There is no lease L{lease_id}.", "no-lease")
-    return _mine(ctx, user, lease) or lease
+    refused = _mine(ctx, user, lease)
+    if refused is not None and refused.code == "not-active":
+        _outdated(session, lease, now=ctx.now())
+    return refused or lease
 
 
 def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
@@ -38,8 +41,19 @@ def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
             "not-yours",
         )
     if lease.state != LeaseState.ACTIVE:
-        return Refused(f"L{lease.id} is {lease.state}, no longer active.", "not-active")
+        when = f" {lease.ended_at:%Y-%m-%d %H:%M} UTC" if lease.ended_at else ""
+        how = ended_how(lease.state, lease.end_reason)
+        return Refused(
+            f"L{lease.id} ended{when}: {how}. Nothing is left to change; `/gpu borrow` asks again.",
+            "not-active",
+        )
     return None
+
+
+def _outdated(session: Session, lease: LeaseRow, *, now: datetime) -> None:
+    """A button on a DM about a lease that has ended: make sure its DMs say so."""
+    if LeaseState(lease.state).is_final and lease.ended_at is not None:
+        notices.redraw(session, notices.closed(lease, by=""), at=now)
 
 
 def extend(
@@ -248,7 +262,7 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
         for request in requests:
             if not RequestState(request.state).is_open:
                 continue  # an extension of a lease just released, withdrawn with it
-            if request.state == RequestState.PENDING:
+            if request.approval_route:  # its cards must say it was withdrawn
                 notices.settled(
                     session,
                     request,
@@ -299,6 +313,7 @@ def end_lease(
     )
     notices.lease_closed(session, lease, by=actor, at=now)
     _withdraw_extensions(session, lease, actor=actor, now=now)
+    notices.waiting_cards(session, lease.pool, at=now, besides=None)
     return lease_view(session, lease)
 
 

@@ -44,7 +44,10 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
         if request is None:
             return None
         name = people.name(request.requester)
-        if row.kind == "approval_card":
+        if row.kind == "approval_card" or (
+            row.kind == "card_settled" and request.state == "pending"
+        ):
+            # A card redrawn while its request still waits shows today's numbers and buttons.
             if request.state != "pending":  # settled before its card went out
                 return settled_card(request, name, because=services.because(request.id))
             quota = services.quota_of(request.team, request.pool)

@@ -17,6 +17,7 @@ from tests.integration.story import ADA, ALICE, Story, busy, idle
 
 BOB = "U0BOB0001"
 APPROVALS = "C0VAPPROV"
+VICTOR = "U0VMGR001"
 BUTTONS = ("lease_extend", "lease_release", "lease_snooze", "request_approve", "request_deny")
 
 
@@ -156,3 +157,85 @@ def test_no_borrow_offer_for_the_gpu_just_reclaimed_from_the_same_person(story: 
         "1 processes run on a100-node-01 GPU 0 without a lease (Unix users: alice). "
         "Not offered a lease: alice, whose lease on it was just reclaimed."
     ] == notices
+
+
+def _give_up(story: Story, kind: str) -> None:
+    """As if every update of this kind had been given up (Slack refused it for two hours)."""
+    with story.bot.db.write() as session:
+        for row in session.exec(select(OutboxRow).where(OutboxRow.kind == kind)).all():
+            row.state = "failed"
+            session.add(row)
+
+
+def test_a_button_on_an_ended_lease_s_dm_says_how_it_ended_and_redraws_it(
+    story: Story,
+) -> None:
+    """The DM still offers buttons (its update was given up): Extend is refused with how and
+    when the lease ended, and the DM is redrawn without buttons."""
+    lease = story.borrow(ALICE, "a100", 1, hours=6)
+    story.run(5, busy, lease=lease)
+    story.bot.services.release(ALICE, lease)
+    _give_up(story, "lease_closed")
+    story.click_in_dm(ALICE, "lease_extend")
+    reply = json.dumps(story.local.calls.of("response_url")[-1].args)
+    assert f"L{lease} ended 2026-03-02 09:05 UTC: released. Nothing is left to change" in reply
+    story.pass_()
+    grant = _dm(story, ALICE)[0]
+    assert not _has_buttons(grant)
+    assert f"L{lease} ended 2026-03-02 09:05 UTC: released." == grant.text
+
+
+def _bob_asks(story: Story) -> tuple[int, Message]:
+    """Alice holds the vision nominal; Bob asks for 2 more: a card with buttons."""
+    story.borrow(ALICE, "a100", 8, hours=6)
+    asked = story.answer(BOB, "borrow 2 a100 for 4h because sweep")
+    assert "needs approval" in asked
+    story.pass_()
+    [card] = story.local.messages(APPROVALS)
+    assert _has_buttons(card)
+    [request] = story.bot.services.requests(BOB)
+    return request.id, card
+
+
+def test_approve_on_a_settled_card_says_so_and_redraws_the_card(story: Story) -> None:
+    """The card's update was given up, so it still offers buttons: a second Approve answers
+    who settled it and when, and the card is redrawn without buttons."""
+    request_id, card = _bob_asks(story)
+    assert not isinstance(story.bot.services.deny(VICTOR, request_id, "not now"), str)
+    _give_up(story, "card_settled")
+    before = len(story.local.calls.of("response_url"))
+    story.slack.click(ADA, card, "request_approve")
+    story.local.wait_for(
+        "response_url", lambda a: len(story.local.calls.of("response_url")) > before
+    )
+    reply = json.dumps(story.local.calls.of("response_url")[before].args)
+    assert f"R{request_id} was already settled by <@{VICTOR}> at 2026-03-02 09:00 UTC" in reply
+    story.pass_()
+    now = story.local.messages(APPROVALS)[0]
+    assert not _has_buttons(now)
+    assert "Denied by" in _said(now)
+
+
+def test_a_withdrawn_request_s_card_loses_its_buttons(story: Story) -> None:
+    """Bob withdraws his request: the card says withdrawn, and offers nothing to click."""
+    request_id, card = _bob_asks(story)
+    assert not isinstance(story.bot.services.cancel(BOB, request_id), str)
+    story.pass_()
+    [now] = story.local.messages(APPROVALS)
+    assert (card.ts, True) == (now.ts, now.edited)
+    assert not _has_buttons(now)
+    assert f"Withdrawn by <@{BOB}>" in _said(now)
+
+
+def test_a_waiting_card_is_redrawn_when_its_pool_s_numbers_move(story: Story) -> None:
+    """Alice gives back her GPUs while Bob's request waits: the card's quota line follows,
+    and its buttons stay."""
+    request_id, card = _bob_asks(story)
+    assert "8 in use of 8 guaranteed" in _said(card)
+    [alice] = story.bot.services.leases(ALICE)
+    story.bot.services.release(ALICE, alice.id)
+    story.pass_()
+    now = story.local.messages(APPROVALS)[0]
+    assert "0 in use of 8 guaranteed" in _said(now)
+    assert _has_buttons(now)
+    assert f"R{request_id}" in now.text
