@@ -54,7 +54,7 @@ from bot.services.views import (
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.policy import Policy
-from storage import audit
+from storage import audit, outbox
 from storage.db import Database
 from storage.tables import LeaseRow, OutboxRow, RequestRow
 
@@ -155,6 +155,11 @@ class Services:
             row = session.get(LeaseRow, lease_id)
             sent = row.warnings.get(str(owed.data.get("reason"))) if row else None
             return isinstance(sent, dict) and sent.get("outbox") == owed.id
+
+    def landed(self, subject: str, kinds: tuple[str, ...]) -> list[OutboxRow]:
+        """Where the messages of these kinds about `subject` were delivered."""
+        with self.db.read() as session:
+            return outbox.landed(session, subject, kinds)
 
     def record_refused_agent(self, node: str, why: str) -> None:
         """A known node's agent request was refused: at most one aggregated `agent:refused`

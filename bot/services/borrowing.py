@@ -236,6 +236,7 @@ def _grant(
     session.flush()  # the partial unique index refuses a GPU already in an active lease here
     request.lease_id = lease.id
     notices.granted(session, lease, at=now, unknown=[f"{n}:{i}" for n, i in unsure])
+    notices.waiting_cards(session, request.pool, at=now, besides=request.id)
     view = lease_view(session, lease)
     record(
         session,
@@ -276,6 +277,8 @@ def settle(
             # Who may settle it is asked first: a refusal says nothing of the request's fate.
             refusal = _may_settle(policy, user, request)
             if refusal is None and request.state != RequestState.PENDING:
+                # A click on a card that still offers buttons: make sure it is redrawn.
+                notices.redraw(session, notices.card_redrawn(request, by=user), at=now)
                 return _already(session, request)
             if refusal is not None:
                 record(
@@ -335,8 +338,9 @@ def _already(session: Session, request: RequestRow) -> SettleResult:
     if request.lease_id is not None:
         row = session.get(LeaseRow, request.lease_id)
         lease = lease_view(session, row) if row else None
-    by = f" by <@{request.decided_by}>" if request.decided_by else ""
-    message = f"R{request.id} was already settled{by}: it is {request.state}."
+    by = f" by <@{request.decided_by}>" if request.decided_by not in (None, SYSTEM) else ""
+    when = f" at {request.decided_at:%Y-%m-%d %H:%M} UTC" if request.decided_at else ""
+    message = f"R{request.id} was already settled{by}{when}: it is {request.state}."
     return SettleResult(request_view(request), lease, message, already_settled=True)
 
 
@@ -514,10 +518,9 @@ def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:
             return Refused(f"R{request_id} is <@{request.requester}>'s to cancel.", "not-yours")
         if not RequestState(request.state).is_open:
             return Refused(f"R{request_id} is already {request.state}.", "settled")
-        was_pending = request.state == RequestState.PENDING
         request.state, request.decided_at, request.decided_by = RequestState.CANCELLED, now, user
         session.add(request)
-        if was_pending:  # its approval cards must stop offering buttons
+        if request.approval_route:  # its cards (buttons, or "approved, waiting") say withdrawn
             notices.settled(
                 session, request, by=user, verdict="cancel", reason="", at=now, tell_requester=False
             )

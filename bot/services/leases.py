@@ -11,7 +11,7 @@ from bot.services import notices
 from bot.services.borrowing import approvers_for, open_requests_for, route_for, waiting_before
 from bot.services.context import Context, record
 from bot.services.queries import lease_view, pool_usage, request_view
-from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult
+from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult, ended_how
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.facts import request_facts
 from storage.db import lock_for_update
@@ -28,7 +28,10 @@ def _held(ctx: Context, session: Session, user: str, lease_id: int) -> LeaseRow 
     lease = _load_lease(session, lease_id)
     if lease is None:
         return Refused(f"There is no lease L{lease_id}.", "no-lease")
-    return _mine(ctx, user, lease) or lease
+    refused = _mine(ctx, user, lease)
+    if refused is not None and refused.code == "not-active":
+        _outdated(session, lease, now=ctx.now())
+    return refused or lease
 
 
 def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
@@ -38,8 +41,19 @@ def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
             "not-yours",
         )
     if lease.state != LeaseState.ACTIVE:
-        return Refused(f"L{lease.id} is {lease.state}, no longer active.", "not-active")
+        when = f" {lease.ended_at:%Y-%m-%d %H:%M} UTC" if lease.ended_at else ""
+        how = ended_how(lease.state, lease.end_reason)
+        return Refused(
+            f"L{lease.id} ended{when}: {how}. Nothing is left to change; `/gpu borrow` asks again.",
+            "not-active",
+        )
     return None
+
+
+def _outdated(session: Session, lease: LeaseRow, *, now: datetime) -> None:
+    """A button on a DM about a lease that has ended: make sure its DMs say so."""
+    if LeaseState(lease.state).is_final and lease.ended_at is not None:
+        notices.redraw(session, notices.closed(lease, by=""), at=now)
 
 
 def extend(
@@ -246,7 +260,9 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
             if user != lease.holder:
                 notices.ended_by_other(session, lease, by=user, at=now)
         for request in requests:
-            if request.state == RequestState.PENDING:
+            if not RequestState(request.state).is_open:
+                continue  # an extension of a lease just released, withdrawn with it
+            if request.approval_route:  # its cards must say it was withdrawn
                 notices.settled(
                     session,
                     request,
@@ -276,7 +292,10 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
 def end_lease(
     session: Session, lease: LeaseRow, state: LeaseState, why: str, *, actor: str, now: datetime
 ) -> LeaseView:
-    """End a lease and free its GPUs in one step (the active-GPU index is released too)."""
+    """End a lease and free its GPUs in one step (the active-GPU index is released too).
+
+    The messages that offered its buttons are redrawn to say how it ended, and an extension
+    still waiting for a manager is withdrawn: there is nothing left to extend."""
     lease.state, lease.ended_at, lease.end_reason = state, now, why
     session.add(lease)
     session.exec(
@@ -292,7 +311,34 @@ def end_lease(
         outcome=state.value,
         detail={"why": why},
     )
+    notices.lease_closed(session, lease, by=actor, at=now)
+    _withdraw_extensions(session, lease, actor=actor, now=now)
+    notices.waiting_cards(session, lease.pool, at=now, besides=None)
     return lease_view(session, lease)
+
+
+def _withdraw_extensions(session: Session, lease: LeaseRow, *, actor: str, now: datetime) -> None:
+    """Close the extensions of an ended lease still waiting for a person, and say why."""
+    stmt = select(RequestRow).where(
+        RequestRow.lease_id == lease.id,
+        RequestRow.kind == RequestKind.EXTEND,
+        RequestRow.state == RequestState.PENDING,
+    )
+    how = ended_how(lease.state, lease.end_reason)
+    why = f"L{lease.id} ended ({how}) before anyone answered"
+    for request in session.exec(lock_for_update(session, stmt)).all():
+        request.state, request.decided_at, request.decided_by = RequestState.CANCELLED, now, actor
+        session.add(request)
+        record(
+            session,
+            at=now,
+            actor=actor,
+            tag="extend:withdrawn",
+            subject=f"request:{request.id}",
+            outcome="cancelled",
+            detail={"lease": lease.id, "why": why},
+        )
+        notices.settled(session, request, by=actor, verdict="withdrawn", reason=why, at=now)
 
 
 def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:

@@ -6,6 +6,8 @@ Kinds (the Slack adapter renders each from the database when it delivers):
     request_decided  tell the requester what a person decided
     lease_granted    the holder's DM: hosts, GPU indices, CUDA_VISIBLE_DEVICES, expiry, buttons
     lease_ended      tell the holder someone else ended their lease
+    lease_closed     update the lease's grant and warning DMs in place once it ended: no
+                     buttons, how and when it ended (recipient the holder)
     lease_warning    expiry, idle or unhealthy, before anything is taken (buttons to answer)
     lease_reclaimed  the lease was reclaimed, and why
     recall_withdrawn the lease warned of preemption stays: its recall is no longer needed
@@ -19,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
+from rules.domain import RequestState
+from storage import outbox
 from storage.outbox import Owed, owe
-from storage.tables import LeaseRow, RequestRow
+from storage.tables import LeaseRow, OutboxRow, RequestRow
 
 CARDS = "cards"  # the recipient of card_settled: wherever the request's cards landed
 
@@ -66,6 +70,48 @@ def granted(
 def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
     data = {"lease": lease.id, "by": by}
     owe(session, Owed("lease_ended", f"lease:{lease.id}", lease.holder, data), at=at)
+
+
+def lease_closed(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
+    owe(session, closed(lease, by=by), at=at)
+
+
+def closed(lease: LeaseRow, *, by: str) -> Owed:
+    data = {"lease": lease.id, "by": by}
+    return Owed("lease_closed", f"lease:{lease.id}", lease.holder, data)
+
+
+def card_redrawn(request: RequestRow, *, by: str, reason: str = "") -> Owed:
+    """Every approval card of a request drawn again as the request stands now."""
+    data = {"request": request.id, "by": by, "verdict": "", "reason": reason}
+    return Owed("card_settled", f"request:{request.id}", CARDS, data)
+
+
+def redraw(session: Session, message: Owed, *, at: datetime, again: bool = False) -> None:
+    """Redraw messages in place (a lease_closed or card_settled) unless such a redraw is
+    already on its way, or (unless `again`) done: a button pressed on a message its subject
+    has moved past, or numbers on a waiting card that moved."""
+    states = [outbox.PENDING, outbox.SENDING] + ([] if again else [outbox.DELIVERED])
+    stmt = select(OutboxRow.id).where(
+        OutboxRow.subject == message.subject,
+        OutboxRow.kind == message.kind,
+        col(OutboxRow.state).in_(states),
+    )
+    if session.exec(stmt).first() is None:
+        owe(session, message, at=at)
+
+
+def waiting_cards(session: Session, pool: str, *, at: datetime, besides: int | None) -> None:
+    """GPUs in `pool` were taken or given back: the quota and queue numbers on its waiting
+    approval cards moved, so they are drawn again (buttons and all)."""
+    stmt = select(RequestRow).where(
+        RequestRow.pool == pool,
+        RequestRow.state == RequestState.PENDING,
+        RequestRow.approval_route != "",
+    )
+    for request in session.exec(stmt).all():
+        if request.id != besides:
+            redraw(session, card_redrawn(request, by=""), at=at, again=True)
 
 
 def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:

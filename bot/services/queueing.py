@@ -25,6 +25,7 @@ from rules.domain import (
     Subject,
     format_duration,
 )
+from storage.outbox import owe
 from storage.tables import RequestRow
 
 
@@ -134,6 +135,8 @@ def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseVi
     request.state, request.decided_at = RequestState.APPROVED, now
     request.decided_by = request.decided_by or SYSTEM
     session.add(request)
+    if request.approval_route:  # approved, then queued: its cards now say granted
+        owe(session, notices.card_redrawn(request, by=SYSTEM), at=now)
     record(
         session,
         at=now,

@@ -246,27 +246,29 @@ def _gpus(session: Session) -> list[GpuSnapshot]:
 
 
 def _act_on_lease(run: Pass, lease: LeaseSnapshot, decision: Decision, warned: Warned) -> None:
+    # Each action is recorded as its own decision: the rule that asked for it, its reason.
     for match in decision.would_have:
-        _would_have(run, lease, match, decision, why="observe")
+        _would_have(run, lease, match, decision.for_action(match), why="observe")
     # Reclaims first: a lease reclaimed in this pass is warned of nothing any more.
     ordered = sorted(decision.actions, key=lambda m: m.verdict.action != Action.RECLAIM)
     for match in ordered:
         action, reason = match.verdict.action, match.verdict.reason
         assert action is not None
         assert reason is not None
+        own = decision.for_action(match)
         if run.paused:
-            _would_have(run, lease, match, decision, why="paused")
+            _would_have(run, lease, match, own, why="paused")
         elif action == Action.WARN:
-            _warn(run, lease, reason, decision)
+            _warn(run, lease, reason, own)
         elif action == Action.RECLAIM:
-            refusal = _may_reclaim(run, lease, reason, decision, warned)
+            refusal = _may_reclaim(run, lease, reason, own, warned)
             if refusal:
                 run.report.held_back.append(f"L{lease.id} {reason}: {refusal}")
             else:
-                _reclaim(run, lease, reason, decision)
+                _reclaim(run, lease, reason, own)
                 return
         else:
-            _notice_once(run, lease, f"notice:{reason}", match.because, decision)
+            _notice_once(run, lease, f"notice:{reason}", match.because, own)
     if "idle" in lease.warnings and not decision.facts["lease.idle"]:
         _forget(run, lease, "idle")  # busy again: that idle warning no longer stands
     if "unhealthy" in lease.warnings and not decision.facts["lease.unhealthy"]:
@@ -327,7 +329,7 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
         data = {
             "lease": lease.id,
             "reason": key,
-            "because": _because(decision, reason),
+            "because": decision.because,
             "time_left_min": facts["lease.time_left"],
             "idle_for_min": facts["lease.idle_for"],
         }
@@ -352,11 +354,6 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
     run.report.warned.append(f"L{lease.id} {key}")
 
 
-def _because(decision: Decision, reason: Reason) -> str:
-    found = (m.because for m in decision.actions if m.verdict.reason == reason)
-    return next(found, decision.because)
-
-
 def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -> None:
     now = run.now
     with run.ctx.db.write() as session:
@@ -376,7 +373,7 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
             detail={"reason": reason.value},
         )
         end_lease(session, row, LeaseState.RECLAIMED, reason.value, actor=SWEEPER, now=now)
-        data = {"lease": lease.id, "reason": reason.value, "because": _because(decision, reason)}
+        data = {"lease": lease.id, "reason": reason.value, "because": decision.because}
         owed = Owed("lease_reclaimed", f"lease:{lease.id}", lease.holder, data)
         outbox.owe(session, owed, at=now)
         if run.ctx.enforcer != "notify":  # the order stands or falls with the reclaim

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, select
@@ -9,12 +10,12 @@ from sqlmodel import Session, col, select
 from bot.services import devices, notices
 from bot.services.context import Context, record
 from bot.services.sweep_facts import GpuSnapshot
-from rules.domain import Reason
+from rules.domain import LeaseState, Reason
 from rules.engine import Decision, Match
 from storage import outbox
 from storage.db import lock_for_update
 from storage.outbox import Owed
-from storage.tables import GpuRow, SettingRow
+from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, SettingRow
 
 if TYPE_CHECKING:
     from bot.services.sweep import Pass
@@ -23,14 +24,14 @@ SWEEPER = "gpubot"
 
 
 def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
-    for match in decision.actions:
+    for match in decision.actions:  # each recorded with the rule that asked for it
         if match.verdict.reason == Reason.UNHEALTHY:
-            _unhealthy(run, gpu, match, decision)
+            _unhealthy(run, gpu, match, decision.for_action(match))
         elif match.verdict.reason == Reason.UNRESERVED:
             reading = run.reading(gpu.node, gpu.index)
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
-            _unreserved(run, gpu, users, match, decision)
+            _unreserved(run, gpu, users, match, decision.for_action(match))
     key = f"unreserved:{gpu.node}:{gpu.index}"
     if not decision.facts["gpu.unreserved"] and key in run.unreserved:
         _clear(run.ctx, key)
@@ -93,19 +94,25 @@ def _unreserved(
         if row is not None and not new:
             return
         subject = f"gpu:{gpu.node}:{gpu.index}"
+        # Whose lease on this GPU was just reclaimed: the reclaim DM told them; inviting
+        # them to borrow it back a minute later would undo the reclaim.
+        reclaimed = _reclaimed_from(session, gpu.id, run.now - run.ctx.policy.timing.grace)
+        not_offered = []
         for unix_user in new:
             slack_user = run.ctx.policy.accounts.get(unix_user)
-            if slack_user:
+            if slack_user in reclaimed:
+                not_offered.append(unix_user)
+            elif slack_user:
                 data = {"node": gpu.node, "index": gpu.index, "pool": gpu.pool, "user": unix_user}
                 outbox.owe(session, Owed("unreserved_use", subject, slack_user, data), at=run.now)
         who = ", ".join(users) or "a user we cannot name"
-        notices.tell_admins(
-            session,
-            run.ctx.policy.admins,
-            subject,
-            f"{match.because} (Unix users: {who}).",
-            at=run.now,
-        )
+        text = f"{match.because} (Unix users: {who})."
+        if not_offered:
+            text += (
+                f" Not offered a lease: {', '.join(not_offered)}, whose lease on it was "
+                "just reclaimed."
+            )
+        notices.tell_admins(session, run.ctx.policy.admins, subject, text, at=run.now)
         value = ",".join(sorted(told | set(new))) or "?"
         if row is None:
             row = SettingRow(key=key, value=value, updated_at=run.now, updated_by=SWEEPER)
@@ -122,6 +129,20 @@ def _unreserved(
             detail={"users": users},
         )
     run.report.notified.append(f"{gpu.node}:{gpu.index} unreserved")
+
+
+def _reclaimed_from(session: Session, gpu_id: int, since: datetime) -> set[str]:
+    """The holders of leases on this GPU reclaimed since `since`."""
+    stmt = (
+        select(LeaseRow.holder)
+        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
+        .where(
+            LeaseGpuRow.gpu_id == gpu_id,
+            LeaseRow.state == LeaseState.RECLAIMED,
+            col(LeaseRow.ended_at) >= since,
+        )
+    )
+    return set(session.exec(stmt).all())
 
 
 def _clear(ctx: Context, key: str) -> None:

@@ -52,6 +52,26 @@ class LeaseView:
     def cuda_visible_devices(self, node: str) -> str:
         return ",".join(str(i) for i in self.by_node.get(node, []))
 
+    @property
+    def ended_how(self) -> str:
+        return ended_how(self.state, self.end_reason)
+
+
+#: How a reclaimed lease ended, by its end reason, in its holder's words.
+_RECLAIMED_BECAUSE = {
+    "expired": "it expired",
+    "idle": "its GPUs stayed idle after the warning",
+    "preempted": "its lender needs the GPUs back",
+    "unhealthy": "a GPU failed",
+}
+
+
+def ended_how(state: str, end_reason: str) -> str:
+    """ "released", "reclaimed because it expired": how a lease ended, for people."""
+    if state == "reclaimed":
+        return f"reclaimed because {_RECLAIMED_BECAUSE.get(end_reason, end_reason)}"
+    return str(state)
+
 
 @dataclass(frozen=True)
 class RequestView:

@@ -27,7 +27,16 @@ from typing import Any
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.slack.sending import Dropped, NotSent, Outcome, Render, Sender, Sent, has_live_url
+from bot.slack.sending import (
+    UPDATES,
+    Dropped,
+    NotSent,
+    Outcome,
+    Render,
+    Sender,
+    Sent,
+    has_live_url,
+)
 from storage import outbox
 from storage.db import Database, one_line
 from storage.tables import OutboxRow
@@ -181,8 +190,8 @@ class Deliverer:
         now = self.clock()
         sent: list[tuple[OutboxRow, Outcome]] = []
         for row in rows:
-            if row.kind == "card_settled" and sent:
-                # The card it updates may be among those just sent: on record first.
+            if row.kind in UPDATES and sent:
+                # The message it updates may be among those just sent: on record first.
                 self._record_all(sent, report)
                 sent = []
             # A reply on a response_url cannot be looked up after a crash: its outcome is
@@ -287,18 +296,24 @@ class Deliverer:
 
     def _prepare(self, row: OutboxRow) -> Any:
         """What to send: a Rendered, (Rendered, cards) for a card update, Dropped or _DEFERRED."""
+        if row.kind in UPDATES:
+            with self.db.read() as session:
+                waiting = [
+                    r
+                    for r in outbox.owed_about(session, row.subject)
+                    if r.kind in UPDATES[row.kind] and r.state in (outbox.PENDING, outbox.SENDING)
+                ]
+            if waiting:  # a message still on its way: update it once it has landed
+                return _DEFERRED
         rendered = self.render(row)
+        if row.kind == "lease_closed":
+            if rendered is None or not rendered.updates:
+                return Dropped("no message to update")
+            return rendered
         if row.kind != "card_settled":
             return rendered if rendered is not None else Dropped("nothing left to say")
         with self.db.read() as session:
             cards = outbox.landed(session, row.subject, ["approval_card"])
-            waiting = [
-                r
-                for r in outbox.owed_about(session, row.subject)
-                if r.kind == "approval_card" and r.state in (outbox.PENDING, outbox.SENDING)
-            ]
-        if waiting:  # a card still on its way: update it once it has landed
-            return _DEFERRED
         if rendered is None or not cards:
             return Dropped("no card to update")
         return rendered, [(c.channel, c.ts) for c in cards]

@@ -9,8 +9,10 @@ from __future__ import annotations
 from bot.services import Services
 from bot.slack.blocks import approval_card, grant_message, home_view, settled_card
 from bot.slack.blocks.kit import Message, context, escape, mention, message, section
+from bot.slack.blocks.leases import ended_grant_message, ended_text
 from bot.slack.blocks.warnings import (
     admin_notice,
+    ended_warning_message,
     recall_withdrawn_message,
     reclaimed_message,
     unreserved_message,
@@ -27,6 +29,8 @@ def renderer(services: Services, people: People) -> Render:
             return Rendered(str(row.data.get("text") or ""), list(row.data.get("blocks") or []))
         if row.kind == "home":
             return Rendered("", [], view=home_view(services.home(row.recipient)))
+        if row.kind == "lease_closed":
+            return _closed(services, row)
         built = _render(services, people, row)
         return Rendered(built.text, built.blocks) if built is not None else None
 
@@ -40,7 +44,10 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
         if request is None:
             return None
         name = people.name(request.requester)
-        if row.kind == "approval_card":
+        if row.kind == "approval_card" or (
+            row.kind == "card_settled" and request.state == "pending"
+        ):
+            # A card redrawn while its request still waits shows today's numbers and buttons.
             if request.state != "pending":  # settled before its card went out
                 return settled_card(request, name, because=services.because(request.id))
             quota = services.quota_of(request.team, request.pool)
@@ -66,6 +73,9 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
         if lease is None:
             return None
         if row.kind == "lease_granted":
+            # Ended before its grant went out: the DM says so rather than offer buttons.
+            if lease.state != "active":
+                return ended_grant_message(lease)
             return grant_message(lease, [str(u) for u in data.get("unknown", [])])
         if row.kind == "lease_warning":
             if lease.state != "active" or not services.warning_stands(lease.id, row):
@@ -98,10 +108,33 @@ def _render(services: Services, people: People, row: OutboxRow) -> Message | Non
     return None
 
 
+def _closed(services: Services, row: OutboxRow) -> Rendered | None:
+    """An ended lease's grant and warning DMs, each redrawn without buttons to say how and
+    when it ended; those never delivered need nothing."""
+    lease = services.lease(int(row.data["lease"]))
+    if lease is None or lease.state == "active":
+        return None
+    by = str(row.data.get("by") or "")
+    updates = []
+    for shown in services.landed(row.subject, ("lease_granted", "lease_warning")):
+        if not shown.channel or not shown.ts:
+            continue
+        if shown.kind == "lease_granted":
+            now = ended_grant_message(lease, by)
+        else:
+            reason, because = str(shown.data.get("reason")), str(shown.data.get("because") or "")
+            now = ended_warning_message(lease, reason, because, by)
+        updates.append((shown.channel, shown.ts, Rendered(now.text, now.blocks)))
+    return Rendered(ended_text(lease, by), [], updates=tuple(updates))
+
+
 def _decided(code: str, verdict: str, by: str, reason: str, state: str) -> Message:
     """The requester's DM after a person settled their request (grants bring their own DM)."""
     if verdict == "timeout":
         text = f"{code} was withdrawn from the queue; `/gpu borrow` asks again."
+    elif verdict == "withdrawn":
+        text = f"{code} was withdrawn: {escape(reason)}." if reason else f"{code} was withdrawn."
+        reason = ""  # said already
     elif verdict == "deny":
         text = f"{mention(by)} denied {code}."
     elif state == "queued":

@@ -38,6 +38,16 @@ class Rendered:
     text: str
     blocks: list[dict[str, Any]]
     view: dict[str, Any] | None = None  # a Home tab to publish instead of a message
+    # Messages already posted to redraw in place instead: (channel, ts, what it says now).
+    updates: tuple[tuple[str, str, Rendered], ...] = ()
+
+
+#: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
+#: each with the kinds of the messages it redraws: it waits for those still on their way.
+UPDATES = {
+    "card_settled": ("approval_card",),
+    "lease_closed": ("lease_granted", "lease_warning"),
+}
 
 
 # Renders one owed message from the database as it stands now; None: nothing left to say.
@@ -106,7 +116,7 @@ class Sender:
         """Where a message in doubt landed, if Slack has it (looked up by its outbox id). None
         for what cannot be looked up: a reply on a live response_url; or need not be: a card
         update or a Home tab, which are the same however often they are sent."""
-        if row.kind in ("card_settled", "home") or _live_url(row, now):
+        if row.kind in UPDATES or row.kind == "home" or _live_url(row, now):
             return None
         try:
             channel = self._channel_for(row.recipient)
@@ -132,6 +142,12 @@ class Sender:
                     channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks
                 )
             return Sent(cards[0][0], cards[0][1])
+        if row.kind in UPDATES:
+            for channel, ts, shown in prepared.updates:
+                self.client.chat_update(
+                    channel=channel, ts=ts, text=shown.text, blocks=shown.blocks
+                )
+            return Sent(prepared.updates[0][0], prepared.updates[0][1])
         if row.kind == "home":
             self.client.views_publish(user_id=row.recipient, view=prepared.view)
             return Sent(None, None)

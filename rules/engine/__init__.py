@@ -9,7 +9,7 @@ Rules in `mode: observe` are recorded as "would have" and never act.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from rules.catalogue import CATALOGUE, FactType
@@ -56,6 +56,22 @@ class Decision:
     def would_have(self) -> tuple[Match, ...]:
         """Matches of rules in observe mode: recorded, never acted on."""
         return tuple(m for m in self.matches if m.observe)
+
+    def for_action(self, action: Match) -> Decision:
+        """One sweep action as a decision of its own: the rule that asked for it decides, its
+        reason explains it, and the matching rules are those that asked for the same action.
+
+        A sweep evaluation may warn of expiry and of idleness at once; each is audited with the
+        rule that asked for it, not with whichever rule happened to come first."""
+        key = (action.verdict.action, action.verdict.reason)
+        same = tuple(m for m in self.matches if (m.verdict.action, m.verdict.reason) == key)
+        return replace(
+            self,
+            matches=same or (action,),
+            deciding=action.rule,
+            actions=() if action.observe else (action,),
+            because=action.because,
+        )
 
 
 class RevisionRetiredError(Exception):

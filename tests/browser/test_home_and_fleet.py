@@ -60,8 +60,11 @@ def test_an_idle_lease_is_warned_and_then_reclaimed_as_time_moves_on(slack: Slac
     slack.open(BOB, "dm")
     slack.forward("1 hour")
     slack.forward("1 hour")
-    expect(slack.message("looks idle")).to_contain_text("Still using")
     reclaimed = slack.message("was reclaimed")
     expect(reclaimed).to_contain_text("l40s")
+    # The idle warning, redrawn once the lease ended: how it ended, and no buttons left.
+    warning = slack.message("warned of idle GPUs")
+    expect(warning).to_contain_text("reclaimed because its GPUs stayed idle")
+    expect(warning.get_by_role("button")).to_have_count(0)
     gpu = slack.page.locator(".node", has_text="l40s-node-02").locator(".gpu").nth(1)
     expect(gpu).to_have_attribute("data-status", "unreserved")

@@ -110,6 +110,15 @@ class Story:
         channel = self.local.dm_channel(user)
         return [m.text + json.dumps(m.blocks) for m in self.local.messages(channel)]
 
+    def posted(self, user: str) -> list[str]:
+        """Each DM the bot sent `user` as it was first posted (before any update), oldest first."""
+        channel = self.local.dm_channel(user)
+        return [
+            str(c.args.get("text")) + json.dumps(c.args.get("blocks"))
+            for c in self.local.calls.of("chat.postMessage")
+            if c.args.get("channel") == channel and not c.faulted
+        ]
+
     def state(self, lease: int) -> str:
         found = self.bot.services.lease(lease)
         assert found is not None

@@ -59,12 +59,14 @@ def test_a_borrowed_lease_is_warned_given_its_notice_reclaimed_and_the_lender_se
     assert "reclaimed" == story.state(leases[DAVE])
     assert "active" == story.state(leases[CAROL]) == story.state(leases[ERIN])
 
-    warning = next(d for d in story.dms(DAVE) if "is recalled" in d)
+    warning = next(d for d in story.posted(DAVE) if "is recalled" in d)
     assert "borrowed from team *vision*'s guaranteed share" in warning
     assert f"vision needs them back for R{request}" in warning
     assert "Release now" in warning
     assert "Extend" not in warning  # a recalled lease cannot be extended
     assert any("its lender needs the GPUs back" in d for d in story.dms(DAVE))
+    # Once reclaimed, the warning says so and offers nothing to click.
+    assert not any("Release now" in d for d in story.dms(DAVE))
     why = story.answer(ALICE, f"why R{request}")
     assert f"recalled for R{request} of team vision" in why
     with story.bot.db.read() as session:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
-from sqlmodel import select
+from sqlmodel import col, select
 
 from bot.settings import DEFAULT_RULES_DIR
 from bot.slack.localapi import LocalSlack
@@ -37,9 +37,11 @@ def test_a_two_hour_borrow_is_warned_at_60_and_10_then_reclaimed_after_grace(sto
         (151, "notify a100-node-01:1"),
     ] == story.events
     assert "reclaimed" == story.state(lease)
+    posted = str([c.args.get("text") for c in story.local.calls.of("chat.postMessage")])
+    assert "ends soon" in posted
     dm = str([m.text for m in story.local.messages(story.local.dm_channel(ALICE))])
-    assert "ends soon" in dm
     assert "was reclaimed" in dm
+    assert "ends soon" not in dm  # the warnings now say how the lease ended
 
 
 def test_an_idle_lease_is_warned_snoozed_warned_again_and_reclaimed(story: Story) -> None:
@@ -151,6 +153,35 @@ def test_the_sweep_run_twice_changes_nothing_the_second_time(story: Story) -> No
     assert not second.changed
     assert before == after
     assert 1 == len(story.bot.services.leases(ALICE))
+
+
+def test_two_actions_in_one_pass_are_audited_each_with_its_own_rule(story: Story) -> None:
+    """An expiry warning and an idle warning in the same pass: two audit rows, each naming
+    the rule that asked for it and giving that rule's reason, not the other's."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2.5)
+    story.run(95, idle, lease=lease, sweep=False)
+    report = story.bot.services.sweep(story.telemetry)
+    assert [f"L{lease} expiry", f"L{lease} idle"] == sorted(report.warned)
+    with story.bot.db.read() as session:
+        rows = session.exec(
+            select(AuditRow).where(AuditRow.tag == "lease:warned").order_by(col(AuditRow.id))
+        ).all()
+    got = {r.outcome: (r.deciding_rule, r.matching_rules, r.detail["because"]) for r in rows}
+    assert {
+        "warn expiry": (
+            "warn-before-expiry",
+            ["warn-before-expiry"],
+            f"lease {lease} ends in 55m",
+        ),
+        "warn idle": (
+            "warn-idle",
+            ["warn-idle"],
+            f"the GPUs of lease {lease} have been idle for 1h 34m",
+        ),
+    } == got
+    why = story.answer(ALICE, f"why L{lease}")
+    assert "warn idle by rule `warn-idle`, because the GPUs of" in why
+    assert "warn expiry by rule `warn-before-expiry`, because lease" in why
 
 
 HOSTILE = """

@@ -28,7 +28,12 @@ from bot.slack.blocks.leases import lease_summary
 from bot.slack.blocks.overview import quota_line
 from rules.domain import format_duration
 
-_SETTLED = {"approved": "Approved", "denied": "Denied", "cancelled": "Withdrawn"}
+_SETTLED = {
+    "approved": "Approved",
+    "denied": "Denied",
+    "cancelled": "Withdrawn",
+    "queued": "Approved (waiting for GPUs)",
+}
 
 
 def _is_extension(request: RequestView) -> bool:

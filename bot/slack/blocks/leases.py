@@ -117,6 +117,43 @@ def grant_message(lease: LeaseView, unknown: Sequence[str] = ()) -> Message:
     return message(escape(text), blocks)
 
 
+def _how(lease: LeaseView, by: str) -> str:
+    """How it ended; a release names who released it when that was not the holder."""
+    if lease.state == "released" and by and by != lease.holder:
+        return f"{lease.ended_how} by {mention(by)}"
+    return lease.ended_how
+
+
+def ended_line(lease: LeaseView, by: str = "") -> str:
+    """ "*L8* ended Mar 2 at 14:05: reclaimed because …": how and when a lease ended."""
+    when = f" {slack_date(lease.ended_at)}" if lease.ended_at is not None else ""
+    return f"*{lease.code}* ended{when}: {_how(lease, by)}."
+
+
+def ended_text(lease: LeaseView, by: str = "") -> str:
+    """The notification fallback of `ended_line`, with the time in UTC."""
+    when = f" {utc_text(lease.ended_at)}" if lease.ended_at is not None else ""
+    return f"{lease.code} ended{when}: {_how(lease, by)}."
+
+
+def ended_grant_message(lease: LeaseView, by: str = "") -> Message:
+    """The grant DM once the lease has ended: where it ran, how and when it ended, no buttons."""
+    blocks = [
+        header(f"{lease.code} has ended"),
+        section(f":checkered_flag: {ended_line(lease, by)}"),
+        section(
+            f"You held *{plural(len(lease.gpus), 'GPU')}* in *{escape(lease.pool)}* from "
+            f"{slack_date(lease.granted_at)}."
+        ),
+        section("\n".join(placement_lines(lease))),
+        context(
+            f"These GPUs are no longer yours. `/gpu why {lease.code}` shows the whole story; "
+            "`/gpu borrow` asks again."
+        ),
+    ]
+    return message(ended_text(lease, by), blocks)
+
+
 def extend_reply(result: ExtendResult) -> Message:
     """What became of `/gpu extend`: extended, waiting for a manager, queued, or refused."""
     lease, because = result.lease, escape(result.because)

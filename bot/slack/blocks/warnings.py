@@ -26,7 +26,7 @@ from bot.slack.blocks.kit import (
     section,
     slack_date,
 )
-from bot.slack.blocks.leases import placement_lines
+from bot.slack.blocks.leases import ended_line, ended_text, placement_lines
 from rules.domain import format_duration
 
 SNOOZE_ACTION = "lease_snooze"
@@ -142,6 +142,26 @@ def _preempt_message(
         actions(lease_block(lease.id), _release_now(lease)),
     ]
     return message(f"{title}: {clip(why, 300)}", blocks)
+
+
+_WARNED_OF = {
+    "expiry": "its end",
+    "idle": "idle GPUs",
+    "preempt": "a recall",
+    "unhealthy": "a GPU fault",
+}
+
+
+def ended_warning_message(lease: LeaseView, reason: str, because: str, by: str = "") -> Message:
+    """A warning DM once its lease has ended: how and when, what it warned of, no buttons."""
+    warned = _WARNED_OF.get(reason, escape(reason))
+    blocks = [
+        header(f"{lease.code} has ended"),
+        section(f":checkered_flag: {ended_line(lease, by)}"),
+        context(f"This message warned of {warned}: {clip(escape(because), 500)}"),
+        context(f"`/gpu why {lease.code}` shows the whole story; `/gpu borrow` asks again."),
+    ]
+    return message(ended_text(lease, by), blocks)
 
 
 def recall_withdrawn_message(lease: LeaseView) -> Message:

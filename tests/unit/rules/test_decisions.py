@@ -110,6 +110,27 @@ def test_sweep_actions_all_apply_once_each(engine_name: EngineName) -> None:
     ]
 
 
+def test_each_sweep_action_is_its_own_decision(engine_name: EngineName) -> None:
+    """Per action: the rule that asked for it decides, its reason explains, and the matching
+    rules are those that asked for the same action."""
+    sources = default_sources()
+    sources["sweep.yaml"] += (
+        "\n  - id: warn-expiry-again\n    on: lease\n    when: lease.time_left < 1h\n"
+        "    then: warn expiry\n    because: also {lease.time_left} left\n"
+    )
+    policy = load_policy(sources)
+    facts = a_lease(lease__time_left=50.0, lease__expiry_warning_due=True, lease__unhealthy=True)
+    decision = decide(policy, build_engine(policy, engine_name), Subject.LEASE, facts)
+    expiry, unhealthy = (decision.for_action(m) for m in decision.actions)
+    assert ("warn-before-expiry", "unhealthy-lease") == (expiry.deciding, unhealthy.deciding)
+    assert ["warn-before-expiry", "warn-expiry-again"] == expiry.matching
+    assert ["unhealthy-lease"] == unhealthy.matching
+    assert "lease 7 ends in 50m" == expiry.because
+    assert "a GPU of lease 7 reports a hardware fault" == unhealthy.because
+    assert (decision.actions[1],) == unhealthy.actions
+    assert decision.facts == unhealthy.facts
+
+
 def test_gpu_rules_see_gpu_facts(engine_name: EngineName) -> None:
     """GPU subjects have their own rules and catalogue."""
     policy = default_policy()
