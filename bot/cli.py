@@ -273,6 +273,16 @@ def parse_since(text: str, now: datetime) -> datetime:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
+def _since(text: str | None) -> datetime | None:
+    """A --since option read now, or a one-line failure that says what it expected."""
+    if text is None:
+        return None
+    try:
+        return parse_since(text, datetime.now(UTC))
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 @audit_app.command("export")
 def audit_export(
     fmt: Annotated[ExportFormat, typer.Option("--format", help="csv or jsonl")],
@@ -286,10 +296,7 @@ def audit_export(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Write the audit log (or its rows since a time) as CSV or JSON lines."""
-    try:
-        start = None if since is None else parse_since(since, datetime.now(UTC))
-    except ValueError as exc:
-        _fail(str(exc))
+    start = _since(since)
     url = _database_url(database_url)
     with _migrated(url) as database, database.read() as session:
         lines = audit.export(session, fmt.value, start)
@@ -429,10 +436,7 @@ def nodes(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Every node and GPU: where it stands, whether it reports, its profile; or its history."""
-    try:
-        start = None if since is None else parse_since(since, datetime.now(UTC))
-    except ValueError as exc:
-        _fail(str(exc))
+    start = _since(since)
     url = _database_url(database_url)
     with _migrated(url) as database, database.read() as session:
         if show_history:

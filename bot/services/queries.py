@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 
@@ -144,6 +144,9 @@ class GpuLine:
     observed: str
     lease_id: int | None
     occupants: tuple[str, ...]  # the Unix users seen on it ("" when unnamed)
+    id: int = 0
+    state: str = GpuState.OK  # the inventory's own state (rules.domain.GpuState)
+    drained: bool = False  # its node is drained
 
 
 def gpu_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
@@ -152,6 +155,7 @@ def gpu_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
     held = sa.and_(col(LeaseGpuRow.gpu_id) == col(GpuRow.id), col(LeaseGpuRow.active).is_(True))
     stmt = (
         sa.select(
+            col(GpuRow.id),
             col(NodeRow.name),
             col(GpuRow.index),
             col(GpuRow.pool),
@@ -170,6 +174,7 @@ def gpu_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
         stmt = stmt.where(col(GpuRow.pool) == pool)
     out = []
     for (
+        gpu_id,
         node,
         index,
         gpu_pool,
@@ -191,7 +196,8 @@ def gpu_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
         else:
             place = Place.FREE
         users = tuple(sorted({str(p.get("user") or "") for p in occupants or []}))
-        out.append(GpuLine(node, index, gpu_pool, model, place, observed, lease_id, users))
+        line = GpuLine(node, index, gpu_pool, model, place, observed, lease_id, users)
+        out.append(replace(line, id=gpu_id, state=state, drained=drained))
     return out
 
 

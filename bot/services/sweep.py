@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 from bot.services import admin, enforcement, notices, recall, sweep_gpus
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
-from bot.services.queries import pools_with_queue
+from bot.services.queries import gpu_lines, pools_with_queue
 from bot.services.sweep_facts import (
     GpuSnapshot,
     LeaseSnapshot,
@@ -217,29 +217,11 @@ def _leases(session: Session) -> tuple[list[LeaseSnapshot], dict[int, Warned]]:
 
 
 def _gpus(session: Session) -> list[GpuSnapshot]:
-    held = sa.and_(col(LeaseGpuRow.gpu_id) == col(GpuRow.id), col(LeaseGpuRow.active).is_(True))
-    stmt = (
-        sa.select(
-            col(GpuRow.id),
-            col(NodeRow.name),
-            col(GpuRow.index),
-            col(GpuRow.model),
-            col(GpuRow.pool),
-            col(GpuRow.state),
-            col(NodeRow.drained),
-            col(LeaseGpuRow.lease_id),
-        )
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .outerjoin(LeaseGpuRow, held)  # at most one: ix_lease_gpu_active
-        .order_by(col(GpuRow.id))
-    )
-    out = []
-    for gpu_id, node, index, model, pool, state, drained, lease_id in session.connection().execute(
-        stmt
-    ):
-        assert gpu_id is not None
-        out.append(GpuSnapshot(gpu_id, node, index, model, pool, state, drained, lease_id))
-    return out
+    """Every GPU with its inventory state and lease: queries.gpu_lines, the placement's read."""
+    return [
+        GpuSnapshot(g.id, g.node, g.index, g.model, g.pool, g.state, g.drained, g.lease_id)
+        for g in sorted(gpu_lines(session), key=lambda g: g.id)
+    ]
 
 
 # ---- acting on a lease ------------------------------------------------------------------
