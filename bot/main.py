@@ -30,6 +30,7 @@ from bot.slack.inbox import Inbox
 from bot.slack.notify import renderer
 from bot.slack.people import People
 from bot.telemetry import history
+from bot.telemetry.errors import TelemetryUnavailable
 from bot.telemetry.ingest import Ingest, load_tokens
 from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
@@ -73,6 +74,7 @@ class Bot:
     feed: Feed | None = None  # what assemble chose; the kind and note /healthz reports
     # When this process began to expect samples; None when no telemetry is configured at all.
     watching_since: datetime | None = None
+    telemetry_problem: str = ""  # why the source cannot be read right now ("" when it can)
 
     def poll(self) -> int:
         """The `poll` job: read the local (or simulated) GPUs, keep per-minute history, and
@@ -80,10 +82,27 @@ class Bot:
         seen = 0
         if self.source is not None:
             now = self.services.ctx.now()
-            seen = self.telemetry.observe(self.source.poll(now))
+            try:
+                samples = self.source.poll(now)
+            except TelemetryUnavailable as exc:
+                self._unavailable(str(exc))
+            else:
+                self._unavailable("")
+                seen = self.telemetry.observe(samples)
             self._store_history(now)
         self.observe_fleet()
         return seen
+
+    def _unavailable(self, why: str) -> None:
+        """NVML cannot be read: one warning line when that starts or its reason changes, one
+        when it works again (never a traceback every poll); /healthz says so meanwhile."""
+        if why == self.telemetry_problem:
+            return
+        if why:
+            log.warning("telemetry: %s; the GPUs stay unknown until it can be read", why)
+        else:
+            log.info("telemetry: NVML reads this host's GPUs again")
+        self.telemetry_problem = why
 
     def observe_fleet(self) -> None:
         report = self.services.observe_fleet(self.telemetry, self.watching_since)
@@ -152,7 +171,8 @@ class Bot:
             "outbox_pending": owed.get(outbox.PENDING, 0) + owed.get(outbox.SENDING, 0),
             "outbox_failed": owed.get(outbox.FAILED, 0),
             "telemetry": self.feed.kind if self.feed else "none",
-            "telemetry_note": self.feed.note if self.feed else "",
+            "telemetry_note": self.telemetry_problem or (self.feed.note if self.feed else ""),
+            "telemetry_ok": not self.telemetry_problem,
         }
 
     def ready(self) -> dict[str, Any]:

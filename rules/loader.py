@@ -128,6 +128,8 @@ def _known_keys(path: tuple[Any, ...]) -> str:
         (): PolicyFile,
         ("limits",): LimitsSpec,
         ("warnings",): WarningsSpec,
+        ("recall",): RecallSpec,
+        ("fleet",): FleetSpec,
     }
     known = models.get(path[:-1])
     if known is None:

@@ -143,9 +143,17 @@ class RecallSpec(_Strict):
     cooldown: Duration = timedelta(days=1)
 
 
+def _at_least_a_poll(value: timedelta) -> timedelta:
+    if value < timedelta(seconds=30):
+        raise ValueError("must be at least 30s: samples come every 30 s, so less would flap")
+    return value
+
+
 class FleetSpec(_Strict):
     memory_floor_mib: Count = 256
-    not_reporting_after: Duration = timedelta(seconds=90)
+    not_reporting_after: Annotated[Duration, AfterValidator(_at_least_a_poll)] = timedelta(
+        seconds=90
+    )
 
 
 class DefaultSpec(_Strict):

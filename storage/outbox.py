@@ -78,18 +78,23 @@ class Owed:
     data: Mapping[str, Any]
 
 
-def owe(session: Session, message: Owed, *, at: datetime) -> OutboxRow:
+def owe(
+    session: Session, message: Owed, *, at: datetime, after: timedelta | None = None
+) -> OutboxRow:
+    """Owe a message in the caller's transaction. `after`: not before then, and not sent at
+    once with what the request owed (a cosmetic redraw that later changes may fold into)."""
     row = OutboxRow(
         created_at=at,
         kind=message.kind,
         subject=message.subject,
         recipient=message.recipient,
         data=dict(message.data),
-        next_attempt_at=at,
+        next_attempt_at=at + after if after else at,
     )
     session.add(row)
     session.flush()
-    session.info.setdefault(_OWED, []).append(row.id)
+    if not after:
+        session.info.setdefault(_OWED, []).append(row.id)
     return row
 
 

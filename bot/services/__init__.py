@@ -205,6 +205,11 @@ class Services:
             if g.place == Place.OCCUPIED
         ]
 
+    def strays(self) -> dict[str, int]:
+        """Nodes that report without being in pools.yaml: {name: GPUs reported}."""
+        with self.db.read() as session:
+            return devices.strays(session)
+
     def intrusions(self) -> list[str]:
         """Leased GPUs where someone else's process runs: "L8 a100-node-02:6 by dave"."""
         with self.db.read() as session:
@@ -295,6 +300,13 @@ class Services:
             found = devices.profiles(session, name)
         if name is not None and not found:
             names = ", ".join(sorted(n for p in self.policy.pools.values() for n in p.nodes))
+            reported = self.strays().get(name)
+            if reported is not None:
+                return Refused(
+                    f"`{name}` reports {reported} GPUs but is in no pool of pools.yaml, so "
+                    f"nothing is granted on it. Configured nodes: {names}.",
+                    "no-node",
+                )
             return Refused(f"There is no node `{name}`. Nodes: {names}.", "no-node")
         return found
 

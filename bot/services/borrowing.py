@@ -15,9 +15,11 @@ from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.queries import (
     FreeGpus,
+    Place,
     claimable,
     free_for,
     gpu_ids,
+    gpu_lines,
     lease_view,
     ordered_queue,
     pool_usage,
@@ -91,6 +93,8 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
     now = ctx.now()
     with ctx.db.write() as session:
         _lock_pool(session, ask.pool)
+        if ask.prefer and not claimable(session, policy, user, ask.prefer):
+            return _not_claimable(session, user, ask)
         free = free_for(session, policy, user, ask.pool)
         usage = pool_usage(session, ask.pool, free)
         # pool.queued: the waiting requests that would be served before this one
@@ -180,6 +184,37 @@ _TAG_OF = {
 }
 
 
+def _not_claimable(session: Session, user: str, ask: BorrowAsk) -> Refused:
+    """A one-click borrow of particular GPUs that can no longer be had: say why, take nothing
+    else in their place (the button named those GPUs)."""
+    lines = {(g.node, g.index): g for g in gpu_lines(session, ask.pool)}
+    ids = [g.lease_id for g in lines.values() if g.lease_id is not None]
+    holders = dict(
+        session.exec(select(LeaseRow.id, LeaseRow.holder).where(col(LeaseRow.id).in_(ids))).all()
+    )
+    for node, index in ask.prefer:
+        line = lines.get((node, index))
+        where = f"{node} GPU {index}"
+        if line is None:
+            why = f"{where} is not in pool {ask.pool}"
+        elif line.lease_id is not None and holders.get(line.lease_id) == user:
+            why = f"{where} is yours already, in L{line.lease_id}"
+        elif line.lease_id is not None:
+            why = f"{where} is leased to someone else now (L{line.lease_id})"
+        elif line.place == Place.OCCUPIED:
+            why = f"someone else's work runs on {where} now"
+        elif line.place != Place.FREE:
+            why = f"{where} is out of service"
+        else:
+            continue
+        return Refused(
+            f"Nothing was borrowed: {why}. `/gpu borrow {ask.gpus} {ask.pool}` asks for any "
+            "free GPUs instead.",
+            "not-claimable",
+        )
+    return Refused("Nothing was borrowed: those GPUs cannot be had now.", "not-claimable")
+
+
 def _lock_pool(session: Session, pool: str) -> None:
     """Serialise decisions in one pool: quota and free GPUs are read, then changed.
 
@@ -235,9 +270,10 @@ def _grant(
         session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=True))
     session.flush()  # the partial unique index refuses a GPU already in an active lease here
     request.lease_id = lease.id
-    notices.granted(session, lease, at=now, unknown=[f"{n}:{i}" for n, i in unsure])
+    unknown = tuple(f"{n}:{i}" for n, i in unsure)
+    notices.granted(session, lease, at=now, unknown=unknown)
     notices.waiting_cards(session, request.pool, at=now, besides=request.id)
-    view = lease_view(session, lease)
+    view = replace(lease_view(session, lease), unknown=unknown)
     record(
         session,
         at=now,

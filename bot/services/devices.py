@@ -10,11 +10,13 @@ back, reports without being configured, or a GPU's UUID changes (the card was sw
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import notices
@@ -39,6 +41,8 @@ class Process(Protocol):
     def user(self) -> str | None: ...
     @property
     def used_mib(self) -> int | None: ...
+    @property
+    def started(self) -> float | None: ...
 
 
 class Seen(Protocol):
@@ -125,7 +129,7 @@ def occupants(reading: Reading | None) -> list[dict[str, Any]]:
     if reading is None or not reading.fresh:
         return []
     return [
-        {"pid": p.pid, "user": p.user or "", "memory_mib": p.used_mib}
+        {"pid": p.pid, "user": p.user or "", "memory_mib": p.used_mib, "started": p.started}
         for p in sorted(reading.processes, key=lambda p: p.pid)
     ]
 
@@ -248,38 +252,36 @@ def _compare(
 
 
 def _gpus(session: Session) -> list[_Gpu]:
-    rows = session.exec(
-        select(GpuRow, NodeRow.name)
+    """Plain columns, no ORM objects: this runs after every poll, over every GPU."""
+    rows = session.connection().execute(
+        sa.select(
+            col(GpuRow.id),
+            col(NodeRow.name),
+            col(GpuRow.index),
+            col(GpuRow.observed),
+            col(GpuRow.occupants),
+            col(GpuRow.uuid),
+            col(GpuRow.model),
+            col(GpuRow.memory_mib),
+            col(GpuRow.profiled_at),
+        )
         .join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
         .order_by(col(NodeRow.name), col(GpuRow.index))
-    ).all()
-    out = []
-    for gpu, node in rows:
-        assert gpu.id is not None
-        out.append(
-            _Gpu(
-                gpu.id,
-                node,
-                gpu.index,
-                gpu.observed,
-                list(gpu.occupants or []),
-                gpu.uuid,
-                gpu.model,
-                gpu.memory_mib,
-                gpu.profiled_at,
-            )
-        )
-    return out
+    )
+    return [
+        _Gpu(gpu_id, node, index, observed, list(occupants or []), uuid, model, memory, at)
+        for gpu_id, node, index, observed, occupants, uuid, model, memory, at in rows
+    ]
 
 
-def _held(session: Session) -> dict[int, tuple[int, str]]:
-    """{gpu id: (lease id, holder)} over active leases."""
+def _held(session: Session) -> dict[int, tuple[int, str, datetime]]:
+    """{gpu id: (lease id, holder, granted at)} over active leases."""
     rows = session.exec(
-        select(LeaseGpuRow.gpu_id, LeaseRow.id, LeaseRow.holder)
+        select(LeaseGpuRow.gpu_id, LeaseRow.id, LeaseRow.holder, LeaseRow.granted_at)
         .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
         .where(col(LeaseGpuRow.active).is_(True))
     ).all()
-    return {gpu_id: (int(lease_id or 0), holder) for gpu_id, lease_id, holder in rows}
+    return {gpu_id: (int(lease_id or 0), holder, at) for gpu_id, lease_id, holder, at in rows}
 
 
 @dataclass(frozen=True)
@@ -377,13 +379,14 @@ class _Intrusion:
     holder: str
     gpu: _Gpu
     strangers: list[dict[str, Any]]  # empty: told before, nothing new to say
+    first: bool = False  # their work ran there before the lease was granted
 
 
 def _intrusions(
     policy: Policy,
     gpus: list[_Gpu],
     readings: Mapping[tuple[str, int], Reading],
-    held: Mapping[int, tuple[int, str]],
+    held: Mapping[int, tuple[int, str, datetime]],
     told: Mapping[str, frozenset[str]],
 ) -> dict[str, _Intrusion]:
     """Processes on leased GPUs whose users the lease does not cover, by setting key."""
@@ -393,14 +396,16 @@ def _intrusions(
         reading = readings.get((gpu.node, gpu.index))
         if lease is None or reading is None or not reading.fresh:
             continue
-        lease_id, holder = lease
+        lease_id, holder, granted_at = lease
         strangers = [p for p in occupants(reading) if not covers(policy, holder, p["user"])]
         if not strangers:
             continue
         key = f"{_INTRUDER}{lease_id}:{gpu.node}:{gpu.index}"
         users = {p["user"] for p in strangers}
         new = [] if key in told and users <= told[key] else strangers
-        out[key] = _Intrusion(key, lease_id, holder, gpu, new)
+        before = [p.get("started") for p in strangers]
+        first = all(t is not None and t < granted_at.timestamp() for t in before)
+        out[key] = _Intrusion(key, lease_id, holder, gpu, new, first)
     return out
 
 
@@ -505,6 +510,9 @@ def _stray(
     ctx: Context, session: Session, node: str, latest: Mapping[tuple[str, int], Seen], now: datetime
 ) -> None:
     count = sum(1 for n, _ in latest if n == node)
+    configured = [n for pool in ctx.policy.pools.values() for n in pool.nodes]
+    close = difflib.get_close_matches(node, configured, n=1, cutoff=0.8)
+    hint = f" Is it `{close[0]}` in pools.yaml, misspelt?" if close else ""
     session.add(
         SettingRow(key=f"{_STRAY}{node}", value=str(count), updated_at=now, updated_by=ACTOR)
     )
@@ -523,7 +531,7 @@ def _stray(
         ctx.policy.admins,
         f"node:{node}",
         f"{node} sends telemetry for {count} GPUs but is in no pool of pools.yaml: nothing is "
-        "granted on it. Add it to a pool, or fix the name it reports under.",
+        f"granted on it. Add it to a pool, or fix the name it reports under.{hint}",
         at=now,
     )
 
@@ -548,27 +556,36 @@ def _intruded(ctx: Context, session: Session, intrusion: _Intrusion, now: dateti
         tag="lease:intruded",
         subject=subject,
         outcome="notify",
-        detail={"gpu": f"{gpu.node}:{gpu.index}", "processes": strangers},
+        detail={
+            "gpu": f"{gpu.node}:{gpu.index}",
+            "processes": strangers,
+            "ran_before_the_lease": intrusion.first,
+        },
     )
-    notices.tell(
-        session,
-        holder,
-        subject,
-        f"Someone else runs on {where} of your lease L{lease_id}: {what}. "
-        "They have been told; an admin can help if it stays.",
-        at=now,
-    )
+    if intrusion.first:  # granted before telemetry showed their work: nobody trespassed
+        to_holder = (
+            f"L{lease_id} was granted {where} while {what} already ran there (no telemetry had "
+            f"shown it yet). Release L{lease_id} and borrow again, or agree with them."
+        )
+        to_owner = (
+            f"{where}, where your process runs ({what}), was granted to someone else "
+            f"(L{lease_id}) before the bot had seen your work. Nothing of yours is stopped; "
+            "`/gpu borrow` covers your work, or ask an admin."
+        )
+    else:
+        to_holder = (
+            f"Someone else runs on {where} of your lease L{lease_id}: {what}. "
+            "They have been told; an admin can help if it stays."
+        )
+        to_owner = (
+            f"Your process on {where} runs on GPUs leased to someone else (L{lease_id}): "
+            f"{what}. Please stop it and `/gpu borrow` GPUs of your own."
+        )
+    notices.tell(session, holder, subject, to_holder, at=now)
     for unix_user in users:
         person = ctx.policy.accounts.get(unix_user)
         if person and person != holder:
-            notices.tell(
-                session,
-                person,
-                subject,
-                f"Your process on {where} runs on GPUs leased to someone else (L{lease_id}): "
-                f"{what}. Please stop it and `/gpu borrow` GPUs of your own.",
-                at=now,
-            )
+            notices.tell(session, person, subject, to_owner, at=now)
     notices.tell_admins(
         session,
         ctx.policy.admins,
@@ -581,6 +598,14 @@ def _intruded(ctx: Context, session: Session, intrusion: _Intrusion, now: dateti
         row = SettingRow(key=key, value=value, updated_at=now, updated_by=ACTOR)
     row.value, row.updated_at = value, now
     session.add(row)
+
+
+def strays(session: Session) -> dict[str, int]:
+    """Nodes that sent telemetry without being in any pool: {name: GPUs reported}."""
+    rows = session.exec(
+        select(SettingRow.key, SettingRow.value).where(col(SettingRow.key).startswith(_STRAY))
+    ).all()
+    return {key.removeprefix(_STRAY): int(value or 0) for key, value in rows}
 
 
 def intrusions(session: Session) -> list[str]:
@@ -756,7 +781,9 @@ def intervals(session: Session, since: datetime | None = None) -> list[Interval]
         .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
     ).all()
     for node, index, pool, lease in held:
-        detail = {"holder": lease.holder, "ended": lease.end_reason or lease.state}
+        detail = {"holder": lease.holder}
+        if lease.state != "active":
+            detail["ended"] = lease.end_reason or lease.state
         out.append(
             Interval(
                 node,

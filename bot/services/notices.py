@@ -19,7 +19,7 @@ Kinds (the Slack adapter renders each from the database when it delivers):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, select
 
@@ -87,7 +87,14 @@ def card_redrawn(request: RequestRow, *, by: str, reason: str = "") -> Owed:
     return Owed("card_settled", f"request:{request.id}", CARDS, data)
 
 
-def redraw(session: Session, message: Owed, *, at: datetime, again: bool = False) -> None:
+def redraw(
+    session: Session,
+    message: Owed,
+    *,
+    at: datetime,
+    again: bool = False,
+    after: timedelta | None = None,
+) -> None:
     """Redraw messages in place (a lease_closed or card_settled) unless such a redraw is
     already on its way, or (unless `again`) done: a button pressed on a message its subject
     has moved past, or numbers on a waiting card that moved."""
@@ -98,7 +105,13 @@ def redraw(session: Session, message: Owed, *, at: datetime, again: bool = False
         col(OutboxRow.state).in_(states),
     )
     if session.exec(stmt).first() is None:
-        owe(session, message, at=at)
+        owe(session, message, at=at, after=after)
+
+
+# Numbers on a waiting card are redrawn at most this often: every change in the meantime folds
+# into the one pending redraw, and none of them holds up the answer of the request that moved
+# them (nor eats into Slack's rate limit for messages that matter more).
+CARD_NUMBERS_EVERY = timedelta(seconds=30)
 
 
 def waiting_cards(session: Session, pool: str, *, at: datetime, besides: int | None) -> None:
@@ -111,7 +124,13 @@ def waiting_cards(session: Session, pool: str, *, at: datetime, besides: int | N
     )
     for request in session.exec(stmt).all():
         if request.id != besides:
-            redraw(session, card_redrawn(request, by=""), at=at, again=True)
+            redraw(
+                session,
+                card_redrawn(request, by=""),
+                at=at,
+                again=True,
+                after=CARD_NUMBERS_EVERY,
+            )
 
 
 def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:

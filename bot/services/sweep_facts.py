@@ -99,6 +99,8 @@ def lease_facts(
     due = stage is not None and (sent is None or stage < float(sent.get("lead_min", 0.0)))
     fresh = bool(readings) and all(r is not None and r.fresh for r in readings)
     idle_for = min((r.idle_for for r in readings if r is not None), default=timedelta(0))
+    # Idle before the lease began is not the holder's: a lease is idle for its own age at most.
+    idle_for = min(idle_for, max(timedelta(0), now - lease.granted_at))
     if not fresh:
         idle_for = timedelta(0)  # unknown is never idle
     expiry_at, idle_at = warned.at("expiry"), warned.at("idle")

@@ -36,6 +36,8 @@ class LeaseView:
     ended_at: datetime | None = None
     end_reason: str = ""
     recalled_for: str = ""  # "vision (R4)" while a lender recall is under way
+    # At its grant only: its GPUs ("node:index") that had no fresh telemetry to vouch for them.
+    unknown: tuple[str, ...] = ()
 
     @property
     def code(self) -> str:

@@ -302,6 +302,8 @@ class Figures:
     kinds: Counter[str]
     profile: dict[str, float]
     distinct: dict[Subject, tuple[int, int, int, int]]
+    observe_first_s: float = 0.0  # the first observe: every GPU's state and profile written
+    observe_s: float = 0.0  # a steady observe: telemetry shows what the database holds
 
 
 def distinct_facts(
@@ -346,6 +348,15 @@ def bench_fleet(gpus: int, *, profile: bool) -> Figures:
             telemetry = Telemetry(services.policy.timing.stale_after, expected_interval=INTERVAL)
             kinds = feed(telemetry, slots, rng)
             setup_s = time.perf_counter() - started
+            since = NOW - 4 * INTERVAL  # the bot has watched for two minutes: silence counts
+            t0 = time.perf_counter()
+            services.observe_fleet(telemetry, since)
+            observe_first_s = time.perf_counter() - t0
+            observe_s = float("inf")
+            for _ in range(RUNS):
+                t0 = time.perf_counter()
+                services.observe_fleet(telemetry, since)
+                observe_s = min(observe_s, time.perf_counter() - t0)
             t0 = time.perf_counter()
             first = services.sweep(telemetry)
             first_s = time.perf_counter() - t0
@@ -374,6 +385,8 @@ def bench_fleet(gpus: int, *, profile: bool) -> Figures:
         kinds=kinds,
         profile=shares,
         distinct=distinct,
+        observe_first_s=observe_first_s,
+        observe_s=observe_s,
     )
 
 
@@ -465,11 +478,16 @@ def main() -> int:
     print("One steady-state sweep (Services.sweep) on a SQLite file, durable engine, best of")
     print(f"{RUNS} passes after a first pass that wrote the warnings and notices")
     print()
-    print(f"  {'GPUs':>7}{'nodes':>7}{'leases':>8}{'setup s':>9}{'1st pass s':>12}{'sweep s':>9}")
+    print("The sweep job runs an observe pass first (bot.services.devices: what telemetry shows,")
+    print("written where it changed), then the sweep; both are timed, and their sum is the job.")
+    print()
+    head = f"  {'GPUs':>7}{'nodes':>7}{'leases':>8}{'setup s':>9}{'1st pass s':>12}{'sweep s':>9}"
+    print(head + f"{'1st observe s':>15}{'observe s':>11}{'job s':>8}")
     for f in figures:
         print(
             f"  {f.gpus:>7,}{f.nodes:>7,}{f.leases:>8,}{f.setup_s:>9.1f}"
             f"{f.first_s:>12.3f}{f.best_s:>9.3f}"
+            f"{f.observe_first_s:>15.3f}{f.observe_s:>11.3f}{f.best_s + f.observe_s:>8.3f}"
         )
     for f in figures:
         print()
@@ -490,6 +508,9 @@ def main() -> int:
     print(f"  {'budget':<48}{'figure':>10}  result")
     line = f"one sweep of {big.gpus:,} GPUs under {BUDGET_S:g} s"
     print(f"  {line:<48}{f'{big.best_s:.3f} s':>10}  {verdict(big.best_s < BUDGET_S)}")
+    job = big.best_s + big.observe_s
+    line = f"the sweep job (observe + sweep) of {big.gpus:,} under {BUDGET_S:g} s"
+    print(f"  {line:<48}{f'{job:.3f} s':>10}  {verdict(job < BUDGET_S)}")
     line = f"10x the fleet at most {SCALING_BUDGET:g}x the time"
     print(f"  {line:<48}{f'{ratio:.2f}x':>10}  {verdict(ratio <= SCALING_BUDGET)}")
     print()

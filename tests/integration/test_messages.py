@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from sqlmodel import select
 
+from bot.services.notices import CARD_NUMBERS_EVERY
 from bot.services.views import ExtendResult
 from bot.slack.localapi import Message
 from rules.domain import RequestState
@@ -228,12 +229,15 @@ def test_a_withdrawn_request_s_card_loses_its_buttons(story: Story) -> None:
 
 
 def test_a_waiting_card_is_redrawn_when_its_pool_s_numbers_move(story: Story) -> None:
-    """Alice gives back her GPUs while Bob's request waits: the card's quota line follows,
-    and its buttons stay."""
+    """Alice gives back her GPUs while Bob's request waits: the card's quota line follows
+    within CARD_NUMBERS_EVERY (changes meanwhile fold into one redraw), and its buttons stay."""
     request_id, card = _bob_asks(story)
     assert "8 in use of 8 guaranteed" in _said(card)
     [alice] = story.bot.services.leases(ALICE)
     story.bot.services.release(ALICE, alice.id)
+    story.pass_()
+    assert "8 in use of 8 guaranteed" in _said(story.local.messages(APPROVALS)[0])  # not yet
+    story.clock.tick(CARD_NUMBERS_EVERY)
     story.pass_()
     now = story.local.messages(APPROVALS)[0]
     assert "0 in use of 8 guaranteed" in _said(now)

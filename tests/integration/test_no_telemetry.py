@@ -81,3 +81,28 @@ def test_without_telemetry_a_lease_is_never_idle_and_still_expires(blind: Story)
     assert {} == blind.bot.telemetry.readings(blind.bot.services.ctx.now())
     assert [(60, "warn expiry"), (110, "warn expiry"), (150, "reclaim expired")] == blind.events
     assert "reclaimed" == blind.state(lease)
+
+
+def test_nvml_asked_for_where_it_cannot_be_read_warns_once_and_says_so_in_healthz(
+    local: LocalSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`GPUBOT_TELEMETRY=nvml` on a host whose NVML cannot be read (this one, unless it has a
+    GPU): each poll goes on, one warning says why, /healthz says the GPUs are not read."""
+    from bot.telemetry.nvml import nvml_available
+
+    with (
+        caplog.at_level(logging.INFO),
+        story_with(unset(local, tmp_path, telemetry="nvml"), local) as story,
+    ):
+        for _ in range(3):
+            story.bot.poll()
+        health = story.bot.health()
+    if nvml_available():
+        assert health["telemetry_ok"] is True
+        return
+    assert ("nvml", False) == (health["telemetry"], health["telemetry_ok"])
+    assert "NVML is not available on this host" in str(health["telemetry_note"])
+    warned = [r for r in caplog.records if "the GPUs stay unknown" in r.getMessage()]
+    assert 1 == len(warned)
+    assert warned[0].exc_info is None
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

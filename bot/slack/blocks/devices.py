@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from bot.services.devices import DeviceEvent, GpuProfile, NodeProfile
 from bot.slack.blocks.kit import (
@@ -29,7 +29,9 @@ REPORTING = {"reporting": "reporting", "silent": "*not reporting*", "unknown": "
 
 
 def _gib(mib: int | None) -> str:
-    return "?" if not mib else f"{mib / 1024:.0f} GiB" if mib >= 10240 else f"{mib / 1024:.1f} GiB"
+    if mib is None:
+        return "?"
+    return f"{mib / 1024:.0f} GiB" if mib >= 10240 or mib == 0 else f"{mib / 1024:.1f} GiB"
 
 
 def node_line(node: NodeProfile) -> str:
@@ -75,7 +77,11 @@ def event_line(event: DeviceEvent) -> str:
 
 
 def nodes_message(
-    nodes: Sequence[NodeProfile], events: Sequence[DeviceEvent], *, one: bool = False
+    nodes: Sequence[NodeProfile],
+    events: Sequence[DeviceEvent],
+    *,
+    one: bool = False,
+    strays: Mapping[str, int] | None = None,
 ) -> Message:
     """Every node in a line; `one`: the only node given, GPU by GPU, with its latest events."""
     node = nodes[0] if one and nodes else None
@@ -90,6 +96,11 @@ def nodes_message(
         blocks += listing(nodes, lambda n: [section(node_line(n))], 45, "node")
     if not nodes:
         blocks.append(section("No nodes are configured: add them to pools.yaml."))
+    if strays:
+        lines = ", ".join(f"`{escape(n)}` ({c} GPUs)" for n, c in sorted(strays.items())[:20])
+        blocks.append(
+            section(f"*Reporting, but in no pool of pools.yaml* (nothing is granted): {lines}")
+        )
     blocks.append(
         context(
             "Not reporting: no telemetry for the rules' `fleet.not_reporting_after`, so out of "

@@ -83,6 +83,15 @@ def lease_rows(lease: LeaseView) -> list[Block]:
     return [section(lease_summary(lease)), lease_buttons(lease)]
 
 
+def unvouched(unknown: Sequence[str]) -> Block:
+    """The caveat of a grant whose GPUs ("node:index") had no fresh telemetry."""
+    slots = ", ".join(f"{n} GPU {i}" for n, _, i in (u.rpartition(":") for u in unknown))
+    return context(
+        f":warning: No fresh telemetry from {escape(slots)} yet, so nobody can vouch that "
+        "they are empty: check `nvidia-smi` there before you start."
+    )
+
+
 def grant_message(lease: LeaseView, unknown: Sequence[str] = ()) -> Message:
     """The DM to the holder when GPUs are granted: where to run, until when, and two buttons;
     `unknown`: its GPUs ("node:index") that had no fresh telemetry when they were chosen."""
@@ -106,14 +115,7 @@ def grant_message(lease: LeaseView, unknown: Sequence[str] = ()) -> Message:
         lease_buttons(lease),
     ]
     if unknown:
-        slots = ", ".join(f"{n} GPU {i}" for n, _, i in (u.rpartition(":") for u in unknown))
-        blocks.insert(
-            3,
-            context(
-                f":warning: No fresh telemetry from {escape(slots)} yet, so nobody can vouch "
-                "that they are empty: check `nvidia-smi` there before you start."
-            ),
-        )
+        blocks.insert(3, unvouched(unknown))
     return message(escape(text), blocks)
 
 

@@ -21,7 +21,7 @@ from bot.slack.blocks.kit import (
     slack_date,
     utc_text,
 )
-from bot.slack.blocks.leases import lease_buttons, placement_lines
+from bot.slack.blocks.leases import lease_buttons, placement_lines, unvouched
 from bot.slack.blocks.overview import recall_lines
 from bot.slack.parse import ParseProblem
 from bot.slack.texts import COMMANDS, FOOTER, OVERVIEW
@@ -53,6 +53,8 @@ def borrow_reply(result: BorrowResult, queued: QueueEntry | None = None) -> Mess
             section(f":white_check_mark: {granted}"),
             section("\n".join(placement_lines(lease))),
         ]
+        if lease.unknown:
+            blocks.append(unvouched(lease.unknown))
         blocks.append(lease_buttons(lease))
     elif result.outcome == Outcome.ASK:
         who = ", ".join(mention(a) for a in request.approvers[:10]) or "the approvers"

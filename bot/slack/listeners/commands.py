@@ -138,8 +138,10 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
         nodes = services.nodes(user, command.node)
         if isinstance(nodes, Refused):
             return refused_message(nodes)
-        events = services.node_history(command.node, limit=10) if command.node else []
-        return nodes_message(nodes, events, one=command.node is not None)
+        if command.node:
+            events = services.node_history(command.node, limit=10)
+            return nodes_message(nodes, events, one=True)
+        return nodes_message(nodes, [], strays=services.strays())
     return help_message(None)
 
 

@@ -30,9 +30,11 @@ def reading(
     util: float = 0.0,
     users: tuple[str, ...] = (),
     uuid: str | None = None,
+    started: float | None = None,
 ) -> Sample:
     processes = tuple(
-        ProcessInfo(pid=5000 + i, user=u, used_mib=memory) for i, u in enumerate(users)
+        ProcessInfo(pid=5000 + i, user=u, used_mib=memory, started=started)
+        for i, u in enumerate(users)
     )
     return Sample(
         node=node,
@@ -186,11 +188,17 @@ def test_ones_own_unreserved_process_can_be_borrowed_in_one_click(
     fleet.special[("l40s-node-02", 1)] = {"users": ("bob",), "memory": 6100}
     fleet.poll()
     mine = services.borrow(BOB, BorrowAsk("l40s", 1, prefer=(("l40s-node-02", 1),)))
-    assert [("l40s-node-02", 1)] == [(s.node, s.index) for s in granted(mine).gpus]
+    lease = granted(mine)
+    assert [("l40s-node-02", 1)] == [(s.node, s.index) for s in lease.gpus]
+    again = services.borrow(BOB, BorrowAsk("l40s", 1, prefer=(("l40s-node-02", 1),)))
+    assert isinstance(again, Refused)  # the button named that GPU: nothing else instead
+    assert f"l40s-node-02 GPU 1 is yours already, in {lease.code}" in again.message
+    assert [lease.code] == [v.code for v in services.leases(BOB)]
     fleet.special[("l40s-node-02", 2)] = {"users": ("bob",), "memory": 6100}
     fleet.poll()
     theirs = services.borrow(CAROL, BorrowAsk("l40s", 1, prefer=(("l40s-node-02", 2),)))
-    assert ("l40s-node-02", 2) not in [(s.node, s.index) for s in granted(theirs).gpus]
+    assert isinstance(theirs, Refused)
+    assert "someone else's work runs on l40s-node-02 GPU 2 now" in theirs.message
 
 
 # ---- devices that stop reporting -------------------------------------------------------------
@@ -287,6 +295,11 @@ def test_a_swapped_card_and_an_unknown_node_are_flagged_to_admins(
     told = [r.data["text"] for r in owed(services, "admin_notice")]
     assert 1 == sum("l40s-node-01 GPU 3 has a new UUID (GPU-new-card" in t for t in told)
     assert 1 == sum("l40s-node-9 sends telemetry for 1 GPUs but is in no pool" in t for t in told)
+    assert 1 == sum("Is it `l40s-node-02` in pools.yaml, misspelt?" in t for t in told)
+    assert {"l40s-node-9": 1} == services.strays()
+    refused = services.nodes(ADA, "l40s-node-9")
+    assert isinstance(refused, Refused)
+    assert "reports 1 GPUs but is in no pool of pools.yaml" in refused.message
     kinds = {(e.device, e.kind) for e in services.node_history()}
     assert {("l40s-node-01:3", "swapped"), ("l40s-node-9", "unknown-node")} <= kinds
 
@@ -330,3 +343,38 @@ def test_a_restart_keeps_a_silent_gpu_silent_until_it_reports(
     fleet.quiet.clear()
     fleet.poll()
     assert Place.FREE == places(services)[("l40s-node-02", 0)]
+
+
+def test_a_new_lease_is_not_idle_for_time_before_it_began(services: Services, fleet: Fleet) -> None:
+    """A GPU empty for two hours is granted: its lease is idle for its own age, not the GPU's,
+    so the idle warning comes after `warnings.idle_threshold` of the lease, not at once."""
+    fleet.run(timedelta(hours=2))
+    lease = granted(services.borrow(ALICE, BorrowAsk("l40s", 1, timedelta(hours=6))))
+    assert [] == services.sweep(fleet.telemetry).warned
+    fleet.run(timedelta(minutes=85))
+    assert [] == services.sweep(fleet.telemetry).warned
+    fleet.run(timedelta(minutes=6))
+    assert [f"{lease.code} idle"] == services.sweep(fleet.telemetry).warned
+
+
+def test_a_lease_granted_on_work_telemetry_had_not_shown_yet_blames_nobody(
+    services: Services, clock: Clock
+) -> None:
+    """Before the first sample every GPU is unknown: Alice is granted one, and the reply says
+    nobody could vouch for it. Erin's job turns out to have run there first: both hear what
+    happened, and Erin is not told to stop."""
+    result = services.borrow(ALICE, BorrowAsk("l40s", 1))
+    lease = granted(result)
+    slot = (lease.gpus[0].node, lease.gpus[0].index)
+    assert (f"{slot[0]}:{slot[1]}",) == lease.unknown
+    fleet = Fleet(services, clock)
+    hour_ago = (clock() - timedelta(hours=1)).timestamp()
+    fleet.special[slot] = {"users": ("erin",), "memory": 30000, "started": hour_ago}
+    fleet.poll()
+    notes = {r.recipient: r.data["text"] for r in owed(services, "notice")}
+    assert (
+        f"{lease.code} was granted {slot[0]} GPU {slot[1]} while pid 5000 of erin" in notes[ALICE]
+    )
+    assert "already ran there" in notes[ALICE]
+    assert "Nothing of yours is stopped" in notes[ERIN]
+    assert "Please stop it" not in notes[ERIN]

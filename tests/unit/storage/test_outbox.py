@@ -101,3 +101,22 @@ def test_a_row_is_given_up_after_the_attempt_limit(database: Database) -> None:
     with database.read() as session:
         assert [] == outbox.due(session, T0 + timedelta(days=1))
         assert {"failed": 1} == outbox.counts(session)
+
+
+def test_a_deferred_row_waits_and_is_not_sent_with_what_the_request_owed(
+    database: Database,
+) -> None:
+    """`after`: a cosmetic redraw is due later and stays out of the express claim."""
+    with database.write() as session:
+        now = outbox.owe(session, Owed("reply", "request:1", "U1", {}), at=T0)
+        later = outbox.owe(
+            session,
+            Owed("card_settled", "request:2", "cards", {}),
+            at=T0,
+            after=timedelta(seconds=30),
+        )
+        assert [now.id] == outbox.owed_in(session)
+    with database.read() as session:
+        assert [now.id] == [r.id for r in outbox.due(session, T0)]
+        due = outbox.due(session, T0 + timedelta(seconds=30))
+        assert [now.id, later.id] == [r.id for r in due]

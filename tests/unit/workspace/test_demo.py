@@ -217,6 +217,10 @@ def test_gpubot_nodes_reads_the_demos_database(demo: Demo, tmp_path: Path) -> No
     leased = [r for r in rows if r["state"] == "leased"]
     assert {"vision", "nlp", "platform"} == {r["team"] for r in leased}
     assert all(r["start"] and not r["end"] for r in leased)
+    alone = CliRunner().invoke(app, ["nodes", "--since", "2d", "--database-url", url])
+    assert 2 == alone.exit_code
+    assert "--since goes with --history" in alone.output
+    assert "not-reporting" not in now.output  # every demo node reports
     unknown = CliRunner().invoke(app, ["nodes", "--node", "nope", "--database-url", url])
     assert 2 == unknown.exit_code
     assert "there is no node 'nope'" in unknown.output
