@@ -182,16 +182,16 @@ def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceRepo
     news = [i for i in intrusions.values() if i.strangers]
     if not (updates or node_changes or strays or news or gone or drivers):
         return report
+    # GPUs with an event go first, with the events, the nodes and what admins are told; the rest
+    # in chunks, so the writer lock is never held for long (10,000 changed GPUs at start-up).
+    slots = {(e.node, e.gpu) for e in events}
+    marked = {g.id for g in gpus if (g.node, g.index) in slots}
+    order = sorted(updates, key=lambda gpu_id: gpu_id not in marked)
+    head = max(_CHUNK, len(marked))
     with ctx.db.write() as session:
-        _write(session, updates, node_changes, now)
-        for name, (driver, cuda) in drivers.items():
-            found = session.exec(select(NodeRow).where(NodeRow.name == name)).one()
-            if found.driver and found.driver != driver:
-                events.append(
-                    _event(now, name, None, "driver", {"was": found.driver, "now": driver})
-                )
-            found.driver, found.cuda = driver, cuda
-            session.add(found)
+        _write_gpus(session, {i: updates[i] for i in order[:head]})
+        _write_nodes(session, node_changes, now)
+        _write_drivers(session, drivers, now, events)
         for event in events:
             session.add(event)
             where = event.node if event.gpu is None else f"{event.node}:{event.gpu}"
@@ -210,6 +210,9 @@ def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceRepo
             told_row = session.get(SettingRow, told_key)
             if told_row is not None:
                 session.delete(told_row)
+    for start in range(head, len(order), _CHUNK):
+        with ctx.db.write() as session:
+            _write_gpus(session, {i: updates[i] for i in order[start : start + _CHUNK]})
     return report
 
 
@@ -432,28 +435,47 @@ def event(
     session.add(DeviceEventRow(at=now, node=node, gpu=gpu, kind=kind, actor=actor, detail=detail))
 
 
-def _write(
-    session: Session,
-    updates: Mapping[int, Mapping[str, Any]],
-    node_changes: Mapping[str, tuple[str, str]],
-    now: datetime,
-) -> None:
+_CHUNK = 500  # GPU rows written per transaction
+
+
+def _write_gpus(session: Session, updates: Mapping[int, Mapping[str, Any]]) -> None:
+    """One UPDATE ... executemany per set of changed columns: plain statements, no ORM rows."""
+    db = session.connection()
+    table = GpuRow.__table__  # type: ignore[attr-defined]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for gpu_id, change in updates.items():
-        row = session.get(GpuRow, gpu_id)
-        if row is None:
-            continue
         uuid = change.get("uuid")
         if uuid:  # a card moved here from another slot: it is no longer there
-            for other in session.exec(
-                select(GpuRow).where(GpuRow.uuid == uuid, GpuRow.id != gpu_id)
-            ):
-                other.uuid = None
-                session.add(other)
-            session.flush()
-        for name, value in change.items():
-            setattr(row, name, value)
-        session.add(row)
-    for name, (_, state) in node_changes.items():
+            db.execute(
+                sa.update(table).where(table.c.uuid == uuid, table.c.id != gpu_id).values(uuid=None)
+            )
+        keys = tuple(sorted(change))
+        groups.setdefault(keys, []).append(
+            {"gpu_id": gpu_id, **{f"new_{k}": v for k, v in change.items()}}
+        )
+    for keys, params in groups.items():
+        values = {k: sa.bindparam(f"new_{k}", type_=table.c[k].type) for k in keys}
+        stmt = sa.update(table).where(table.c.id == sa.bindparam("gpu_id")).values(values)
+        db.execute(stmt, params)
+
+
+def _write_drivers(
+    session: Session,
+    drivers: Mapping[str, tuple[str, str]],
+    now: datetime,
+    events: list[DeviceEventRow],
+) -> None:
+    """Each node's driver and CUDA versions; a driver that changed is a lifecycle event."""
+    for name, (driver, cuda) in drivers.items():
+        found = session.exec(select(NodeRow).where(NodeRow.name == name)).one()
+        if found.driver and found.driver != driver:
+            events.append(_event(now, name, None, "driver", {"was": found.driver, "now": driver}))
+        found.driver, found.cuda = driver, cuda
+        session.add(found)
+
+
+def _write_nodes(session: Session, changes: Mapping[str, tuple[str, str]], now: datetime) -> None:
+    for name, (_, state) in changes.items():
         node = session.exec(select(NodeRow).where(NodeRow.name == name)).first()
         if node is not None:
             node.reporting, node.reporting_since = state, now
