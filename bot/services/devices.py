@@ -235,7 +235,8 @@ def _compare(
         after=fleet.not_reporting_after,
         now=now,
     )
-    if state == Observed.UNKNOWN and gpu.observed == Observed.SILENT and reading.last_seen is None:
+    quiet = gpu.observed == Observed.SILENT and reading.last_seen is None
+    if state == Observed.UNKNOWN and quiet and since is not None:
         state = Observed.SILENT  # a restart forgets samples, not that the GPU went quiet
     change: dict[str, Any] = {}
     if state != gpu.observed:
@@ -362,7 +363,7 @@ def _nodes(
             out[node] = (before, now_state.value)
             if now_state == Reporting.SILENT:
                 events.append(_event(now, node, None, "not-reporting", {"was": before}))
-            elif before == Reporting.SILENT:
+            elif before == Reporting.SILENT and now_state == Reporting.REPORTING:
                 events.append(_event(now, node, None, "back", {}))
     # A whole node that went quiet (or came back) is one event, not one per GPU.
     whole = {node for node, (_, state) in out.items()}
@@ -494,7 +495,7 @@ def _tell_nodes(
                 f"{node} has sent no telemetry for {_words(after)}: its GPUs are out of service "
                 "until it reports again. Check its agent (or NVML), and its name in pools.yaml."
             )
-        elif before == Reporting.SILENT:
+        elif before == Reporting.SILENT and state == Reporting.REPORTING:
             tag, text = "node:back", f"{node} reports again: its GPUs are back in service."
         else:
             continue

@@ -220,9 +220,13 @@ class FreeGpus(dict[str, list[int]]):
 def free_gpus(session: Session, pool: str) -> FreeGpus:
     """The pool's free GPUs: healthy, on an undrained node, in no active lease, and telemetry
     shows no process and no memory in use beyond the floor (or has no fresh sample yet)."""
+    return _free(gpu_lines(session, pool))
+
+
+def _free(lines: Sequence[GpuLine]) -> FreeGpus:
     out = FreeGpus()
     unknown = set()
-    for line in gpu_lines(session, pool):
+    for line in lines:
         if line.place == Place.FREE:
             out.setdefault(line.node, []).append(line.index)
             if line.observed != Observed.EMPTY:
@@ -234,10 +238,8 @@ def free_gpus(session: Session, pool: str) -> FreeGpus:
 def free_for(session: Session, policy: Policy, user: str, pool: str) -> FreeGpus:
     """The pool's free GPUs as `user` may take them: the free ones, and those where only the
     user's own processes run (their own work, which their lease would cover)."""
-    free = free_gpus(session, pool)
-    return free.adding(
-        [(g.node, g.index) for g in gpu_lines(session, pool) if _own(policy, user, g)]
-    )
+    lines = gpu_lines(session, pool)
+    return _free(lines).adding([(g.node, g.index) for g in lines if _own(policy, user, g)])
 
 
 def _own(policy: Policy, user: str, line: GpuLine) -> bool:

@@ -378,3 +378,18 @@ def test_a_lease_granted_on_work_telemetry_had_not_shown_yet_blames_nobody(
     assert "already ran there" in notes[ALICE]
     assert "Nothing of yours is stopped" in notes[ERIN]
     assert "Please stop it" not in notes[ERIN]
+
+
+def test_turning_telemetry_off_returns_silent_gpus_to_unknown_without_a_word(
+    services: Services, fleet: Fleet, clock: Clock
+) -> None:
+    """A node went quiet while telemetry ran; the bot restarts with none configured: nothing is
+    expected any more, so its GPUs are unknown (offered last), and nobody hears it is back."""
+    fleet.quiet.add("l40s-node-02")
+    fleet.run(timedelta(minutes=3))
+    assert Place.SILENT == places(services)[("l40s-node-02", 0)]
+    clock.advance(timedelta(minutes=1))
+    services.observe_fleet(Telemetry(timedelta(minutes=3)), None)
+    assert Place.FREE == places(services)[("l40s-node-02", 0)]
+    told = [r.data["text"] for r in owed(services, "admin_notice")]
+    assert not [t for t in told if "back in service" in t]
