@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from slack_bolt.error import BoltError
 
+from bot import logs
 from bot.rulesdir import RulesDirError, read_rules_dir
 from bot.services import devices
 from bot.services.queries import list_leases
@@ -568,14 +569,8 @@ def serve(
     from bot.main import SetupError  # noqa: PLC0415 - the Slack stack loads only to serve
     from bot.main import serve as run  # noqa: PLC0415
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("apscheduler", "alembic"):  # a line per tick, a line per migration check
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # "skipped: maximum number of running instances reached": a pass still running, as meant.
-    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     settings = _settings()
+    logs.setup(settings.log_level, settings.log_format)
     try:
         with _database_errors(settings.database_url):
             run(settings, http=http, host=host, port=port)
@@ -600,7 +595,9 @@ def demo(
     from bot.main import SetupError  # noqa: PLC0415 - the Slack stack loads only to serve
     from bot.workspace.run import PortTakenError, run  # noqa: PLC0415
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    settings = _settings()
+    quiet = "WARNING" if "GPUBOT_LOG_LEVEL" not in os.environ else settings.log_level
+    logs.setup(quiet, settings.log_format)  # the page is the demo's output, not the log
     try:
         run(port, typer.echo)
     except PortTakenError as exc:
@@ -661,9 +658,8 @@ def agent(
     minutes = parse_duration(interval)
     if minutes is None or minutes <= 0:
         _fail(f"--interval: expected a duration like 30s or 1m, got {interval!r}")
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    settings = _settings()
+    logs.setup(settings.log_level, settings.log_format)
     try:
         run_agent(
             bot_url,

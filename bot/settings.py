@@ -62,6 +62,12 @@ class Settings(BaseSettings):
         le=64,
         description="threads that carry out acknowledged Slack requests (one person's in order)",
     )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="the least severe log records written (demo: WARNING)"
+    )
+    log_format: Literal["console", "json"] = Field(
+        default="console", description="console (a line of text) or json (one object a line)"
+    )
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
