@@ -2,10 +2,11 @@
 not reporting), each device's profile, its lifecycle events, and intruders on leased GPUs.
 
 `observe` runs after every poll and before every sweep. It reads the newest telemetry, compares
-it with what the database says, and writes only what changed, in one transaction: so placement,
-`/gpu status`, Home and the rules' `pool.free` all read one truth from one table (see
-`bot.services.queries.gpu_lines`). Admins hear once per episode: a node stops reporting, comes
-back, reports without being configured, or a GPU's UUID changes (the card was swapped).
+it with what the database says, and writes only what changed (events and what admins are told
+together, plain GPU updates in short chunks): so placement, `/gpu status`, Home and the rules'
+`pool.free` all read one truth from one table (see `bot.services.queries.gpu_lines`). Admins
+hear once per episode: a node stops reporting, comes back, reports without being configured, or
+a GPU's UUID changes (the card was swapped).
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from rules.policy import Policy
 from storage.tables import DeviceEventRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, SettingRow
 
 ACTOR = "gpubot"
-PROFILE_EVERY = timedelta(
-    minutes=5
-)  # temperature, power and memory in use are refreshed this often
+# Temperature, power and memory in use are written this often (any other change at once).
+PROFILE_EVERY = timedelta(minutes=5)
 _STRAY = "device:unknown-node:"  # setting key: a node that reported without being configured
 _INTRUDER = "intruder:"  # setting key: intruder:<lease>:<node>:<index> -> the users told
 
