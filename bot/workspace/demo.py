@@ -17,11 +17,11 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from bot.jobs import POLL, SWEEP
+from bot.localslack import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver, Workspace
+from bot.localslack.driver import SIGNING_SECRET
 from bot.main import POLL_EVERY, SWEEP_EVERY, Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
-from bot.slack.localapi import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver, Workspace
-from bot.slack.localapi.driver import SIGNING_SECRET
 from bot.telemetry.simulated import SimulatedSource
 from bot.workspace.clock import DemoClock
 from bot.workspace.seed import seed

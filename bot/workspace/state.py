@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bot.slack.localapi import Channel, Ephemeral, Message
+from bot.localslack import Channel, Ephemeral, Message
 from bot.workspace.fleet import fleet_panel
 
 if TYPE_CHECKING:

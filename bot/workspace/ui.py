@@ -8,8 +8,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from bot.slack.localapi import Reply
-from bot.slack.localapi.payloads import Source
+from bot.localslack import Reply
+from bot.localslack.payloads import Source
 
 if TYPE_CHECKING:
     from bot.workspace.demo import Demo

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
+from bot.localslack import LocalSlack, payloads, sign
+from bot.localslack.api import Answer
 from bot.server import EVENTS_PATH
-from bot.slack.localapi import LocalSlack, payloads, sign
-from bot.slack.localapi.api import Answer
 
 SENDERS = 256  # threads, so that a second of slow acks at the top rate still finds a free one
 ACK_TIMEOUT_S = 10.0  # the client gives up (status 0); Slack itself gives up after 3 s

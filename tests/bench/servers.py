@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.localslack import BOT_TOKEN, LocalSlack
 from bot.settings import DEFAULT_RULES_DIR
-from bot.slack.localapi import BOT_TOKEN, LocalSlack
 
 START_S = 60.0  # longest wait for a server to answer /healthz
 STOP_S = 15.0  # longest wait for a server to exit after SIGTERM, before SIGKILL

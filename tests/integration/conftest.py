@@ -14,10 +14,10 @@ from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 from pydantic import SecretStr
 
+from bot.localslack import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
-from bot.slack.localapi import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver
 from tests.integration.story import T0, Story
 
 SECRET = "local-signing-secret"  # noqa: S105  (the local workspace's, never real)

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 from freezegun.api import FrozenDateTimeFactory
 
+from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot
 from bot.services import BorrowAsk
 from bot.services.views import BorrowResult, GpuSlot
-from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
 from bot.telemetry.model import Sample
 from bot.telemetry.window import Telemetry
 from tests.builders import a_sample

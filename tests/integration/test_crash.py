@@ -22,7 +22,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from bot.slack.localapi import HttpTransport, LocalSlack, SlackDriver
+from bot.localslack import HttpTransport, LocalSlack, SlackDriver
 from storage import audit
 from storage.db import Database
 from storage.tables import InboxRow, LeaseGpuRow, LeaseRow, OutboxRow, RequestRow

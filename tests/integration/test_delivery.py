@@ -12,8 +12,8 @@ import pytest
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 from sqlmodel import select
 
+from bot.localslack import APP_TOKEN, LocalSlack, SlackDriver, SocketTransport
 from bot.main import assemble
-from bot.slack.localapi import APP_TOKEN, LocalSlack, SlackDriver, SocketTransport
 from storage import db as db_module
 from storage.db import Database
 from storage.tables import OutboxRow

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
+from bot.localslack import LocalSlack
 from bot.main import Bot, assemble
 from bot.settings import Settings
-from bot.slack.localapi import LocalSlack
 from bot.telemetry.ingest import Ingest
 from bot.telemetry.model import ProcessInfo, Sample, order_signature, sign, to_json
 from bot.telemetry.window import Telemetry

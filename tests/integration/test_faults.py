@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
+from bot.localslack import HttpTransport, LocalSlack, SlackDriver
+from bot.localslack.driver import Reply
 from bot.main import Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.slack.app import NOT_RECORDED
-from bot.slack.localapi import HttpTransport, LocalSlack, SlackDriver
-from bot.slack.localapi.driver import Reply
 from storage import outbox
 from storage.tables import InboxRow, OutboxRow, RequestRow
 from tests.integration.conftest import SECRET, settings_for

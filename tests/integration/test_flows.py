@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from bot.slack.localapi import Message
+from bot.localslack import Message
 from storage.tables import ApprovalRow, AuditRow, LeaseRow
 from tests.integration.conftest import Running
 

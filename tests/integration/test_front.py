@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
+from bot.localslack import LocalSlack, payloads
+from bot.localslack.signing import FORM, JSON_CONTENT, sign
 from bot.main import Bot, assemble
 from bot.server import Background, SlackAsgi
-from bot.slack.localapi import LocalSlack, payloads
-from bot.slack.localapi.signing import FORM, JSON_CONTENT, sign
 from storage.tables import InboxRow, RequestRow
 from tests.integration.conftest import SECRET, settings_for
 

@@ -21,6 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from bot.localslack import LocalSlack, payloads
+from bot.localslack.signing import FORM, JSON_CONTENT, sign
 from bot.main import Bot, assemble
 from bot.server import MAX_BODY, Background, SlackAsgi
 from bot.slack import wire
@@ -42,8 +44,6 @@ from bot.slack.blocks import (
     borrow_modal,
 )
 from bot.slack.blocks.warnings import BORROW_QUICK_ACTION, SNOOZE_ACTION
-from bot.slack.localapi import LocalSlack, payloads
-from bot.slack.localapi.signing import FORM, JSON_CONTENT, sign
 from bot.telemetry import model
 from tests.integration.conftest import PROXY_VARIABLES, SECRET, settings_for
 

@@ -13,8 +13,8 @@ from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 from sqlmodel import select
 
+from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
-from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
 from storage.tables import AuditRow, GpuMinuteRow
 from tests.integration.conftest import SECRET, settings_for
 

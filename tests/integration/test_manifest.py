@@ -34,11 +34,7 @@ def manifest() -> dict[str, Any]:
 
 
 def source() -> str:
-    return "\n".join(
-        p.read_text()
-        for p in sorted((ROOT / "bot" / "slack").rglob("*.py"))
-        if "localapi" not in p.parts
-    )
+    return "\n".join(p.read_text() for p in sorted((ROOT / "bot" / "slack").rglob("*.py")))
 
 
 def test_the_manifest_declares_exactly_the_scopes_the_code_needs() -> None:

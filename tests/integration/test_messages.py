@@ -9,9 +9,9 @@ from datetime import timedelta
 
 from sqlmodel import select
 
+from bot.localslack import Message
 from bot.services.notices import CARD_NUMBERS_EVERY
 from bot.services.views import ExtendResult
-from bot.slack.localapi import Message
 from rules.domain import RequestState
 from storage.tables import AuditRow, OutboxRow, RequestRow
 from tests.integration.story import ADA, ALICE, Story, busy, idle

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.localslack import LocalSlack
 from bot.settings import Settings
-from bot.slack.localapi import LocalSlack
 from tests.integration.conftest import settings_for, story_with
 from tests.integration.story import ALICE, Story
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
-from bot.slack.localapi import InProcessTransport, LocalSlack, SlackDriver
 from tests.integration.conftest import settings_for
 
 WORDS = [

@@ -8,7 +8,7 @@ import signal
 import socket
 from pathlib import Path
 
-from bot.slack.localapi import APP_TOKEN, HttpTransport, LocalSlack, SlackDriver, SocketTransport
+from bot.localslack import APP_TOKEN, HttpTransport, LocalSlack, SlackDriver, SocketTransport
 from tests.support.serve import SECRET, Served
 
 

@@ -16,8 +16,8 @@ from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
 from sqlmodel import col, select
 
+from bot.localslack import LocalSlack
 from bot.settings import DEFAULT_RULES_DIR
-from bot.slack.localapi import LocalSlack
 from storage import audit
 from storage.tables import AuditRow, OutboxRow
 from tests.integration.conftest import settings_for, story_with

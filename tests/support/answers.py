@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from bot.slack.localapi import LocalSlack
-from bot.slack.localapi.calls import Call
-from bot.slack.localapi.driver import Reply
+from bot.localslack import LocalSlack
+from bot.localslack.calls import Call
+from bot.localslack.driver import Reply
 
 
 def token_of(reply: Reply) -> str:

@@ -14,9 +14,9 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+from bot.localslack import BOT_TOKEN, LocalSlack
 from bot.server import free_port
 from bot.settings import DEFAULT_RULES_DIR
-from bot.slack.localapi import BOT_TOKEN, LocalSlack
 
 GPUBOT = Path(sys.executable).parent / "gpubot"
 SECRET = "local-signing-secret"  # noqa: S105  (the local workspace's, never real)

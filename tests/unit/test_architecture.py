@@ -92,3 +92,39 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import os.path\nfrom sqlmodel import Session\nfrom . import sibling\n")
     assert {"os", "sqlmodel"} == imports_of(bad)
+
+
+def dotted_imports_of(path: Path) -> set[str]:
+    """Full dotted names of every module a file imports (absolute imports only)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+# What bot/localslack may take from the product: the in-process transport builds its request
+# with the HTTP server's own function, so a test sees exactly what the server would parse.
+LOCALSLACK_MAY_IMPORT = {"bot.server"}
+
+
+def test_only_the_demo_uses_the_local_slack_api() -> None:
+    """bot/localslack fakes Slack for the tests and the demo: the product never imports it, and
+    it imports nothing of the product (it knows Slack's wire format, not gpubot)."""
+    users = sorted(
+        str(p.relative_to(ROOT))
+        for package in ("rules", "storage", "bot")
+        for p in modules(package)
+        if not p.is_relative_to(ROOT / "bot" / "localslack")
+        and any(name.startswith("bot.localslack") for name in dotted_imports_of(p))
+    )
+    assert all(p.startswith("bot/workspace/") for p in users), users
+    inside = {
+        name
+        for p in modules("bot/localslack")
+        for name in dotted_imports_of(p)
+        if name.split(".")[0] in {"bot", "rules", "storage"}
+    }
+    assert set() == inside - LOCALSLACK_MAY_IMPORT

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from slack_sdk.signature import SignatureVerifier
 
-from bot.slack.localapi import sign
-from bot.slack.localapi.signing import signature
+from bot.localslack import sign
+from bot.localslack.signing import signature
 
 SLACK_DOCS_BODY = (
     b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow"

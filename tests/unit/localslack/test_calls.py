@@ -7,7 +7,7 @@ import threading
 import pytest
 from slack_sdk import WebClient
 
-from bot.slack.localapi import LocalSlack
+from bot.localslack import LocalSlack
 
 
 def test_wait_for_returns_a_call_made_later_on_another_thread(

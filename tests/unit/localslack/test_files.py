@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from slack_sdk import WebClient
 
-from bot.slack.localapi import LocalSlack
+from bot.localslack import LocalSlack
 
 
 def test_files_upload_v2_shares_the_file_in_the_channel(

@@ -15,7 +15,7 @@ from slack_sdk.socket_mode.builtin import SocketModeClient
 from slack_sdk.socket_mode.client import BaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 
-from bot.slack.localapi import (
+from bot.localslack import (
     APP_TOKEN,
     BOT_TOKEN,
     LocalSlack,

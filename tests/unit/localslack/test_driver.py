@@ -13,14 +13,14 @@ from slack_bolt import Ack, App, Respond
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_sdk import WebClient
 
-from bot.slack.localapi import (
+from bot.localslack import (
     BOT_TOKEN,
     HttpTransport,
     InProcessTransport,
     LocalSlack,
     SlackDriver,
 )
-from bot.slack.localapi.driver import SIGNING_SECRET
+from bot.localslack.driver import SIGNING_SECRET
 
 from .conftest import ALICE, VICTOR
 

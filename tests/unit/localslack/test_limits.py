@@ -8,8 +8,8 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.slack.localapi import LocalSlack
-from bot.slack.localapi.limits import check_blocks, check_view
+from bot.localslack import LocalSlack
+from bot.localslack.limits import check_blocks, check_view
 
 
 def section(text: str = "ok") -> dict[str, Any]:

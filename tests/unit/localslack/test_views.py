@@ -8,8 +8,8 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.slack.localapi import LocalSlack
-from bot.slack.localapi.payloads import fresh_trigger_id
+from bot.localslack import LocalSlack
+from bot.localslack.payloads import fresh_trigger_id
 
 from .conftest import ALICE, BOB, Clock
 

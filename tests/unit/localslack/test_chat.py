@@ -6,7 +6,7 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.slack.localapi import APP_TOKEN, Channel, LocalSlack
+from bot.localslack import APP_TOKEN, Channel, LocalSlack
 
 from .conftest import ALICE, BOB
 

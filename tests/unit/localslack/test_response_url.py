@@ -5,8 +5,8 @@ from __future__ import annotations
 from slack_sdk import WebClient
 from slack_sdk.webhook import WebhookClient
 
-from bot.slack.localapi import LocalSlack
-from bot.slack.localapi.payloads import fresh_response_url
+from bot.localslack import LocalSlack
+from bot.localslack.payloads import fresh_response_url
 
 from .conftest import ALICE, BOB
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from bot.slack.localapi import Channel, Workspace
+from bot.localslack import Channel, Workspace
 
 from .conftest import ADA, ALICE, BOB, VICTOR, Clock
 

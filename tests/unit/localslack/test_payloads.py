@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from slack_bolt.request import payload_utils
 
-from bot.slack.localapi import LocalSlack, payloads
-from bot.slack.localapi.elements import action_payload
+from bot.localslack import LocalSlack, payloads
+from bot.localslack.elements import action_payload
 
 from .conftest import ALICE, VICTOR
 

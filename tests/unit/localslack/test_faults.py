@@ -13,7 +13,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 )
 from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
 
-from bot.slack.localapi import BOT_TOKEN, LocalSlack
+from bot.localslack import BOT_TOKEN, LocalSlack
 
 
 def test_a_rate_limit_is_retried_and_posts_once(local: LocalSlack) -> None:

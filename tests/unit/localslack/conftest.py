@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from slack_sdk import WebClient
 
-from bot.slack.localapi import BOT_TOKEN, LocalSlack, Workspace
+from bot.localslack import BOT_TOKEN, LocalSlack, Workspace
 
 PROXY_VARIABLES = (
     "HTTPS_PROXY",
