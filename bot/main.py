@@ -105,8 +105,9 @@ class Bot:
         self.telemetry_problem = why
 
     def observe_fleet(self) -> None:
+        """Write down what the fleet shows; what it owes people goes out now."""
         report = self.services.observe_fleet(self.telemetry, self.watching_since)
-        if report.events and self.deliverer.want():
+        if (report.events or report.intruders) and self.deliverer.want():
             self.jobs.kick(OUTBOX)
 
     def _store_history(self, now: datetime) -> None:
@@ -119,8 +120,7 @@ class Bot:
         """The `sweep` job: one reconcile pass, then deliver what it owes."""
         if self.source is None:
             self._store_history(self.services.ctx.now())  # agents' samples have history too
-        self.observe_fleet()
-        report = self.services.sweep(self.telemetry)
+        report = self.services.sweep(self.telemetry)  # the poll job observed the fleet already
         granted = self.services.serve_queue()  # reclaims and expiries free GPUs for the queue
         if (report.changed or granted) and self.deliverer.want():
             self.jobs.kick(OUTBOX)

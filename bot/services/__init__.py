@@ -188,7 +188,7 @@ class Services:
         return sweep.sweep(self.ctx, readings)
 
     def observe_fleet(self, fleet: devices.Fleet, since: datetime | None) -> devices.DeviceReport:
-        """Write down what telemetry shows (after each poll, before each sweep); `since`: when
+        """Write down what telemetry shows (after each poll); `since`: when
         samples began to be expected, None when no telemetry is configured."""
         return devices.observe(self.ctx, fleet, since=since)
 

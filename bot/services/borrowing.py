@@ -93,7 +93,7 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
     now = ctx.now()
     with ctx.db.write() as session:
         _lock_pool(session, ask.pool)
-        if ask.prefer and not claimable(session, policy, user, ask.prefer):
+        if ask.prefer and not claimable(session, policy, user, ask.pool, ask.prefer):
             return _not_claimable(session, user, ask)
         free = free_for(session, policy, user, ask.pool)
         usage = pool_usage(session, ask.pool, free)
@@ -242,7 +242,9 @@ def _grant(
     if free is None:
         free = free_for(session, ctx.policy, request.requester, request.pool)
     slots: list[tuple[str, int]] | None = None
-    own = len(prefer) == request.gpus and claimable(session, ctx.policy, request.requester, prefer)
+    own = len(prefer) == request.gpus and claimable(
+        session, ctx.policy, request.requester, request.pool, prefer
+    )
     if prefer and own:
         slots = list(prefer)
     if slots is None:

@@ -1,12 +1,12 @@
 """What the fleet really shows, written down: each GPU's observed state (empty, occupied, unknown,
 not reporting), each device's profile, its lifecycle events, and intruders on leased GPUs.
 
-`observe` runs after every poll and before every sweep. It reads the newest telemetry, compares
-it with what the database says, and writes only what changed (events and what admins are told
-together, plain GPU updates in short chunks): so placement, `/gpu status`, Home and the rules'
-`pool.free` all read one truth from one table (see `bot.services.queries.gpu_lines`). Admins
-hear once per episode: a node stops reporting, comes back, reports without being configured, or
-a GPU's UUID changes (the card was swapped).
+`observe` runs after every poll (the poll job, every 30 s, agents' pushes included). It reads
+the newest telemetry, compares it with what the database says, and writes only what changed
+(events and what admins are told together, plain GPU updates in short chunks): so placement,
+`/gpu status`, Home and the rules' `pool.free` all read one truth from one table (see
+`bot.services.queries.gpu_lines`). Admins hear once per episode: a node stops reporting, comes
+back, reports without being configured, or a GPU's UUID changes (the card was swapped).
 """
 
 from __future__ import annotations

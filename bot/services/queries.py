@@ -251,13 +251,13 @@ def _own(policy: Policy, user: str, line: GpuLine) -> bool:
 
 
 def claimable(
-    session: Session, policy: Policy, user: str, slots: Sequence[tuple[str, int]]
+    session: Session, policy: Policy, user: str, pool: str, slots: Sequence[tuple[str, int]]
 ) -> bool:
-    """May `user` take exactly these GPUs: each is free, or occupied only by processes of the
-    user's own Unix accounts (the one-click borrow of one's own unreserved process)?"""
+    """May `user` take exactly these GPUs of `pool`: each is free, or occupied only by processes
+    of the user's own Unix accounts (the one-click borrow of one's own unreserved process)?"""
     if not slots:
         return False
-    lines = {(g.node, g.index): g for g in gpu_lines(session)}
+    lines = {(g.node, g.index): g for g in gpu_lines(session, pool)}
     for slot in slots:
         line = lines.get(slot)
         if line is None or not (line.place == Place.FREE or _own(policy, user, line)):
