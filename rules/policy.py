@@ -167,12 +167,6 @@ class Policy:
     def is_admin(self, user: str) -> bool:
         return user in self.admins
 
-    def may_approve(self, user: str, team: str, approvers: str) -> bool:
-        """Admins always may; managers may for their team unless admins alone were asked."""
-        if self.is_admin(user):
-            return True
-        return approvers == "managers" and user in self.teams[team].managers
-
 
 def render(template: str, facts: Mapping[str, Any]) -> str:
     """Fill `{fact.name}` placeholders: durations as 6h, booleans as yes/no."""

@@ -35,7 +35,6 @@ from bot.services.queries import (
     request_view,
 )
 from bot.services.sweep import SweepReport
-from bot.services.sweep_facts import Readings
 from bot.services.views import (
     ApprovalEffects,
     BorrowResult,
@@ -53,6 +52,7 @@ from bot.services.views import (
 )
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
+from rules.lease_facts import Readings
 from rules.policy import Policy
 from storage import audit, outbox
 from storage.db import Database

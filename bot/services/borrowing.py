@@ -26,6 +26,8 @@ from bot.services.queries import (
     request_view,
 )
 from bot.services.views import BorrowResult, LeaseView, Refused, RequestView, SettleResult
+from rules import approvals
+from rules.approvals import approvers_for, route_for
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.engine import Decision
 from rules.facts import request_facts
@@ -50,34 +52,10 @@ class BorrowAsk:
     prefer: tuple[tuple[str, int], ...] = ()
 
 
-def approvers_for(policy: Policy, team: str, who: str) -> list[str]:
-    managers = sorted(policy.teams[team].managers) if who == "managers" else []
-    return managers + sorted(a for a in policy.admins if a not in managers)
-
-
-def route_for(policy: Policy, team: str, who: str) -> str:
-    channel = policy.teams[team].approval_channel
-    return (
-        channel if who == "managers" and channel else "managers" if who == "managers" else "admins"
-    )
-
-
 def check_ask(policy: Policy, user: str, ask: BorrowAsk) -> Refused | None:
-    """What no rule needs to weigh: unknown pools, impossible counts, people in no team."""
-    if policy.team_of(user) is None:
-        return Refused(
-            f"<@{user}> is not a member of any team in the rule files, so there is no quota "
-            "to borrow from. Ask an admin to add you to a team.",
-            code="no-team",
-        )
-    if ask.pool not in policy.pools:
-        pools = ", ".join(sorted(policy.pools))
-        return Refused(f"There is no pool called `{ask.pool}`. Pools: {pools}.", "no-pool")
-    if ask.gpus < 1:
-        return Refused("Ask for at least one GPU, e.g. `2 a100 for 6h`.", "bad-count")
-    if ask.duration is not None and ask.duration <= timedelta(0):
-        return Refused("The duration must be positive, e.g. `for 6h`.", "bad-duration")
-    return None
+    """What no rule needs to weigh (`rules.approvals.check_ask`), as the use case's answer."""
+    refusal = approvals.check_ask(policy, user, pool=ask.pool, gpus=ask.gpus, duration=ask.duration)
+    return None if refusal is None else Refused(refusal.message, refusal.code)
 
 
 def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
@@ -304,7 +282,6 @@ def settle(
 ) -> SettleResult | Refused:
     """A manager's (or admin's) Approve or Deny. Exactly one settles a request; repeated
     clicks answer with what already happened and change nothing."""
-    policy = ctx.policy
     now = ctx.now()
     verdict = "approve" if approve else "deny"
     try:
@@ -313,7 +290,7 @@ def settle(
             if request is None:
                 return Refused(f"There is no request R{request_id}.", "no-request")
             # Who may settle it is asked first: a refusal says nothing of the request's fate.
-            refusal = _may_settle(policy, user, request)
+            refusal = _may_settle(user, request)
             if refusal is None and request.state != RequestState.PENDING:
                 # A click on a card that still offers buttons: make sure it is redrawn.
                 notices.redraw(session, notices.card_redrawn(request, by=user), at=now)
@@ -352,7 +329,7 @@ def may_settle(ctx: Context, user: str, request_id: int) -> Refused | None:
         request = session.get(RequestRow, request_id)
         if request is None:
             return Refused(f"There is no request R{request_id}.", "no-request")
-        why = _may_settle(ctx.policy, user, request)
+        why = _may_settle(user, request)
         if why:
             return Refused(why, "not-allowed")
         if request.state != RequestState.PENDING:
@@ -360,15 +337,10 @@ def may_settle(ctx: Context, user: str, request_id: int) -> Refused | None:
         return None
 
 
-def _may_settle(policy: Policy, user: str, request: RequestRow) -> str | None:
-    if user == request.requester:
-        return "Nobody approves or denies their own request; a manager or an admin will."
-    if user not in request.approvers:
-        return (
-            f"You may not approve or deny R{request.id}: only its team's managers "
-            "and the gpubot admins can."
-        )
-    return None
+def _may_settle(user: str, request: RequestRow) -> str | None:
+    return approvals.may_settle(
+        user, request_id=request.id, requester=request.requester, approvers=request.approvers
+    )
 
 
 def _already(session: Session, request: RequestRow) -> SettleResult:

@@ -24,6 +24,7 @@ from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.queries import gpu_lines
 from rules.domain import Observed, Reporting
+from rules.lease_facts import covers
 from rules.policy import Policy
 from storage.tables import DeviceEventRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, SettingRow
 
@@ -132,14 +133,6 @@ def occupants(reading: Reading | None) -> list[dict[str, Any]]:
         {"pid": p.pid, "user": p.user or "", "memory_mib": p.used_mib, "started": p.started}
         for p in sorted(reading.processes, key=lambda p: p.pid)
     ]
-
-
-def covers(policy: Policy, holder: str, unix_user: str | None) -> bool:
-    """Does a lease held by `holder` (a Slack id) cover a process of `unix_user`? A process
-    whose user cannot be named (None) is given the benefit of the doubt."""
-    if not unix_user:
-        return True
-    return policy.accounts.get(unix_user) == holder or unix_user == holder
 
 
 def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceReport:

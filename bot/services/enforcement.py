@@ -12,7 +12,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from bot.services.context import Context, record
-from bot.services.sweep_facts import LeaseSnapshot, Reading
+from rules.lease_facts import LeaseSnapshot, Reading
 from storage.db import lock_for_update
 from storage.tables import EnforcementRow
 

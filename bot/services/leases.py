@@ -8,10 +8,11 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, col, select, update
 
 from bot.services import notices
-from bot.services.borrowing import approvers_for, open_requests_for, route_for, waiting_before
+from bot.services.borrowing import open_requests_for, waiting_before
 from bot.services.context import Context, record
 from bot.services.queries import lease_view, pool_usage, request_view
 from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult, ended_how
+from rules.approvals import approvers_for, route_for
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.facts import request_facts
 from storage.db import lock_for_update

@@ -13,12 +13,11 @@ from bot.services.borrowing import (
     _facts_again,
     _grant,
     _lock_pool,
-    approvers_for,
-    route_for,
 )
 from bot.services.context import Context, record
 from bot.services.queries import ordered_queue
 from bot.services.views import LeaseView
+from rules.approvals import approvers_for, route_for
 from rules.domain import (
     Outcome,
     RequestState,

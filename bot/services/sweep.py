@@ -1,11 +1,11 @@
 """The sweep: the periodic, level-triggered reconcile pass that warns, reclaims and notifies.
 
-It builds one fact per active lease and per GPU, lets the sweep rules say what to do, then acts
-only where the safety invariants allow: nothing is reclaimed without a delivered warning for
-that reason and the grace period since its delivery (2); unknown telemetry is never idle (3);
-protected leases are never reclaimed (4); a pause turns every action into a recorded "would
-have" (5). Each action re-reads its lease under lock and is recorded once, so a second pass
-right after the first changes nothing (8).
+It builds one fact per active lease and per GPU, lets the sweep rules say what to do, lets
+`rules.reclaim` turn that into the steps the safety invariants allow, and takes them: nothing
+is reclaimed without a delivered warning for that reason and the grace period since its
+delivery (2); unknown telemetry is never idle (3); protected leases are never reclaimed (4); a
+pause turns every action into a recorded "would have" (5). Each action re-reads its lease
+under lock and is recorded once, so a second pass right after the first changes nothing (8).
 
 At 10,000 GPUs a pass must stay well under a second: the snapshot is a few set-based reads of
 plain columns, each GPU's reading is taken once, and an action whose effect the snapshot already
@@ -26,7 +26,10 @@ from bot.services import admin, enforcement, notices, recall, sweep_gpus
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.queries import gpu_lines, pools_with_queue
-from bot.services.sweep_facts import (
+from bot.services.sweep_gpus import act_on_gpu
+from rules.domain import LeaseState, Reason, Subject
+from rules.engine import Decision, Match
+from rules.lease_facts import (
     GpuSnapshot,
     LeaseSnapshot,
     Reading,
@@ -36,22 +39,13 @@ from bot.services.sweep_facts import (
     gpu_facts,
     lease_facts,
 )
-from bot.services.sweep_gpus import act_on_gpu
-from rules.domain import Action, LeaseState, Reason, Subject
-from rules.engine import Decision, Match
+from rules.reclaim import Do, lease_steps
 from storage import outbox
 from storage.db import lock_for_update
 from storage.outbox import Owed
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
 
 SWEEPER = "gpubot"
-# The warning a reclaim needs, by the reclaim's reason.
-_WARNING_FOR = {
-    Reason.EXPIRED: "expiry",
-    Reason.IDLE: "idle",
-    Reason.UNHEALTHY: "unhealthy",
-    Reason.PREEMPTED: "preempt",
-}
 
 
 @dataclass
@@ -228,59 +222,26 @@ def _gpus(session: Session) -> list[GpuSnapshot]:
 
 
 def _act_on_lease(run: Pass, lease: LeaseSnapshot, decision: Decision, warned: Warned) -> None:
-    # Each action is recorded as its own decision: the rule that asked for it, its reason.
-    for match in decision.would_have:
-        _would_have(run, lease, match, decision.for_action(match), why="observe")
-    # Reclaims first: a lease reclaimed in this pass is warned of nothing any more.
-    ordered = sorted(decision.actions, key=lambda m: m.verdict.action != Action.RECLAIM)
-    for match in ordered:
-        action, reason = match.verdict.action, match.verdict.reason
-        assert action is not None
-        assert reason is not None
-        own = decision.for_action(match)
-        if run.paused:
-            _would_have(run, lease, match, own, why="paused")
-        elif action == Action.WARN:
-            _warn(run, lease, reason, own)
-        elif action == Action.RECLAIM:
-            refusal = _may_reclaim(run, lease, reason, own, warned)
-            if refusal:
-                run.report.held_back.append(f"L{lease.id} {reason}: {refusal}")
-            else:
-                _reclaim(run, lease, reason, own)
-                return
+    """Carry out what the rules and the invariants decided (`rules.reclaim.lease_steps`).
+
+    Each action is recorded as its own decision: the rule that asked for it, its reason."""
+    policy = run.ctx.policy
+    for step in lease_steps(lease, decision, warned, policy, run.now, paused=run.paused):
+        own = decision.for_action(step.match) if step.match is not None else decision
+        if step.do == Do.WOULD_HAVE:
+            assert step.match is not None
+            _would_have(run, lease, step.match, own, why=step.why)
+        elif step.do == Do.WARN:
+            _warn(run, lease, step.reason, own)
+        elif step.do == Do.RECLAIM:
+            _reclaim(run, lease, step.reason, own)
+        elif step.do == Do.HOLD_BACK:
+            run.report.held_back.append(f"L{lease.id} {step.reason}: {step.why}")
+        elif step.do == Do.NOTIFY:
+            assert step.match is not None
+            _notice_once(run, lease, f"notice:{step.reason}", step.match.because, own)
         else:
-            _notice_once(run, lease, f"notice:{reason}", match.because, own)
-    if "idle" in lease.warnings and not decision.facts["lease.idle"]:
-        _forget(run, lease, "idle")  # busy again: that idle warning no longer stands
-    if "unhealthy" in lease.warnings and not decision.facts["lease.unhealthy"]:
-        _forget(run, lease, "unhealthy")
-
-
-def _may_reclaim(
-    run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision, warned: Warned
-) -> str | None:
-    """The invariants, checked in code whatever the rules say; a reason not to, or None."""
-    facts = decision.facts
-    if facts["lease.protected"]:
-        return "protected leases are never reclaimed automatically"
-    if reason == Reason.IDLE and not facts["telemetry.fresh"]:
-        return "telemetry is not fresh, so idleness is unknown"
-    if reason == Reason.EXPIRED and run.now < lease.expires_at:
-        return "not expired"
-    if reason == Reason.PREEMPTED and not facts["lease.recalled"]:
-        return "the recall was withdrawn"
-    warning = _WARNING_FOR.get(reason)
-    delivered = warned.at(warning) if warning else None
-    if delivered is None:
-        return f"no delivered {warning} warning yet"
-    # A preemption gives the recall's notice period; every other reclaim the grace period.
-    timing = run.ctx.policy.timing
-    wait = run.ctx.policy.recall.notice if reason == Reason.PREEMPTED else timing.grace
-    if run.now - delivered < wait:
-        kind = "notice" if reason == Reason.PREEMPTED else "grace"
-        return f"{kind} runs until {(delivered + wait).isoformat()}"
-    return None
+            _forget(run, lease, step.why)
 
 
 def _locked(session: Session, lease: LeaseSnapshot) -> LeaseRow | None:

@@ -9,9 +9,9 @@ from sqlmodel import Session, col, select
 
 from bot.services import devices, notices
 from bot.services.context import Context, record
-from bot.services.sweep_facts import GpuSnapshot
 from rules.domain import LeaseState, Reason
 from rules.engine import Decision, Match
+from rules.lease_facts import GpuSnapshot
 from storage import outbox
 from storage.db import lock_for_update
 from storage.outbox import Owed

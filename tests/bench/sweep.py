@@ -405,7 +405,7 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("telemetry readings", (("telemetry/window.py", "gpu"), ("telemetry/window.py", "readings"))),
     (
         "fact building",
-        (("services/sweep_facts.py", "lease_facts"), ("services/sweep_facts.py", "gpu_facts")),
+        (("rules/lease_facts.py", "lease_facts"), ("rules/lease_facts.py", "gpu_facts")),
     ),
     ("decisions", (("engine/live.py", "decide"), ("engine/live.py", "decide_all"))),
     (

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from bot.services.devices import covers
 from rules.facts import minutes
 from rules.policy import Policy
 
 
 class Reading(Protocol):
-    """What telemetry says about one GPU now (bot.telemetry.window.GpuReading)."""
+    """What telemetry says about one GPU now (the telemetry window's `GpuReading`)."""
 
     @property
     def fresh(self) -> bool: ...
@@ -36,6 +35,8 @@ class Reading(Protocol):
 
 
 class Readings(Protocol):
+    """Telemetry for the whole fleet: one reading per GPU, or None where none was taken."""
+
     def gpu(self, node: str, index: int, now: datetime) -> Reading | None: ...
 
 
@@ -75,6 +76,14 @@ class Warned:
 
     def at(self, reason: str) -> datetime | None:
         return self.delivered.get(reason)
+
+
+def covers(policy: Policy, holder: str, unix_user: str | None) -> bool:
+    """Does a lease held by `holder` (a Slack id) cover a process of `unix_user`? A process
+    whose user cannot be named (None) is given the benefit of the doubt."""
+    if not unix_user:
+        return True
+    return policy.accounts.get(unix_user) == holder or unix_user == holder
 
 
 def expiry_stage(policy: Policy, lease: LeaseSnapshot, now: datetime) -> float | None:

@@ -1,0 +1,127 @@
+"""What the sweep does about one lease, and the reclaim guard that holds whatever the rules say.
+
+The sweep rules say what they would like done; `lease_steps` turns their decision into the
+steps the sweep carries out, in order, and `may_reclaim` refuses any reclaim the safety
+invariants forbid: nothing is reclaimed without a delivered warning for that reason and the
+grace period since its delivery (2); unknown telemetry is never idle (3); protected leases are
+never reclaimed (4). A pause turns every action into a recorded "would have" (5). Pure: the
+sweep passes `now` in and does every write itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from rules.domain import Action, Reason
+from rules.engine import Decision, Match
+from rules.lease_facts import LeaseSnapshot, Warned
+from rules.policy import Policy
+
+#: The warning a reclaim needs, by the reclaim's reason.
+WARNING_FOR = {
+    Reason.EXPIRED: "expiry",
+    Reason.IDLE: "idle",
+    Reason.UNHEALTHY: "unhealthy",
+    Reason.PREEMPTED: "preempt",
+}
+
+
+def may_reclaim(
+    lease: LeaseSnapshot,
+    reason: Reason,
+    facts: Mapping[str, Any],
+    warned: Warned,
+    *,
+    policy: Policy,
+    now: datetime,
+) -> str | None:
+    """The invariants, checked in code whatever the rules say; a reason not to, or None."""
+    if facts["lease.protected"]:
+        return "protected leases are never reclaimed automatically"
+    if reason == Reason.IDLE and not facts["telemetry.fresh"]:
+        return "telemetry is not fresh, so idleness is unknown"
+    if reason == Reason.EXPIRED and now < lease.expires_at:
+        return "not expired"
+    if reason == Reason.PREEMPTED and not facts["lease.recalled"]:
+        return "the recall was withdrawn"
+    warning = WARNING_FOR.get(reason)
+    delivered = warned.at(warning) if warning else None
+    if delivered is None:
+        return f"no delivered {warning} warning yet"
+    # A preemption gives the recall's notice period; every other reclaim the grace period.
+    wait = policy.recall.notice if reason == Reason.PREEMPTED else policy.timing.grace
+    if now - delivered < wait:
+        kind = "notice" if reason == Reason.PREEMPTED else "grace"
+        return f"{kind} runs until {(delivered + wait).isoformat()}"
+    return None
+
+
+class Do(StrEnum):
+    """One kind of step the sweep takes about a lease."""
+
+    WOULD_HAVE = "would_have"  # record what an action would have done (observe or paused)
+    WARN = "warn"
+    RECLAIM = "reclaim"
+    HOLD_BACK = "hold_back"  # a reclaim the invariants refuse
+    NOTIFY = "notify"  # tell the admins, once
+    FORGET = "forget"  # drop a warning that no longer stands
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do, for which rule's action (`match`), and why.
+
+    `why` is "observe" or "paused" for a would-have, the refusal for a held-back reclaim,
+    and the lease mark to drop for a forget."""
+
+    do: Do
+    match: Match | None = None
+    why: str = ""
+
+    @property
+    def reason(self) -> Reason:
+        assert self.match is not None
+        assert self.match.verdict.reason is not None
+        return self.match.verdict.reason
+
+
+def lease_steps(
+    lease: LeaseSnapshot,
+    decision: Decision,
+    warned: Warned,
+    policy: Policy,
+    now: datetime,
+    *,
+    paused: bool,
+) -> list[Step]:
+    """The steps for one lease, in the order they are taken.
+
+    Observe-only matches first; then the enforced actions, reclaims first (a lease reclaimed
+    in this pass is warned of nothing any more, and nothing follows a reclaim); last, the
+    idle and unhealthy warnings the facts no longer bear out are forgotten."""
+    steps = [Step(Do.WOULD_HAVE, m, "observe") for m in decision.would_have]
+    ordered = sorted(decision.actions, key=lambda m: m.verdict.action != Action.RECLAIM)
+    for match in ordered:
+        action, reason = match.verdict.action, match.verdict.reason
+        assert action is not None
+        assert reason is not None
+        if paused:
+            steps.append(Step(Do.WOULD_HAVE, match, "paused"))
+        elif action == Action.WARN:
+            steps.append(Step(Do.WARN, match))
+        elif action == Action.RECLAIM:
+            refusal = may_reclaim(lease, reason, decision.facts, warned, policy=policy, now=now)
+            if refusal is None:
+                steps.append(Step(Do.RECLAIM, match))
+                return steps
+            steps.append(Step(Do.HOLD_BACK, match, refusal))
+        else:
+            steps.append(Step(Do.NOTIFY, match))
+    for mark, fact in (("idle", "lease.idle"), ("unhealthy", "lease.unhealthy")):
+        if mark in lease.warnings and not decision.facts[fact]:
+            steps.append(Step(Do.FORGET, why=mark))
+    return steps
