@@ -29,7 +29,7 @@ from slack_bolt.error import BoltError
 from bot import logs
 from bot.rulesdir import RulesDirError, read_rules_dir
 from bot.services import devices
-from bot.services.queries import list_leases
+from bot.services.reads import list_leases
 from bot.services.views import LeaseView
 from bot.settings import Settings
 from bot.telemetry.errors import TelemetryError

@@ -29,14 +29,13 @@ from bot.slack.delivery import Deliverer
 from bot.slack.inbox import Inbox
 from bot.slack.notify import renderer
 from bot.slack.people import People
-from bot.telemetry import history
 from bot.telemetry.errors import TelemetryUnavailable
 from bot.telemetry.ingest import Ingest, load_tokens
 from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
 from bot.telemetry.sources import Feed, choose
 from bot.telemetry.window import Telemetry
-from storage import inbox, migrate, outbox
+from storage import gpus, inbox, migrate, outbox
 from storage.db import Database, one_line
 from storage.tables import SettingRow
 
@@ -114,7 +113,7 @@ class Bot:
         rows = self.telemetry.minute_rollups(now)
         if rows:
             with self.db.write() as session:
-                history.store_minutes(session, rows)
+                gpus.store_minutes(session, rows)
 
     def sweep(self) -> None:
         """The `sweep` job: one reconcile pass, then deliver what it owes."""
@@ -130,7 +129,7 @@ class Bot:
         inbox rows old enough that Slack can no longer retry them."""
         now = self.services.ctx.now()
         with self.db.write() as session:
-            history.prune(session, now - HISTORY_KEPT)
+            gpus.prune_minutes(session, now - HISTORY_KEPT)
             inbox.prune(session, now - inbox.KEPT)
 
     def writable(self) -> bool:

@@ -25,15 +25,7 @@ from bot.services import (
 from bot.services.borrowing import BorrowAsk
 from bot.services.context import Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
-from bot.services.queries import (
-    GpuLine,
-    Place,
-    gpu_lines,
-    lease_view,
-    list_leases,
-    list_requests,
-    request_view,
-)
+from bot.services.reads import lease_view, list_leases, list_requests, request_view
 from bot.services.sweep import SweepReport
 from bot.services.views import (
     ApprovalEffects,
@@ -56,6 +48,7 @@ from rules.lease_facts import Readings
 from rules.policy import Policy
 from storage import audit, outbox
 from storage.db import Database
+from storage.gpus import GpuLine, Place, gpu_lines
 from storage.tables import LeaseRow, OutboxRow, RequestRow
 
 __all__ = ["BorrowAsk", "Refused", "Services"]

@@ -9,22 +9,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import Context, record
-from bot.services.queries import (
-    FreeGpus,
-    Place,
-    claimable,
-    free_for,
-    gpu_ids,
-    gpu_lines,
-    lease_view,
-    ordered_queue,
-    pool_usage,
-    request_view,
-)
+from bot.services.reads import lease_view, request_view
 from bot.services.views import BorrowResult, LeaseView, Refused, RequestView, SettleResult
 from rules import approvals
 from rules.approvals import approvers_for, route_for
@@ -33,8 +22,12 @@ from rules.engine import Decision
 from rules.facts import request_facts
 from rules.placement import place
 from rules.policy import Policy
-from storage.db import lock_for_update
-from storage.tables import ApprovalRow, LeaseGpuRow, LeaseRow, PoolRow, RequestRow
+from storage import leases, requests
+from storage.gpus import FreeGpus, Place, claimable, free_for, gpu_ids, gpu_lines
+from storage.pools import lock as lock_pool
+from storage.pools import pool_usage
+from storage.requests import ordered_queue
+from storage.tables import ApprovalRow, LeaseGpuRow, LeaseRow, RequestRow
 
 SYSTEM = "gpubot"  # the actor of what the bot does on its own
 
@@ -70,7 +63,7 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
     duration = ask.duration or policy.pools[ask.pool].limits.default_duration
     now = ctx.now()
     with ctx.db.write() as session:
-        _lock_pool(session, ask.pool)
+        lock_pool(session, ask.pool)
         if ask.prefer and not claimable(session, policy, user, ask.pool, ask.prefer):
             return _not_claimable(session, user, ask)
         free = free_for(session, policy, user, ask.pool)
@@ -167,9 +160,7 @@ def _not_claimable(session: Session, user: str, ask: BorrowAsk) -> Refused:
     else in their place (the button named those GPUs)."""
     lines = {(g.node, g.index): g for g in gpu_lines(session, ask.pool)}
     ids = [g.lease_id for g in lines.values() if g.lease_id is not None]
-    holders = dict(
-        session.exec(select(LeaseRow.id, LeaseRow.holder).where(col(LeaseRow.id).in_(ids))).all()
-    )
+    holders = leases.holders(session, ids)
     for node, index in ask.prefer:
         line = lines.get((node, index))
         where = f"{node} GPU {index}"
@@ -191,15 +182,6 @@ def _not_claimable(session: Session, user: str, ask: BorrowAsk) -> Refused:
             "not-claimable",
         )
     return Refused("Nothing was borrowed: those GPUs cannot be had now.", "not-claimable")
-
-
-def _lock_pool(session: Session, pool: str) -> None:
-    """Serialise decisions in one pool: quota and free GPUs are read, then changed.
-
-    On SQLite every write transaction already holds the database's one write lock."""
-    if session.get_bind().dialect.name == "sqlite":
-        return
-    session.exec(lock_for_update(session, select(PoolRow).where(PoolRow.name == pool))).one()
 
 
 def _grant(
@@ -272,11 +254,6 @@ def _grant(
     return view
 
 
-def _load_request(session: Session, request_id: int) -> RequestRow | None:
-    stmt = select(RequestRow).where(RequestRow.id == request_id)
-    return session.exec(lock_for_update(session, stmt)).first()
-
-
 def settle(
     ctx: Context, user: str, request_id: int, *, approve: bool, reason: str = ""
 ) -> SettleResult | Refused:
@@ -286,7 +263,7 @@ def settle(
     verdict = "approve" if approve else "deny"
     try:
         with ctx.db.write() as session:
-            request = _load_request(session, request_id)
+            request = requests.lock(session, request_id)
             if request is None:
                 return Refused(f"There is no request R{request_id}.", "no-request")
             # Who may settle it is asked first: a refusal says nothing of the request's fate.
@@ -392,7 +369,7 @@ def _approve(
         session.add(request)
         notices.settled(session, request, by=user, verdict="approve", reason=reason, at=now)
         return SettleResult(request_view(request), lease, f"<@{user}> approved R{request.id}.")
-    _lock_pool(session, request.pool)
+    lock_pool(session, request.pool)
     decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, request))
     assert decision.verdict is not None
     outcome = decision.verdict.outcome
@@ -521,7 +498,7 @@ def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:
     """The requester (or an admin) withdraws a request still waiting for a person or GPUs."""
     now = ctx.now()
     with ctx.db.write() as session:
-        request = _load_request(session, request_id)
+        request = requests.lock(session, request_id)
         if request is None:
             return Refused(f"There is no request R{request_id}.", "no-request")
         if user != request.requester and not ctx.policy.is_admin(user):
@@ -543,11 +520,3 @@ def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:
             outcome="cancelled",
         )
         return request_view(request)
-
-
-def open_requests_for(session: Session, user: str) -> list[RequestRow]:
-    stmt = select(RequestRow).where(
-        RequestRow.requester == user,
-        col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]),
-    )
-    return list(session.exec(stmt).all())

@@ -5,7 +5,7 @@ not reporting), each device's profile, its lifecycle events, and intruders on le
 the newest telemetry, compares it with what the database says, and writes only what changed
 (events and what admins are told together, plain GPU updates in short chunks): so placement,
 `/gpu status`, Home and the rules' `pool.free` all read one truth from one table (see
-`bot.services.queries.gpu_lines`). Admins hear once per episode: a node stops reporting, comes
+`storage.gpus.gpu_lines`). Admins hear once per episode: a node stops reporting, comes
 back, reports without being configured, or a GPU's UUID changes (the card was swapped).
 """
 
@@ -22,10 +22,10 @@ from sqlmodel import Session, col, select
 
 from bot.services import notices
 from bot.services.context import Context, record
-from bot.services.queries import gpu_lines
 from rules.domain import Observed, Reporting
 from rules.lease_facts import covers
 from rules.policy import Policy
+from storage.gpus import gpu_lines
 from storage.tables import DeviceEventRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, SettingRow
 
 ACTOR = "gpubot"
@@ -652,7 +652,7 @@ class GpuProfile:
     model: str
     uuid: str
     memory_mib: int
-    place: str  # queries.Place: free, leased, occupied, silent, out
+    place: str  # storage.gpus.Place: free, leased, occupied, silent, out
     observed: str
     since: datetime | None
     lease: str  # "L8" or ""

@@ -8,25 +8,23 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, col, select, update
 
 from bot.services import notices
-from bot.services.borrowing import open_requests_for, waiting_before
+from bot.services.borrowing import waiting_before
 from bot.services.context import Context, record
-from bot.services.queries import lease_view, pool_usage, request_view
+from bot.services.reads import lease_view, request_view
 from bot.services.views import ExtendResult, LeaseView, Refused, ReleaseResult, ended_how
 from rules.approvals import approvers_for, route_for
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.facts import request_facts
+from storage import leases as storage_leases
 from storage.db import lock_for_update
+from storage.pools import pool_usage
+from storage.requests import open_requests_for
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
-
-
-def _load_lease(session: Session, lease_id: int) -> LeaseRow | None:
-    stmt = select(LeaseRow).where(LeaseRow.id == lease_id)
-    return session.exec(lock_for_update(session, stmt)).first()
 
 
 def _held(ctx: Context, session: Session, user: str, lease_id: int) -> LeaseRow | Refused:
     """The active lease `user` may change (its holder, or an admin), locked; or why not."""
-    lease = _load_lease(session, lease_id)
+    lease = storage_leases.lock(session, lease_id)
     if lease is None:
         return Refused(f"There is no lease L{lease_id}.", "no-lease")
     refused = _mine(ctx, user, lease)
@@ -190,7 +188,7 @@ def recheck_extension(ctx: Context, session: Session, request: RequestRow) -> st
 
     The lease may have ended, been recalled, or reached its limits since the request."""
     assert request.lease_id is not None
-    lease = _load_lease(session, request.lease_id)
+    lease = storage_leases.lock(session, request.lease_id)
     if lease is None or lease.state != LeaseState.ACTIVE:
         return f"L{request.lease_id} has ended."
     recalled = recall_refusal(lease)
@@ -209,7 +207,7 @@ def apply_extension(
 ) -> LeaseView:
     """Move the expiry, count the extension and clear the expiry warnings it made moot."""
     assert request.lease_id is not None
-    lease = _load_lease(session, request.lease_id)
+    lease = storage_leases.lock(session, request.lease_id)
     assert lease is not None
     before = lease.expires_at
     lease.expires_at = max(lease.expires_at, now) + timedelta(seconds=request.duration_s)

@@ -7,25 +7,18 @@ from collections import Counter, defaultdict
 from sqlmodel import Session, select
 
 from bot.services.context import Context
-from bot.services.queries import (
-    Place,
-    free_gpus,
-    gpu_lines,
-    list_leases,
-    list_requests,
-    ordered_queue,
-    pool_usage,
-    pools_with_queue,
-    request_view,
-)
+from bot.services.reads import list_leases, list_requests, request_view
 from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestView
 from rules.domain import RequestState
+from storage.gpus import Place, free_gpus, gpu_lines
+from storage.pools import pool_usage
+from storage.requests import ordered_queue, pools_with_queue
 from storage.tables import RequestRow
 
 
 def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
     """Every pool of the rules: free, leased, occupied without a lease, not reporting and
-    out-of-service GPUs by model (queries.gpu_lines: the definition placement uses)."""
+    out-of-service GPUs by model (storage.gpus.gpu_lines: the definition placement uses)."""
     counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     for line in gpu_lines(session):
         counts[line.pool][line.model or "GPU"][line.place] += 1

@@ -12,10 +12,8 @@ from bot.services.borrowing import (
     SYSTEM,
     _facts_again,
     _grant,
-    _lock_pool,
 )
 from bot.services.context import Context, record
-from bot.services.queries import ordered_queue
 from bot.services.views import LeaseView
 from rules.approvals import approvers_for, route_for
 from rules.domain import (
@@ -25,6 +23,8 @@ from rules.domain import (
     format_duration,
 )
 from storage.outbox import owe
+from storage.pools import lock as lock_pool
+from storage.requests import ordered_queue
 from storage.tables import RequestRow
 
 
@@ -38,7 +38,7 @@ def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]
         _time_out(ctx, pool)
         while True:
             with ctx.db.write() as session:
-                _lock_pool(session, pool)
+                lock_pool(session, pool)
                 head = _head(ctx, session, pool)
                 if head is None:
                     break

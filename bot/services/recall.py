@@ -17,12 +17,15 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import admin, notices
-from bot.services.borrowing import _facts_again, _lock_pool
+from bot.services.borrowing import _facts_again
 from bot.services.context import Context, record
-from bot.services.queries import free_gpus, ordered_queue, pools_with_queue, request_view
+from bot.services.reads import request_view
 from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import GpuState, LeaseState, Outcome, RequestKind, RequestState, Subject
+from storage.gpus import free_gpus
+from storage.pools import lock as lock_pool
+from storage.requests import ordered_queue, pools_with_queue
 from storage.tables import (
     AuditRow,
     GpuRow,
@@ -156,7 +159,7 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             continue
         now = ctx.now()
         with ctx.db.write() as session:
-            _lock_pool(session, pool)
+            lock_pool(session, pool)
             if _settled(session, pool):
                 continue
             seen = picture(ctx, session, pool, now)

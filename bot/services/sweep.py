@@ -17,20 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services import admin, enforcement, notices, recall, sweep_gpus
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
-from bot.services.queries import gpu_lines, pools_with_queue
 from bot.services.sweep_gpus import act_on_gpu
 from rules.domain import LeaseState, Reason, Subject
 from rules.engine import Decision, Match
 from rules.lease_facts import (
-    GpuSnapshot,
     LeaseSnapshot,
     Reading,
     Readings,
@@ -40,10 +36,11 @@ from rules.lease_facts import (
     lease_facts,
 )
 from rules.reclaim import Do, lease_steps
-from storage import outbox
-from storage.db import lock_for_update
+from storage import leases, outbox
+from storage.gpus import gpu_snapshots
 from storage.outbox import Owed
-from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
+from storage.requests import pools_with_queue
+from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"
 
@@ -98,8 +95,8 @@ class Pass:
 def sweep(ctx: Context, readings: Readings) -> SweepReport:
     now = ctx.now()
     with ctx.db.read() as session:
-        leases, warned = _leases(session)
-        gpus = _gpus(session)
+        active, warned = leases.active_snapshots(session)
+        gpus = gpu_snapshots(session)
         paused = admin.is_paused(session, ctx)
         told = sweep_gpus.told(session)
         waiting = pools_with_queue(session)
@@ -112,110 +109,19 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
             facts = lease_facts(policy, lease, lease_readings, warned[lease.id], now)
             _act_on_lease(run, lease, decide(Subject.LEASE, facts), warned[lease.id])
 
-    act(leases, warned)
+    act(active, warned)
     for gpu in gpus:
         facts = gpu_facts(gpu, reading(gpu.node, gpu.index))
         act_on_gpu(run, gpu, decide(Subject.GPU, facts))
     # Recalls last, once this pass's reclaims freed what they free, in every pool where
     # requests wait or a recall is under way; the leases recalled now are warned at once.
-    recalled = recall.reconcile(ctx, waiting | {s.pool for s in leases if "recall" in s.warnings})
+    recalled = recall.reconcile(ctx, waiting | {s.pool for s in active if "recall" in s.warnings})
     run.report.recalled, run.report.recall_withdrawn = recalled.started, recalled.withdrawn
     if recalled.started:
         with ctx.db.read() as session:
-            fresh, warned = _leases(session)
+            fresh, warned = leases.active_snapshots(session)
         act([s for s in fresh if f"L{s.id}" in recalled.started], warned)
     return run.report
-
-
-# ---- what the database holds ------------------------------------------------------------
-# Set-based reads of plain columns: a handful of queries per pass, no ORM objects.
-
-_IN_CHUNK = 5_000  # ids per IN (...) list, well below SQLite's and PostgreSQL's bind limits
-_LEASE_COLUMNS = (
-    col(LeaseRow.id),
-    col(LeaseRow.holder),
-    col(LeaseRow.team),
-    col(LeaseRow.pool),
-    col(LeaseRow.gpus),
-    col(LeaseRow.priority),
-    col(LeaseRow.protected),
-    col(LeaseRow.granted_at),
-    col(LeaseRow.expires_at),
-    col(LeaseRow.warnings),
-    col(LeaseRow.snoozed_until),
-)
-
-
-def _leases(session: Session) -> tuple[list[LeaseSnapshot], dict[int, Warned]]:
-    db = session.connection()
-    rows = db.execute(
-        sa.select(*_LEASE_COLUMNS)
-        .where(col(LeaseRow.state) == LeaseState.ACTIVE)
-        .order_by(col(LeaseRow.id))
-    ).all()
-    slots: dict[int, list[tuple[str, int]]] = {}
-    for lease_id, node, index in db.execute(
-        sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
-        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(col(LeaseGpuRow.active).is_(True))
-    ):
-        slots.setdefault(lease_id, []).append((node, index))
-    outbox_ids = sorted(
-        {
-            int(w["outbox"])
-            for row in rows
-            for w in row.warnings.values()
-            if isinstance(w, dict) and "outbox" in w
-        }
-    )
-    delivered: dict[int, datetime | None] = {}
-    for i in range(0, len(outbox_ids), _IN_CHUNK):
-        chunk = outbox_ids[i : i + _IN_CHUNK]
-        for row_id, state, delivered_at in db.execute(
-            sa.select(col(OutboxRow.id), col(OutboxRow.state), col(OutboxRow.delivered_at)).where(
-                col(OutboxRow.id).in_(chunk)
-            )
-        ):
-            if state == outbox.DELIVERED and row_id is not None:
-                delivered[row_id] = delivered_at
-    snapshots, warned = [], {}
-    for row in rows:
-        lease_id, holder, team, pool, gpus, priority, protected, granted_at, expires_at = row[:9]
-        assert lease_id is not None
-        warnings: dict[str, Any] = dict(row.warnings)
-        snapshots.append(
-            LeaseSnapshot(
-                lease_id,
-                holder,
-                team,
-                pool,
-                gpus,
-                priority,
-                protected,
-                granted_at,
-                expires_at,
-                warnings,
-                row.snoozed_until,
-                tuple(sorted(slots.get(lease_id, []))),
-            )
-        )
-        warned[lease_id] = Warned(
-            {
-                reason: delivered.get(int(w["outbox"]))
-                for reason, w in warnings.items()
-                if isinstance(w, dict) and "outbox" in w
-            }
-        )
-    return snapshots, warned
-
-
-def _gpus(session: Session) -> list[GpuSnapshot]:
-    """Every GPU with its inventory state and lease: queries.gpu_lines, the placement's read."""
-    return [
-        GpuSnapshot(g.id, g.node, g.index, g.model, g.pool, g.state, g.drained, g.lease_id)
-        for g in sorted(gpu_lines(session), key=lambda g: g.id)
-    ]
 
 
 # ---- acting on a lease ------------------------------------------------------------------
@@ -245,12 +151,9 @@ def _act_on_lease(run: Pass, lease: LeaseSnapshot, decision: Decision, warned: W
 
 
 def _locked(session: Session, lease: LeaseSnapshot) -> LeaseRow | None:
-    """The lease as it is now, if it is still the one the sweep looked at."""
-    stmt = select(LeaseRow).where(LeaseRow.id == lease.id)
-    row = session.exec(lock_for_update(session, stmt)).first()
-    if row is None or row.state != LeaseState.ACTIVE or row.expires_at != lease.expires_at:
-        return None  # released, extended or reclaimed meanwhile: the next pass sees it afresh
-    return row
+    """The lease as it is now, if it is still the one the sweep looked at (else the next pass
+    sees it afresh)."""
+    return leases.lock_active(session, lease.id, lease.expires_at)
 
 
 def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -> None:

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
-from bot.services.queries import GpuLine, Place
 from bot.telemetry.window import GpuReading
 from rules.domain import GpuState
+from storage.gpus import GpuLine, Place
 from storage.tables import GpuRow, NodeRow
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ IDLE_BELOW_PCT = 5.0  # the telemetry's own idle threshold
 def fleet_panel(bot: Bot) -> dict[str, Any]:
     """Pools -> nodes -> GPUs as plain JSON; GPUs the telemetry sees outside every pool last.
     Where each GPU stands (free, leased, in use without a lease, not reporting, out of service)
-    is the placement's own answer (queries.gpu_lines); telemetry adds utilisation and memory."""
+    is the placement's own answer (gpus.gpu_lines); telemetry adds utilisation and memory."""
     now = bot.services.ctx.now()
     readings = bot.telemetry.readings(now)
     held = {(s.node, s.index): lease for lease in bot.services.leases() for s in lease.gpus}

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, col, select
 
-from bot.services import BorrowAsk, Services, borrowing, queries
+from bot.services import BorrowAsk, Services, borrowing
 from bot.services.views import BorrowResult, SettleResult
 from rules.domain import Outcome
 from rules.facts import PoolUsage
+from storage import pools
 from storage.db import Database
 from storage.tables import LeaseGpuRow, LeaseRow
 from tests.builders import default_sources
@@ -57,7 +58,7 @@ def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(
 ) -> None:
     """Borrows and approvals race; the database and the rules hold every invariant."""
     services = Services.open(shared_db, default_sources())
-    read_usage = queries.pool_usage
+    read_usage = pools.pool_usage
 
     def slow_usage(
         session: Session, pool: str, free: dict[str, list[int]] | None = None

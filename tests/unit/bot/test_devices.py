@@ -9,10 +9,10 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Refused, Services
-from bot.services.queries import Place
 from bot.services.views import BorrowResult, LeaseView
 from bot.telemetry.model import ProcessInfo, Sample
 from bot.telemetry.window import Telemetry
+from storage.gpus import Place
 from storage.tables import AuditRow, GpuRow, OutboxRow
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, Clock
 

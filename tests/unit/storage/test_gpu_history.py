@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from sqlmodel import col, func, select
 
-from bot.telemetry.history import minutes, prune, store_minutes
 from bot.telemetry.window import Telemetry
 from storage.db import Database
+from storage.gpus import prune_minutes, store_minutes, stored_minutes
 from storage.tables import GpuMinuteRow
 from tests.unit.telemetry.builders import a_sample, at
 
@@ -33,7 +33,7 @@ def test_rollups_from_the_window_are_stored_and_read_back(database: Database) ->
     with database.write() as session:
         assert 6 == store_minutes(session, telemetry.minute_rollups(at(3, 30)))
     with database.read() as session:
-        rows = minutes(session, "a100-node-01", at(1), at(3), index=1)
+        rows = stored_minutes(session, "a100-node-01", at(1), at(3), index=1)
     assert [(1, at(1), 2, 0.0), (1, at(2), 2, 0.0)] == [
         (r.index, r.minute, r.samples, r.util_avg_pct) for r in rows
     ]
@@ -54,7 +54,7 @@ def test_prune_deletes_only_minutes_before_the_cutoff(database: Database) -> Non
             session, [a_minute(m) for m in range(10)] + [a_minute(3, node="l40s-node-01")]
         )
     with database.write() as session:
-        assert 6 == prune(session, at(5))
+        assert 6 == prune_minutes(session, at(5))
     with database.read() as session:
         left = session.exec(select(GpuMinuteRow.minute).order_by(col(GpuMinuteRow.minute))).all()
     assert [at(m) for m in range(5, 10)] == list(left)

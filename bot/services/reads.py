@@ -1,0 +1,89 @@
+"""Rows as the views the use cases answer with: a lease with its GPUs, a request, lists."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlmodel import Session, col, select
+
+from bot.services.views import GpuSlot, LeaseView, RequestView
+from rules.domain import LeaseState, RequestState
+from storage.leases import slots_of
+from storage.tables import LeaseRow, RequestRow
+
+
+def lease_view(session: Session, lease: LeaseRow) -> LeaseView:
+    """A lease with its GPUs (the GPUs it holds, or held once it ended)."""
+    assert lease.id is not None
+    slots = slots_of(session, lease.id)
+    return LeaseView(
+        id=lease.id,
+        holder=lease.holder,
+        team=lease.team,
+        pool=lease.pool,
+        gpus=tuple(sorted(GpuSlot(node, index) for node, index in slots)),
+        state=lease.state,
+        priority=lease.priority,
+        protected=lease.protected,
+        reason=lease.reason,
+        granted_at=lease.granted_at,
+        expires_at=lease.expires_at,
+        extensions=lease.extensions,
+        extended=timedelta(seconds=lease.extended_s),
+        ended_at=lease.ended_at,
+        end_reason=lease.end_reason,
+        recalled_for=_recalled_for(lease),
+    )
+
+
+def _recalled_for(lease: LeaseRow) -> str:
+    mark = lease.warnings.get("recall") if lease.state == LeaseState.ACTIVE else None
+    if not isinstance(mark, dict):
+        return ""
+    return f"{mark.get('team')} (R{mark.get('request')})"
+
+
+def request_view(request: RequestRow) -> RequestView:
+    assert request.id is not None
+    return RequestView(
+        id=request.id,
+        kind=request.kind,
+        requester=request.requester,
+        team=request.team,
+        pool=request.pool,
+        gpus=request.gpus,
+        duration=timedelta(seconds=request.duration_s),
+        priority=request.priority,
+        reason=request.reason,
+        state=request.state,
+        outcome=request.outcome,
+        approvers=tuple(request.approvers),
+        approval_route=request.approval_route,
+        lease_id=request.lease_id,
+        created_at=request.created_at,
+        decided_at=request.decided_at,
+        decided_by=request.decided_by,
+    )
+
+
+def list_leases(
+    session: Session, *, active_only: bool = True, holder: str | None = None
+) -> list[LeaseView]:
+    """Leases, newest first; by default only the active ones."""
+    stmt = select(LeaseRow).order_by(col(LeaseRow.id).desc())
+    if active_only:
+        stmt = stmt.where(LeaseRow.state == LeaseState.ACTIVE)
+    if holder is not None:
+        stmt = stmt.where(LeaseRow.holder == holder)
+    return [lease_view(session, row) for row in session.exec(stmt).all()]
+
+
+def list_requests(
+    session: Session, *, open_only: bool = True, requester: str | None = None
+) -> list[RequestView]:
+    stmt = select(RequestRow).order_by(col(RequestRow.id))
+    if open_only:
+        stmt = stmt.where(col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]))
+    if requester is not None:
+        stmt = stmt.where(RequestRow.requester == requester)
+    return [request_view(row) for row in session.exec(stmt).all()]

@@ -1,0 +1,237 @@
+"""GPUs and nodes: where each GPU stands, which are free and for whom, and the history of
+what they did.
+
+Reads only; callers own the session (and so the transaction). Where a GPU stands (`Place`)
+has one definition, used by placement, status, Home, the fleet panel and the rules' `pool.free`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from rules.domain import GpuState, Observed
+from rules.lease_facts import GpuSnapshot
+from rules.policy import Policy
+from storage.tables import GpuMinuteRow, GpuRow, LeaseGpuRow, NodeRow
+
+
+class Place(StrEnum):
+    """Where a GPU stands for placement: one name, used by placement, status, Home, the fleet
+    panel and the rules' `pool.free`."""
+
+    FREE = "free"  # healthy, undrained, in no active lease, telemetry shows it empty (or unknown)
+    LEASED = "leased"
+    OCCUPIED = "occupied"  # a process or memory in use, and no lease covers it
+    SILENT = "silent"  # not reporting
+    OUT = "out"  # unhealthy or drained
+
+
+@dataclass(frozen=True)
+class GpuLine:
+    node: str
+    index: int
+    pool: str
+    model: str
+    place: Place
+    observed: str
+    lease_id: int | None
+    occupants: tuple[str, ...]  # the Unix users seen on it ("" when unnamed)
+    id: int = 0
+    state: str = GpuState.OK  # the inventory's own state (rules.domain.GpuState)
+    drained: bool = False  # its node is drained
+
+
+def gpu_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
+    """Every GPU (of one pool) with where it stands, from one read of the inventory, the
+    leases and what telemetry last showed (written by the device observer)."""
+    held = sa.and_(col(LeaseGpuRow.gpu_id) == col(GpuRow.id), col(LeaseGpuRow.active).is_(True))
+    stmt = (
+        sa.select(
+            col(GpuRow.id),
+            col(NodeRow.name),
+            col(GpuRow.index),
+            col(GpuRow.pool),
+            col(GpuRow.model),
+            col(GpuRow.state),
+            col(NodeRow.drained),
+            col(GpuRow.observed),
+            col(GpuRow.occupants),
+            col(LeaseGpuRow.lease_id),
+        )
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .outerjoin(LeaseGpuRow, held)  # at most one: ix_lease_gpu_active
+        .order_by(col(NodeRow.name), col(GpuRow.index))
+    )
+    if pool is not None:
+        stmt = stmt.where(col(GpuRow.pool) == pool)
+    out = []
+    for (
+        gpu_id,
+        node,
+        index,
+        gpu_pool,
+        model,
+        state,
+        drained,
+        observed,
+        occupants,
+        lease_id,
+    ) in session.connection().execute(stmt):
+        if lease_id is not None:
+            place = Place.LEASED
+        elif drained or state != GpuState.OK:
+            place = Place.OUT
+        elif observed == Observed.SILENT:
+            place = Place.SILENT
+        elif observed == Observed.OCCUPIED:
+            place = Place.OCCUPIED
+        else:
+            place = Place.FREE
+        users = tuple(sorted({str(p.get("user") or "") for p in occupants or []}))
+        line = GpuLine(node, index, gpu_pool, model, place, observed, lease_id, users)
+        out.append(replace(line, id=gpu_id, state=state, drained=drained))
+    return out
+
+
+class FreeGpus(dict[str, list[int]]):
+    """{node: free GPU indices}; `unknown` names those free GPUs without fresh telemetry,
+    which placement offers last."""
+
+    unknown: frozenset[tuple[str, int]] = frozenset()
+
+    def adding(self, slots: Sequence[tuple[str, int]]) -> FreeGpus:
+        """These free GPUs and `slots` (GPUs a person may take although they are in use)."""
+        out = FreeGpus({node: list(indices) for node, indices in self.items()})
+        for node, index in slots:
+            if index not in out.setdefault(node, []):
+                out[node].append(index)
+        out.unknown = self.unknown
+        return out
+
+
+def free_gpus(session: Session, pool: str) -> FreeGpus:
+    """The pool's free GPUs: healthy, on an undrained node, in no active lease, and telemetry
+    shows no process and no memory in use beyond the floor (or has no fresh sample yet)."""
+    return _free(gpu_lines(session, pool))
+
+
+def _free(lines: Sequence[GpuLine]) -> FreeGpus:
+    out = FreeGpus()
+    unknown = set()
+    for line in lines:
+        if line.place == Place.FREE:
+            out.setdefault(line.node, []).append(line.index)
+            if line.observed != Observed.EMPTY:
+                unknown.add((line.node, line.index))
+    out.unknown = frozenset(unknown)
+    return out
+
+
+def free_for(session: Session, policy: Policy, user: str, pool: str) -> FreeGpus:
+    """The pool's free GPUs as `user` may take them: the free ones, and those where only the
+    user's own processes run (their own work, which their lease would cover)."""
+    lines = gpu_lines(session, pool)
+    return _free(lines).adding([(g.node, g.index) for g in lines if _own(policy, user, g)])
+
+
+def _own(policy: Policy, user: str, line: GpuLine) -> bool:
+    return (
+        line.place == Place.OCCUPIED
+        and bool(line.occupants)
+        and all(policy.accounts.get(u) == user for u in line.occupants)
+    )
+
+
+def claimable(
+    session: Session, policy: Policy, user: str, pool: str, slots: Sequence[tuple[str, int]]
+) -> bool:
+    """May `user` take exactly these GPUs of `pool`: each is free, or occupied only by processes
+    of the user's own Unix accounts (the one-click borrow of one's own unreserved process)?"""
+    if not slots:
+        return False
+    lines = {(g.node, g.index): g for g in gpu_lines(session, pool)}
+    for slot in slots:
+        line = lines.get(slot)
+        if line is None or not (line.place == Place.FREE or _own(policy, user, line)):
+            return False
+    return True
+
+
+def gpu_ids(session: Session, slots: list[tuple[str, int]]) -> list[int]:
+    """Database ids of (node, index) slots, in the same order."""
+    ids = []
+    for node, index in slots:
+        gpu_id = session.exec(
+            select(GpuRow.id)
+            .join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
+            .where(NodeRow.name == node, GpuRow.index == index)
+        ).one()
+        assert gpu_id is not None
+        ids.append(gpu_id)
+    return ids
+
+
+def gpu_snapshots(session: Session) -> list[GpuSnapshot]:
+    """Every GPU with its inventory state and lease, by id: the sweep's view of `gpu_lines`."""
+    return [
+        GpuSnapshot(g.id, g.node, g.index, g.model, g.pool, g.state, g.drained, g.lease_id)
+        for g in sorted(gpu_lines(session), key=lambda g: g.id)
+    ]
+
+
+# ---- history: per-minute rollups, stored, read back for reports, pruned after retention --
+
+
+def store_minutes(session: Session, rows: Sequence[GpuMinuteRow]) -> int:
+    """Insert `rows`, skipping any (node, index, minute) already stored (a rollup retried after
+    a failed commit, or two bot processes overlapping in a restart). Returns how many went in."""
+    if not rows:
+        return 0
+    minutes = {row.minute for row in rows}
+    stored = session.exec(
+        select(GpuMinuteRow.node, GpuMinuteRow.index, GpuMinuteRow.minute).where(
+            col(GpuMinuteRow.minute).in_(minutes)
+        )
+    ).all()
+    seen = {(node, index, minute) for node, index, minute in stored}
+    fresh = []
+    for row in rows:
+        key = (row.node, row.index, row.minute)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(row)
+    session.add_all(fresh)
+    session.flush()
+    return len(fresh)
+
+
+def stored_minutes(
+    session: Session,
+    node: str,
+    since: datetime,
+    until: datetime,
+    index: int | None = None,
+) -> list[GpuMinuteRow]:
+    """The stored minutes of `node` (one GPU of it with `index`) in [since, until), in order."""
+    query = select(GpuMinuteRow).where(
+        GpuMinuteRow.node == node,
+        col(GpuMinuteRow.minute) >= since,
+        col(GpuMinuteRow.minute) < until,
+    )
+    if index is not None:
+        query = query.where(GpuMinuteRow.index == index)
+    ordered = query.order_by(col(GpuMinuteRow.index), col(GpuMinuteRow.minute))
+    return list(session.exec(ordered).all())
+
+
+def prune_minutes(session: Session, older_than: datetime) -> int:
+    """Delete the minutes before `older_than` (the retention job); returns how many."""
+    result = session.execute(sa.delete(GpuMinuteRow).where(col(GpuMinuteRow.minute) < older_than))
+    return int(cast(Any, result).rowcount or 0)

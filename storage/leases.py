@@ -1,0 +1,143 @@
+"""Leases: what the active leases hold, per team and per GPU, read and locked for the use cases
+and the sweep. Callers own the session (and so the transaction).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from rules.domain import LeaseState
+from rules.lease_facts import LeaseSnapshot, Warned
+from storage import outbox
+from storage.db import lock_for_update
+from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
+
+
+def held_by_team(session: Session, pool: str) -> dict[str, int]:
+    """GPUs held per team in active leases of one pool."""
+    rows = session.exec(
+        select(LeaseRow.team, sa.func.sum(LeaseRow.gpus))
+        .where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+        .group_by(col(LeaseRow.team))
+    ).all()
+    return {str(team): int(n) for team, n in rows}
+
+
+def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
+    """The (node, index) of every GPU a lease holds, or held once it ended."""
+    rows = session.exec(
+        select(NodeRow.name, GpuRow.index)
+        .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
+        .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
+        .where(LeaseGpuRow.lease_id == lease_id)
+    ).all()
+    return [(node, index) for node, index in rows]
+
+
+def holders(session: Session, lease_ids: list[int]) -> dict[int, str]:
+    """The holder of each of these leases."""
+    stmt = select(LeaseRow.id, LeaseRow.holder).where(col(LeaseRow.id).in_(lease_ids))
+    return {lease_id: holder for lease_id, holder in session.exec(stmt).all() if lease_id}
+
+
+def lock(session: Session, lease_id: int) -> LeaseRow | None:
+    """The lease, locked for a change (None: there is no such lease)."""
+    stmt = select(LeaseRow).where(LeaseRow.id == lease_id)
+    return session.exec(lock_for_update(session, stmt)).first()
+
+
+def lock_active(session: Session, lease_id: int, expires_at: datetime) -> LeaseRow | None:
+    """The lease, locked, if it is still active and still ends at `expires_at` (None when it
+    was released, extended or reclaimed since it was read)."""
+    row = lock(session, lease_id)
+    if row is None or row.state != LeaseState.ACTIVE or row.expires_at != expires_at:
+        return None
+    return row
+
+
+# ---- the sweep's snapshot ---------------------------------------------------------------
+# Set-based reads of plain columns: a handful of queries per pass, no ORM objects.
+
+_IN_CHUNK = 5_000  # ids per IN (...) list, well below SQLite's and PostgreSQL's bind limits
+_LEASE_COLUMNS = (
+    col(LeaseRow.id),
+    col(LeaseRow.holder),
+    col(LeaseRow.team),
+    col(LeaseRow.pool),
+    col(LeaseRow.gpus),
+    col(LeaseRow.priority),
+    col(LeaseRow.protected),
+    col(LeaseRow.granted_at),
+    col(LeaseRow.expires_at),
+    col(LeaseRow.warnings),
+    col(LeaseRow.snoozed_until),
+)
+
+
+def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, Warned]]:
+    """Every active lease as the sweep sees it, and when each of its warnings was delivered."""
+    db = session.connection()
+    rows = db.execute(
+        sa.select(*_LEASE_COLUMNS)
+        .where(col(LeaseRow.state) == LeaseState.ACTIVE)
+        .order_by(col(LeaseRow.id))
+    ).all()
+    slots: dict[int, list[tuple[str, int]]] = {}
+    for lease_id, node, index in db.execute(
+        sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(col(LeaseGpuRow.active).is_(True))
+    ):
+        slots.setdefault(lease_id, []).append((node, index))
+    outbox_ids = sorted(
+        {
+            int(w["outbox"])
+            for row in rows
+            for w in row.warnings.values()
+            if isinstance(w, dict) and "outbox" in w
+        }
+    )
+    delivered: dict[int, datetime | None] = {}
+    for i in range(0, len(outbox_ids), _IN_CHUNK):
+        chunk = outbox_ids[i : i + _IN_CHUNK]
+        for row_id, state, delivered_at in db.execute(
+            sa.select(col(OutboxRow.id), col(OutboxRow.state), col(OutboxRow.delivered_at)).where(
+                col(OutboxRow.id).in_(chunk)
+            )
+        ):
+            if state == outbox.DELIVERED and row_id is not None:
+                delivered[row_id] = delivered_at
+    snapshots, warned = [], {}
+    for row in rows:
+        lease_id, holder, team, pool, gpus, priority, protected, granted_at, expires_at = row[:9]
+        assert lease_id is not None
+        warnings: dict[str, Any] = dict(row.warnings)
+        snapshots.append(
+            LeaseSnapshot(
+                lease_id,
+                holder,
+                team,
+                pool,
+                gpus,
+                priority,
+                protected,
+                granted_at,
+                expires_at,
+                warnings,
+                row.snoozed_until,
+                tuple(sorted(slots.get(lease_id, []))),
+            )
+        )
+        warned[lease_id] = Warned(
+            {
+                reason: delivered.get(int(w["outbox"]))
+                for reason, w in warnings.items()
+                if isinstance(w, dict) and "outbox" in w
+            }
+        )
+    return snapshots, warned

@@ -1,0 +1,32 @@
+"""Pools: the lock that serialises decisions in one pool, and what the pool holds right now.
+Callers own the session (and so the transaction).
+"""
+
+from __future__ import annotations
+
+from sqlmodel import Session, select
+
+from rules.facts import PoolUsage
+from storage.db import lock_for_update
+from storage.gpus import free_gpus
+from storage.leases import held_by_team
+from storage.requests import queued_count
+from storage.tables import PoolRow
+
+
+def lock(session: Session, pool: str) -> None:
+    """Serialise decisions in one pool: quota and free GPUs are read, then changed.
+
+    On SQLite every write transaction already holds the database's one write lock."""
+    if session.get_bind().dialect.name == "sqlite":
+        return
+    session.exec(lock_for_update(session, select(PoolRow).where(PoolRow.name == pool))).one()
+
+
+def pool_usage(session: Session, pool: str, free: dict[str, list[int]] | None = None) -> PoolUsage:
+    """GPUs held per team, free GPUs and waiting requests in one pool, right now (`free`:
+    the pool's free GPUs when the caller already read them in this transaction)."""
+    held = held_by_team(session, pool)
+    queued = queued_count(session, pool)
+    count = sum(len(v) for v in (free if free is not None else free_gpus(session, pool)).values())
+    return PoolUsage(held=held, free=count, queued=queued)

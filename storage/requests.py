@@ -1,0 +1,76 @@
+"""Borrow, extend and release requests: the queue in serving order, what waits where, and the
+request locked for a decision. Callers own the session (and so the transaction).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from rules.domain import RequestKind, RequestState
+from rules.policy import Policy
+from rules.recall import Queued, queue_order
+from storage.db import lock_for_update
+from storage.leases import held_by_team
+from storage.tables import RequestRow
+
+
+def lock(session: Session, request_id: int) -> RequestRow | None:
+    """The request, locked for a decision (None: there is no such request)."""
+    stmt = select(RequestRow).where(RequestRow.id == request_id)
+    return session.exec(lock_for_update(session, stmt)).first()
+
+
+def queued_count(session: Session, pool: str) -> int:
+    """How many requests wait in the pool's queue."""
+    found = session.exec(
+        select(sa.func.count())
+        .select_from(RequestRow)
+        .where(RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED)
+    ).one()
+    return int(found)
+
+
+def open_requests_for(session: Session, user: str) -> list[RequestRow]:
+    """The user's requests still waiting for a person or for GPUs."""
+    stmt = select(RequestRow).where(
+        RequestRow.requester == user,
+        col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]),
+    )
+    return list(session.exec(stmt).all())
+
+
+def ordered_queue(
+    session: Session, policy: Policy, pool: str, *, extra: RequestRow | None = None
+) -> list[tuple[RequestRow, bool]]:
+    """The pool's queued borrows in serving order (rules.recall.queue_order), each with
+    whether it is inside its team's nominal; `extra`, a request not queued (yet), placed
+    among them as if it were."""
+    rows = list(
+        session.exec(
+            select(RequestRow).where(
+                RequestRow.pool == pool,
+                RequestRow.state == RequestState.QUEUED,
+                RequestRow.kind == RequestKind.BORROW,
+            )
+        ).all()
+    )
+    if extra is not None and all(r.id != extra.id or r.id is None for r in rows):
+        rows.append(extra)
+    if not rows:
+        return []
+    quotas = policy.pools[pool].quotas if pool in policy.pools else {}
+    by_id = {r.id if r.id is not None else -1: r for r in rows}
+    items = [Queued(key, r.team, r.gpus, r.priority, r.created_at) for key, r in by_id.items()]
+    held = held_by_team(session, pool)
+    return [(by_id[q.request], inside) for q, inside in queue_order(items, held, quotas)]
+
+
+def pools_with_queue(session: Session) -> set[str]:
+    """The pools where borrows wait in the queue."""
+    found = session.exec(
+        select(RequestRow.pool)
+        .where(RequestRow.state == RequestState.QUEUED, RequestRow.kind == RequestKind.BORROW)
+        .distinct()
+    ).all()
+    return set(found)
