@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from rules.facts import minutes
+from rules.marks import Marks
 from rules.policy import Policy
 
 
@@ -51,7 +52,7 @@ class LeaseSnapshot:
     protected: bool
     granted_at: datetime
     expires_at: datetime
-    warnings: Mapping[str, Any]
+    warnings: Marks
     snoozed_until: datetime | None
     slots: tuple[tuple[str, int], ...]
 
@@ -104,8 +105,8 @@ def lease_facts(
 ) -> dict[str, Any]:
     left = lease.expires_at - now
     stage = expiry_stage(policy, lease, now)
-    sent = lease.warnings.get("expiry")
-    due = stage is not None and (sent is None or stage < float(sent.get("lead_min", 0.0)))
+    lead = lease.warnings.expiry_lead()
+    due = stage is not None and (lead is None or stage < lead)
     fresh = bool(readings) and all(r is not None and r.fresh for r in readings)
     idle_for = min((r.idle_for for r in readings if r is not None), default=timedelta(0))
     # Idle before the lease began is not the holder's: a lease is idle for its own age at most.
@@ -136,7 +137,7 @@ def lease_facts(
         "lease.idle_for": minutes(idle_for),
         "lease.snoozed": lease.snoozed_until is not None and lease.snoozed_until > now,
         "lease.unhealthy": any(r is not None and not r.healthy for r in readings),
-        "lease.recalled": "recall" in lease.warnings,
+        "lease.recalled": lease.warnings.recalled,
         "lease.intruded": any(
             not covers(policy, lease.holder, getattr(p, "user", None))
             for r in readings

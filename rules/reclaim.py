@@ -122,6 +122,6 @@ def lease_steps(
         else:
             steps.append(Step(Do.NOTIFY, match))
     for mark, fact in (("idle", "lease.idle"), ("unhealthy", "lease.unhealthy")):
-        if mark in lease.warnings and not decision.facts[fact]:
+        if lease.warnings.has(mark) and not decision.facts[fact]:
             steps.append(Step(Do.FORGET, why=mark))
     return steps

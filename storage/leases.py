@@ -5,13 +5,13 @@ and the sweep. Callers own the session (and so the transaction).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from rules.domain import LeaseState
 from rules.lease_facts import LeaseSnapshot, Warned
+from rules.marks import Marks
 from storage import outbox
 from storage.db import lock_for_update
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
@@ -87,21 +87,14 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
         .order_by(col(LeaseRow.id))
     ).all()
     slots: dict[int, list[tuple[str, int]]] = {}
-    for lease_id, node, index in db.execute(
+    for holding, node, index in db.execute(
         sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
         .where(col(LeaseGpuRow.active).is_(True))
     ):
-        slots.setdefault(lease_id, []).append((node, index))
-    outbox_ids = sorted(
-        {
-            int(w["outbox"])
-            for row in rows
-            for w in row.warnings.values()
-            if isinstance(w, dict) and "outbox" in w
-        }
-    )
+        slots.setdefault(holding, []).append((node, index))
+    outbox_ids = sorted({i for row in rows for i in row.warnings.outboxes().values()})
     delivered: dict[int, datetime | None] = {}
     for i in range(0, len(outbox_ids), _IN_CHUNK):
         chunk = outbox_ids[i : i + _IN_CHUNK]
@@ -116,7 +109,7 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
     for row in rows:
         lease_id, holder, team, pool, gpus, priority, protected, granted_at, expires_at = row[:9]
         assert lease_id is not None
-        warnings: dict[str, Any] = dict(row.warnings)
+        marks: Marks = row.warnings
         snapshots.append(
             LeaseSnapshot(
                 lease_id,
@@ -128,16 +121,12 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
                 protected,
                 granted_at,
                 expires_at,
-                warnings,
+                marks,
                 row.snoozed_until,
                 tuple(sorted(slots.get(lease_id, []))),
             )
         )
         warned[lease_id] = Warned(
-            {
-                reason: delivered.get(int(w["outbox"]))
-                for reason, w in warnings.items()
-                if isinstance(w, dict) and "outbox" in w
-            }
+            {reason: delivered.get(i) for reason, i in marks.outboxes().items()}
         )
     return snapshots, warned

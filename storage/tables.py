@@ -14,6 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from rules.marks import Marks
+from storage.marks import MarksJSON
+
 
 class UtcDateTime(TypeDecorator[datetime]):
     """A timestamp that refuses naive datetimes and always comes back aware (UTC)."""
@@ -169,8 +172,11 @@ class LeaseRow(SQLModel, table=True):
     end_reason: str = Field(default="", max_length=64)
     extensions: int = 0
     extended_s: int = 0
-    # When each kind of warning was delivered (Slack answered ok), keyed by reason.
-    warnings: dict[str, Any] = _json()
+    # What the bot marked on the lease: warnings owed, a recall, one-time notices (rules.marks).
+    warnings: Marks = Field(
+        default_factory=Marks,
+        sa_column=sa.Column(MarksJSON(), nullable=False, default=dict),
+    )
     snoozes: int = 0
     snoozed_until: datetime | None = _ts(nullable=True)
 

@@ -146,8 +146,8 @@ class Services:
         """Is this the warning the lease stands on now (not one a newer warning replaced)?"""
         with self.db.read() as session:
             row = session.get(LeaseRow, lease_id)
-            sent = row.warnings.get(str(owed.data.get("reason"))) if row else None
-            return isinstance(sent, dict) and sent.get("outbox") == owed.id
+            sent = row.warnings.warning(str(owed.data.get("reason"))) if row else None
+            return sent is not None and sent.get("outbox") == owed.id
 
     def landed(self, subject: str, kinds: tuple[str, ...]) -> list[OutboxRow]:
         """Where the messages of these kinds about `subject` were delivered."""

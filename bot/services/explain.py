@@ -112,8 +112,8 @@ def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
     ).all()
     found = []
     for lease in leases:
-        mark = lease.warnings.get("recall")
-        if isinstance(mark, dict) and mark.get("request") == request.id:
+        mark = lease.warnings.recall
+        if mark is not None and mark.get("request") == request.id:
             found += [
                 r
                 for r in audit.history(session, f"lease:{lease.id}")

@@ -148,8 +148,8 @@ def extend(
 
 def recall_refusal(lease: LeaseRow) -> Refused | None:
     """A recalled lease is never extended: its GPUs go back to their lending team."""
-    recalled = lease.warnings.get("recall")
-    if not isinstance(recalled, dict):
+    recalled = lease.warnings.recall
+    if recalled is None:
         return None
     return Refused(
         f"L{lease.id} is being recalled: its GPUs are borrowed, and their lending team "
@@ -213,7 +213,7 @@ def apply_extension(
     lease.expires_at = max(lease.expires_at, now) + timedelta(seconds=request.duration_s)
     lease.extensions += 1
     lease.extended_s += request.duration_s
-    lease.warnings = {k: v for k, v in lease.warnings.items() if not k.startswith("expiry")}
+    lease.warnings = lease.warnings.without_expiry()
     session.add(lease)
     session.flush()
     record(
@@ -358,7 +358,7 @@ def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
             )
         lease.snoozes += 1
         lease.snoozed_until = now + timing.snooze
-        lease.warnings = {k: v for k, v in lease.warnings.items() if k != "idle"}
+        lease.warnings = lease.warnings.without("idle")
         session.add(lease)
         record(
             session,

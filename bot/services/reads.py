@@ -37,8 +37,8 @@ def lease_view(session: Session, lease: LeaseRow) -> LeaseView:
 
 
 def _recalled_for(lease: LeaseRow) -> str:
-    mark = lease.warnings.get("recall") if lease.state == LeaseState.ACTIVE else None
-    if not isinstance(mark, dict):
+    mark = lease.warnings.recall if lease.state == LeaseState.ACTIVE else None
+    if mark is None:
         return ""
     return f"{mark.get('team')} (R{mark.get('request')})"
 

@@ -3,7 +3,7 @@ longer needs, and explain both. The sweep rules then warn (`warn preempt`) and, 
 delivered warning and the notice period, reclaim (`reclaim preempted`) through the usual path
 with the usual invariants; this module never ends a lease itself.
 
-A recall is kept on the lease (`warnings["recall"]`: when, for which request, and why), so the
+A recall is kept on the lease (`Marks.recall`: when, for which request, and why), so the
 sweep, `/gpu queue`, `/gpu why` and the approval cards all read the same record.
 """
 
@@ -37,7 +37,6 @@ from storage.tables import (
 )
 
 RECALLER = "gpubot"
-KEY = "recall"
 
 
 @dataclass
@@ -58,18 +57,6 @@ class PoolPicture:
     requests: dict[int, RequestRow]  # the queued ones, by id
 
 
-def recalled_at(row: LeaseRow) -> datetime | None:
-    mark = row.warnings.get(KEY)
-    if not isinstance(mark, dict) or "at" not in mark:
-        return None
-    return datetime.fromisoformat(str(mark["at"]))
-
-
-def _recalled_for(row: LeaseRow) -> int:
-    mark = row.warnings.get(KEY)
-    return int(mark.get("request") or 0) if isinstance(mark, dict) else 0
-
-
 def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
     leases = session.exec(
         select(LeaseRow).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
@@ -85,8 +72,8 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
             priority=row.priority,
             granted_at=row.granted_at,
             protected=row.protected or protected_pool,
-            recalled_at=recalled_at(row),
-            recalled_for=_recalled_for(row),
+            recalled_at=row.warnings.recalled_at,
+            recalled_for=row.warnings.recalled_for,
             usable=usable.get(row.id or 0, 0),
         )
         for row in leases
@@ -188,19 +175,17 @@ def _settled(session: Session, pool: str) -> bool:
     if waiting is not None:
         return False
     marks = session.exec(
-        select(LeaseRow.warnings).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+        select(col(LeaseRow.warnings)).where(
+            LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE
+        )
     ).all()
-    return not any(isinstance(m, dict) and KEY in m for m in marks)
+    return not any(m.recalled for m in marks)
 
 
 def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:
-    mark = {
-        "at": now.isoformat(),
-        "request": victim.request,
-        "team": victim.for_team,
-        "because": victim.because,
-    }
-    row.warnings = {**row.warnings, KEY: mark}
+    row.warnings = row.warnings.with_recall(
+        at=now, request=victim.request, team=victim.for_team, because=victim.because
+    )
     session.add(row)
     record(
         session,
@@ -220,12 +205,7 @@ def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime
 
 def _reassign(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:
     """A recall that stands for another waiting request: the record says whom it serves."""
-    mark = row.warnings.get(KEY)
-    assert isinstance(mark, dict)
-    row.warnings = {
-        **row.warnings,
-        KEY: {**mark, "request": victim.request, "team": victim.for_team},
-    }
+    row.warnings = row.warnings.with_recall_for(request=victim.request, team=victim.for_team)
     session.add(row)
     record(
         session,
@@ -241,8 +221,8 @@ def _reassign(session: Session, row: LeaseRow, victim: recall.Victim, now: datet
 def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
     # Only a delivered warning was heard; one still in the outbox is dropped unsent, as the
     # warning it stood for is gone.
-    warned = _delivered(session, row.warnings.get("preempt")) is not None
-    row.warnings = {k: v for k, v in row.warnings.items() if k not in (KEY, "preempt")}
+    warned = _delivered(session, row.warnings.warning_outbox("preempt")) is not None
+    row.warnings = row.warnings.without_recall()
     session.add(row)
     why = "the GPUs it was recalled for came free another way, or nobody waits for them any more"
     record(
@@ -377,13 +357,13 @@ def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> s
 
 def _taken_at(ctx: Context, session: Session, row: LeaseRow) -> datetime | None:
     """The earliest a recalled lease is reclaimed: its warning's delivery plus the notice."""
-    delivered = _delivered(session, row.warnings.get("preempt"))
+    delivered = _delivered(session, row.warnings.warning_outbox("preempt"))
     return delivered + ctx.policy.recall.notice if delivered is not None else None
 
 
-def _delivered(session: Session, sent: object) -> datetime | None:
-    """When the warning recorded as `sent` (a lease's warnings entry) reached its holder."""
-    if not isinstance(sent, dict) or "outbox" not in sent:
+def _delivered(session: Session, outbox_id: int | None) -> datetime | None:
+    """When the warning owed in outbox row `outbox_id` reached its holder."""
+    if outbox_id is None:
         return None
-    owed = session.get(OutboxRow, int(sent["outbox"]))
+    owed = session.get(OutboxRow, outbox_id)
     return owed.delivered_at if owed is not None else None

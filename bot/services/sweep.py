@@ -35,6 +35,7 @@ from rules.lease_facts import (
     gpu_facts,
     lease_facts,
 )
+from rules.marks import notice_key, would_have_key
 from rules.reclaim import Do, lease_steps
 from storage import leases, outbox
 from storage.gpus import gpu_snapshots
@@ -115,7 +116,7 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         act_on_gpu(run, gpu, decide(Subject.GPU, facts))
     # Recalls last, once this pass's reclaims freed what they free, in every pool where
     # requests wait or a recall is under way; the leases recalled now are warned at once.
-    recalled = recall.reconcile(ctx, waiting | {s.pool for s in active if "recall" in s.warnings})
+    recalled = recall.reconcile(ctx, waiting | {s.pool for s in active if s.warnings.recalled})
     run.report.recalled, run.report.recall_withdrawn = recalled.started, recalled.withdrawn
     if recalled.started:
         with ctx.db.read() as session:
@@ -145,7 +146,7 @@ def _act_on_lease(run: Pass, lease: LeaseSnapshot, decision: Decision, warned: W
             run.report.held_back.append(f"L{lease.id} {step.reason}: {step.why}")
         elif step.do == Do.NOTIFY:
             assert step.match is not None
-            _notice_once(run, lease, f"notice:{step.reason}", step.match.because, own)
+            _notice_once(run, lease, notice_key(step.reason), step.match.because, own)
         else:
             _forget(run, lease, step.why)
 
@@ -161,15 +162,15 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
     facts = decision.facts
     # One warning per reason; expiry warns again only when a nearer lead time is crossed.
     again = reason == Reason.EXPIRY and facts["lease.expiry_warning_due"]
-    if lease.warnings.get(key) is not None and not again:
+    if lease.warnings.warned(key) and not again:
         return  # already warned when this pass began: no transaction needed to see that
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
         if row is None:
             return
-        if row.warnings.get(key) is not None and not again:
+        if row.warnings.warned(key) and not again:
             return
-        if reason == Reason.PREEMPT and "recall" not in row.warnings:
+        if reason == Reason.PREEMPT and not row.warnings.recalled:
             return  # withdrawn since the pass began
         stage = expiry_stage(run.ctx.policy, lease, now) if reason == Reason.EXPIRY else None
         data = {
@@ -180,12 +181,13 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
             "idle_for_min": facts["lease.idle_for"],
         }
         if reason == Reason.PREEMPT:
-            data["recall"] = row.warnings.get("recall")
+            data["recall"] = row.warnings.recall
         owed = outbox.owe(
             session, Owed("lease_warning", f"lease:{lease.id}", lease.holder, data), at=now
         )
-        sent = {"outbox": owed.id, "owed_at": now.isoformat(), "lead_min": stage or 0.0}
-        row.warnings = {**row.warnings, key: sent}
+        row.warnings = row.warnings.with_warning(
+            key, outbox=owed.id, owed_at=now, lead_min=stage or 0.0
+        )
         session.add(row)
         record(
             session,
@@ -206,7 +208,7 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
         row = _locked(session, lease)
         if row is None:
             return
-        if reason == Reason.PREEMPTED and "recall" not in row.warnings:
+        if reason == Reason.PREEMPTED and not row.warnings.recalled:
             return  # withdrawn since the pass began
         record(
             session,
@@ -231,14 +233,14 @@ def _would_have(
     run: Pass, lease: LeaseSnapshot, match: Match, decision: Decision, *, why: str
 ) -> None:
     """Record once what an action would have done, and tell the admins (pause or observe)."""
-    key = f"would:{match.rule}:{match.verdict}"
-    if key in lease.warnings:
+    key = would_have_key(match.rule, match.verdict)
+    if lease.warnings.has(key):
         return  # recorded before this pass began
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
-        if row is None or key in row.warnings:
+        if row is None or row.warnings.has(key):
             return
-        row.warnings = {**row.warnings, key: {"at": run.now.isoformat(), "why": why}}
+        row.warnings = row.warnings.with_would_have(key, at=run.now, why=why)
         session.add(row)
         record(
             session,
@@ -260,13 +262,13 @@ def _would_have(
 
 
 def _notice_once(run: Pass, lease: LeaseSnapshot, key: str, text: str, decision: Decision) -> None:
-    if key in lease.warnings:
+    if lease.warnings.has(key):
         return  # told before this pass began
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
-        if row is None or key in row.warnings:
+        if row is None or row.warnings.has(key):
             return
-        row.warnings = {**row.warnings, key: {"at": run.now.isoformat()}}
+        row.warnings = row.warnings.with_notice(key, at=run.now)
         session.add(row)
         record(
             session,
@@ -285,8 +287,8 @@ def _notice_once(run: Pass, lease: LeaseSnapshot, key: str, text: str, decision:
 def _forget(run: Pass, lease: LeaseSnapshot, key: str) -> None:
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
-        if row is not None and key in row.warnings:
-            row.warnings = {k: v for k, v in row.warnings.items() if k != key}
+        if row is not None and row.warnings.has(key):
+            row.warnings = row.warnings.without(key)
             session.add(row)
 
 

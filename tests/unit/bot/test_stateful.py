@@ -98,9 +98,9 @@ class Governance(RuleBasedStateMachine):
     def _recalling(self) -> bool:
         with self.db.read() as session:
             active = session.exec(
-                select(LeaseRow.warnings).where(LeaseRow.state == LeaseState.ACTIVE)
+                select(col(LeaseRow.warnings)).where(LeaseRow.state == LeaseState.ACTIVE)
             ).all()
-        return any("recall" in warnings for warnings in active)
+        return any(marks.recalled for marks in active)
 
     def _leased(self) -> list[tuple[str, int]]:
         return [(s.node, s.index) for lease in self._active() for s in lease.gpus]
@@ -299,7 +299,7 @@ class Governance(RuleBasedStateMachine):
                 warning = WARNING_FOR[lease.end_reason]
                 preempted = lease.end_reason == "preempted"
                 grace = self.policy.recall.notice if preempted else self.policy.timing.grace
-                assert not preempted or "recall" in lease.warnings, f"L{lease.id}: no recall"
+                assert not preempted or lease.warnings.recalled, f"L{lease.id}: no recall"
                 sent = session.exec(
                     select(OutboxRow).where(
                         OutboxRow.kind == "lease_warning",
@@ -322,8 +322,8 @@ class Governance(RuleBasedStateMachine):
                 # Stricter: the warning the lease stood on was in time (not one withdrawn by a
                 # snooze, an extension or busy telemetry). The reclaiming pass itself may owe a
                 # nearer-lead expiry warning that replaces it; that one is owed at ended_at.
-                standing = lease.warnings.get(warning)
-                assert isinstance(standing, dict), f"L{lease.id}: no standing {warning} warning"
+                standing = lease.warnings.warning(warning)
+                assert standing is not None, f"L{lease.id}: no standing {warning} warning"
                 replaced_now = standing.get("owed_at") == lease.ended_at.isoformat()
                 assert replaced_now or int(standing["outbox"]) in {w.id for w in in_time}, (
                     f"L{lease.id} reclaimed on a withdrawn or late {warning} warning: "
@@ -343,8 +343,8 @@ class Governance(RuleBasedStateMachine):
             if lease.end_reason == "preempted" and lease.ended_at is not None
         ]
         for lease in leases:
-            mark = lease.warnings.get("recall")
-            if not isinstance(mark, dict):
+            mark = lease.warnings.recall
+            if mark is None:
                 continue
             at = datetime.fromisoformat(mark["at"])
             assert lease.pool != PROTECTED_POOL, f"L{lease.id} in a protected pool recalled"

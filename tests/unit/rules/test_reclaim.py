@@ -11,6 +11,7 @@ import pytest
 from rules.domain import Action, Reason, Subject
 from rules.engine import Decision, Match
 from rules.lease_facts import LeaseSnapshot, Warned
+from rules.marks import Marks
 from rules.policy import Verdict
 from rules.reclaim import Do, Step, lease_steps, may_reclaim
 from tests.builders import default_policy
@@ -31,7 +32,7 @@ def a_lease(*, expires_in: timedelta = -timedelta(hours=1), **warnings: Any) -> 
         protected=False,
         granted_at=NOW - timedelta(hours=6),
         expires_at=NOW + expires_in,
-        warnings=warnings,
+        warnings=Marks(warnings),
         snoozed_until=None,
         slots=(("a100-node-01", 0), ("a100-node-01", 1)),
     )
