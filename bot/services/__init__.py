@@ -16,14 +16,16 @@ from bot.services import (
     devices,
     enforcement,
     explain,
+    extensions,
     leases,
     overview,
     queueing,
     recall,
+    settling,
     sweep,
 )
 from bot.services.borrowing import BorrowAsk
-from bot.services.context import Context, Enforcer, record, utcnow
+from bot.services.context import SYSTEM, Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
 from bot.services.reads import lease_view, list_leases, list_requests, request_view
 from bot.services.sweep import SweepReport
@@ -97,16 +99,16 @@ class Services:
         return result
 
     def approve(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
-        result = borrowing.settle(self.ctx, user, request_id, approve=True, reason=reason)
+        result = settling.settle(self.ctx, user, request_id, approve=True, reason=reason)
         if not isinstance(result, Refused):
             recall.reconcile(self.ctx, [result.request.pool])
         return result
 
     def deny(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
-        return borrowing.settle(self.ctx, user, request_id, approve=False, reason=reason)
+        return settling.settle(self.ctx, user, request_id, approve=False, reason=reason)
 
     def may_settle(self, user: str, request_id: int) -> Refused | None:
-        return borrowing.may_settle(self.ctx, user, request_id)
+        return settling.may_settle(self.ctx, user, request_id)
 
     def cancel(self, user: str, request_id: int) -> RequestView | Refused:
         result = borrowing.cancel(self.ctx, user, request_id)
@@ -118,7 +120,7 @@ class Services:
     def extend(
         self, user: str, lease_id: int, by: timedelta, reason: str = ""
     ) -> ExtendResult | Refused:
-        return leases.extend(self.ctx, user, lease_id, by, reason)
+        return extensions.extend(self.ctx, user, lease_id, by, reason)
 
     def release(self, user: str, lease_id: int | None = None) -> ReleaseResult | Refused:
         result = leases.release(self.ctx, user, lease_id)
@@ -309,7 +311,7 @@ class Services:
         with self.db.read() as session:
             return devices.history(session, name, limit=limit)
 
-    def sync_inventory(self, actor: str = borrowing.SYSTEM) -> list[str]:
+    def sync_inventory(self, actor: str = SYSTEM) -> list[str]:
         with self.db.write() as session:
             return sync_inventory(session, self.policy, at=self.ctx.now(), actor=actor)
 

@@ -15,8 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from bot.services.borrowing import SYSTEM
-from bot.services.context import Context, record
+from bot.services.context import SYSTEM, Context, record
 from storage.db import Database
 from storage.tables import AgentNonceRow
 

@@ -18,6 +18,7 @@ from storage.db import Database
 from storage.tables import AuditRow
 
 Enforcer = Literal["notify", "signal", "signal-dry-run"]
+SYSTEM = "gpubot"  # the actor of what the bot does on its own
 
 
 def utcnow() -> datetime:

@@ -8,12 +8,8 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import notices
-from bot.services.borrowing import (
-    SYSTEM,
-    _facts_again,
-    _grant,
-)
-from bot.services.context import Context, record
+from bot.services.context import SYSTEM, Context, record
+from bot.services.grants import facts_now, grant
 from bot.services.views import LeaseView
 from rules.approvals import approvers_for, route_for
 from rules.domain import (
@@ -88,7 +84,7 @@ def _head(ctx: Context, session: Session, pool: str) -> RequestRow | None:
 def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseView | None, bool]:
     """Settle the head if the rules allow it now; (lease granted, whether the queue moved)."""
     now = ctx.now()
-    decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, request))
+    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, request))
     assert decision.verdict is not None
     outcome = decision.verdict.outcome
     person = request.decided_by not in (None, SYSTEM)  # a manager already said yes
@@ -128,7 +124,7 @@ def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseVi
         return None, True
     if outcome == Outcome.QUEUE or (person and decision.once_approved() == Outcome.QUEUE):
         return None, False  # still waiting, and nobody behind it goes first
-    lease = _grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
+    lease = grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
     if lease is None:
         return None, False
     request.state, request.decided_at = RequestState.APPROVED, now

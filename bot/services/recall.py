@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import admin, notices
-from bot.services.borrowing import _facts_again
 from bot.services.context import Context, record
+from bot.services.grants import facts_now
 from bot.services.reads import request_view
 from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
@@ -247,7 +247,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
     if request.kind != RequestKind.BORROW:
         return ApprovalEffects(queued=len(waiting))
     # What the rules say once a person approves (as the approval itself will ask them).
-    decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, request))
+    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, request))
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return ApprovalEffects(queued=len(waiting), refused=decision.because)
     held = decision.once_approved() == Outcome.QUEUE
@@ -344,7 +344,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
 
 def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> str:
     """Why a queued request waits, as the rules see it now (not when it was decided)."""
-    decision = ctx.live.decide(Subject.REQUEST, _facts_again(ctx, session, row, ahead=ahead))
+    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, row, ahead=ahead))
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return f"the rules would now refuse it: {decision.because}"
     holding = [

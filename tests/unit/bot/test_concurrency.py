@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, col, select
 
-from bot.services import BorrowAsk, Services, borrowing
+from bot.services import BorrowAsk, Services, borrowing, grants
 from bot.services.views import BorrowResult, SettleResult
 from rules.domain import Outcome
 from rules.facts import PoolUsage
@@ -69,6 +69,7 @@ def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(
         return usage
 
     monkeypatch.setattr(borrowing, "pool_usage", slow_usage)
+    monkeypatch.setattr(grants, "pool_usage", slow_usage)  # approvals decide again
     rng = random.Random(7)
     # Most of the crowd is one team, so stale reads would push it past its limit.
     crowd = [*PEOPLE, *PEOPLE[:3] * 4]

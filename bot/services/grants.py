@@ -1,0 +1,116 @@
+"""Granting: the GPUs of an approved request are placed best-fit and the active lease is
+created; and a waiting request's facts as its pool stands now, for deciding it again.
+
+Used by every path that grants or decides a request again: a borrow approved at once, a
+manager's approval (`settling`), the queue (`queueing`) and lender recall (`recall`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from sqlmodel import Session
+
+from bot.services import notices
+from bot.services.context import Context, record
+from bot.services.reads import lease_view
+from bot.services.views import LeaseView
+from rules.domain import LeaseState, Priority, RequestKind
+from rules.engine import Decision
+from rules.facts import request_facts
+from rules.placement import place
+from storage.gpus import FreeGpus, claimable, free_for, gpu_ids
+from storage.pools import pool_usage
+from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
+
+
+def grant(
+    ctx: Context,
+    session: Session,
+    request: RequestRow,
+    now: datetime,
+    *,
+    actor: str,
+    decision: Decision | None,
+    free: FreeGpus | None = None,
+    prefer: tuple[tuple[str, int], ...] = (),
+) -> LeaseView | None:
+    """Place the request's GPUs best-fit and create the active lease; None if they don't fit.
+
+    Preferred GPUs are taken as they are when all of them are free and they are as many as
+    asked for."""
+    if free is None:
+        free = free_for(session, ctx.policy, request.requester, request.pool)
+    slots: list[tuple[str, int]] | None = None
+    own = len(prefer) == request.gpus and claimable(
+        session, ctx.policy, request.requester, request.pool, prefer
+    )
+    if prefer and own:
+        slots = list(prefer)
+    if slots is None:
+        slots = place(free, request.gpus, free.unknown)
+    if slots is None:
+        return None
+    unsure = sorted(set(slots) & free.unknown)
+    pool = ctx.policy.pools[request.pool]
+    lease = LeaseRow(
+        holder=request.requester,
+        team=request.team,
+        pool=request.pool,
+        gpus=request.gpus,
+        priority=request.priority,
+        protected=pool.protected,
+        reason=request.reason,
+        state=LeaseState.ACTIVE,
+        granted_at=now,
+        expires_at=now + timedelta(seconds=request.duration_s),
+    )
+    session.add(lease)
+    session.flush()
+    assert lease.id is not None
+    for gpu_id in gpu_ids(session, slots):
+        session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=True))
+    session.flush()  # the partial unique index refuses a GPU already in an active lease here
+    request.lease_id = lease.id
+    unknown = tuple(f"{n}:{i}" for n, i in unsure)
+    notices.granted(session, lease, at=now, unknown=unknown)
+    notices.waiting_cards(session, request.pool, at=now, besides=request.id)
+    view = replace(lease_view(session, lease), unknown=unknown)
+    record(
+        session,
+        at=now,
+        actor=actor,
+        tag="lease:granted",
+        subject=f"lease:{lease.id}",
+        outcome="active",
+        detail={
+            "request": request.id,
+            "holder": lease.holder,
+            "gpus": [f"{s.node}:{s.index}" for s in view.gpus],
+            "expires_at": lease.expires_at.isoformat(),
+            "revision": decision.revision if decision else ctx.policy.revision,
+        },
+    )
+    return view
+
+
+def facts_now(
+    ctx: Context, session: Session, request: RequestRow, *, ahead: int = 0
+) -> dict[str, object]:
+    """The request's facts now. `pool.queued` is what waits ahead of it: none for the head
+    of the queue, and none for a request a person approves (the card said whom it overtakes)."""
+    free = free_for(session, ctx.policy, request.requester, request.pool)
+    usage = pool_usage(session, request.pool, free)
+    return request_facts(
+        ctx.policy,
+        kind=RequestKind.BORROW,
+        user=request.requester,
+        team=request.team,
+        pool=request.pool,
+        gpus=request.gpus,
+        duration=timedelta(seconds=request.duration_s),
+        priority=Priority(request.priority),
+        has_reason=bool(request.reason),
+        usage=replace(usage, queued=ahead),
+    )
