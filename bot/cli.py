@@ -28,7 +28,7 @@ from slack_bolt.error import BoltError
 
 from bot import logs
 from bot.rulesdir import RulesDirError, read_rules_dir
-from bot.services import devices
+from bot.services import device_records, strangers
 from bot.services.reads import list_leases
 from bot.services.views import LeaseView
 from bot.settings import Settings
@@ -455,8 +455,8 @@ def nodes(
     start = _since(since)
     url = _database_url(database_url)
     with _migrated(url) as database, database.read() as session:
-        if node is not None and not devices.profiles(session, node):
-            stray = devices.strays(session).get(node)
+        if node is not None and not device_records.profiles(session, node):
+            stray = strangers.strays(session).get(node)
             if stray is not None and not show_history:
                 _fail(
                     f"{node} is in no pool of pools.yaml, but it reported {stray} GPUs; "
@@ -465,11 +465,11 @@ def nodes(
             if stray is None:
                 _fail(f"there is no node {node!r} in the database")
         if show_history:
-            found = devices.intervals(session, start)
+            found = device_records.intervals(session, start)
             rows = [_interval_row(i) for i in found if node is None or i.node == node]
             fields = _INTERVAL_FIELDS
         else:
-            rows = [_gpu_row(n, g) for n in devices.profiles(session, node) for g in n.gpus]
+            rows = [_gpu_row(n, g) for n in device_records.profiles(session, node) for g in n.gpus]
             fields = _GPU_FIELDS if fmt != NodesFormat.TABLE else _TABLE_FIELDS
     _emit(rows, fields, fmt)
 
@@ -478,7 +478,7 @@ def nodes(
 _STATE_WORDS = {"silent": "not-reporting"}
 
 
-def _gpu_row(node: devices.NodeProfile, gpu: devices.GpuProfile) -> dict[str, object]:
+def _gpu_row(node: device_records.NodeProfile, gpu: device_records.GpuProfile) -> dict[str, object]:
     return {
         "node": node.name,
         "gpu": gpu.index,
@@ -509,7 +509,7 @@ def _memory(used: int | None, total: int) -> str:
     return f"{gib(used)}/{gib(total or None)} GiB"
 
 
-def _interval_row(interval: devices.Interval) -> dict[str, object]:
+def _interval_row(interval: device_records.Interval) -> dict[str, object]:
     return {
         "node": interval.node,
         "gpu": "" if interval.gpu is None else interval.gpu,

@@ -13,6 +13,7 @@ from bot.services import (
     admin,
     agents,
     borrowing,
+    device_records,
     devices,
     enforcement,
     explain,
@@ -22,6 +23,7 @@ from bot.services import (
     queueing,
     recall,
     settling,
+    strangers,
     sweep,
 )
 from bot.services.borrowing import BorrowAsk
@@ -203,12 +205,12 @@ class Services:
     def strays(self) -> dict[str, int]:
         """Nodes that report without being in pools.yaml: {name: GPUs reported}."""
         with self.db.read() as session:
-            return devices.strays(session)
+            return strangers.strays(session)
 
     def intrusions(self) -> list[str]:
         """Leased GPUs where someone else's process runs: "L8 a100-node-02:6 by dave"."""
         with self.db.read() as session:
-            return devices.intrusions(session)
+            return strangers.intrusions(session)
 
     def why(self, user: str, ref: str) -> Explanation | Refused:
         return explain.why(self.ctx, user, ref)
@@ -287,12 +289,14 @@ class Services:
     def undrain(self, user: str, node: str, reason: str = "") -> str | Refused:
         return admin.set_drained(self.ctx, user, node, drained=False, reason=reason)
 
-    def nodes(self, user: str, name: str | None = None) -> list[devices.NodeProfile] | Refused:
+    def nodes(
+        self, user: str, name: str | None = None
+    ) -> list[device_records.NodeProfile] | Refused:
         """Every node (or one) with its GPUs, for admins."""
         if not self.policy.is_admin(user):
             return Refused("`/gpu nodes` is for gpubot admins.", "not-admin")
         with self.db.read() as session:
-            found = devices.profiles(session, name)
+            found = device_records.profiles(session, name)
         if name is not None and not found:
             names = ", ".join(sorted(n for p in self.policy.pools.values() for n in p.nodes))
             reported = self.strays().get(name)
@@ -307,9 +311,9 @@ class Services:
 
     def node_history(
         self, name: str | None = None, limit: int | None = None
-    ) -> list[devices.DeviceEvent]:
+    ) -> list[device_records.DeviceEvent]:
         with self.db.read() as session:
-            return devices.history(session, name, limit=limit)
+            return device_records.history(session, name, limit=limit)
 
     def sync_inventory(self, actor: str = SYSTEM) -> list[str]:
         with self.db.write() as session:

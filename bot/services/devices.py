@@ -11,7 +11,6 @@ back, reports without being configured, or a GPU's UUID changes (the card was sw
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,19 +19,15 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from bot.services import notices
+from bot.services import notices, strangers
 from bot.services.context import Context, record
 from rules.domain import Observed, Reporting
-from rules.lease_facts import covers
 from rules.policy import Policy
-from storage.gpus import gpu_lines
 from storage.tables import DeviceEventRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, SettingRow
 
 ACTOR = "gpubot"
 # Temperature, power and memory in use are written this often (any other change at once).
 PROFILE_EVERY = timedelta(minutes=5)
-_STRAY = "device:unknown-node:"  # setting key: a node that reported without being configured
-_INTRUDER = "intruder:"  # setting key: intruder:<lease>:<node>:<index> -> the users told
 
 
 class Process(Protocol):
@@ -140,73 +135,147 @@ def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceRepo
 
     `since`: when this process began to expect samples (None: no telemetry is configured, so
     nothing is ever "not reporting" and every GPU stays unknown)."""
-    now, policy = ctx.now(), ctx.policy
+    now = ctx.now()
     with ctx.db.read() as session:
-        gpus = _gpus(session)
-        rows = session.exec(select(NodeRow)).all()
-        nodes = {n.name: n.reporting for n in rows}
-        versions = {n.name: (n.driver, n.cuda) for n in rows}
-        held = _held(session)
-        told = _told(session)
+        stored = _stored(session)
     latest = fleet.latest()
-    readings = {(g.node, g.index): fleet.gpu(g.node, g.index, now) for g in gpus}
+    readings = {(g.node, g.index): fleet.gpu(g.node, g.index, now) for g in stored.gpus}
     report = DeviceReport()
-    updates: dict[int, dict[str, Any]] = {}
-    events: list[DeviceEventRow] = []
-    for gpu in gpus:
+    changes = _changes(ctx.policy, stored, readings, latest, since=since, now=now)
+    for gpu in stored.gpus:
+        change = changes.updates.get(gpu.id, {})
+        if "observed" in change:
+            report.changed.append(f"{gpu.node}:{gpu.index} {change['observed']}")
+    if changes.any:
+        _write(ctx, stored.gpus, changes, now, report)
+    return report
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What the database says before a pass."""
+
+    gpus: list[_Gpu]
+    nodes: dict[str, str]  # node -> its reporting state
+    versions: dict[str, tuple[str, str]]  # node -> (driver, CUDA)
+    held: dict[int, tuple[int, str, datetime]]
+    told: strangers.Told
+
+
+def _stored(session: Session) -> _Stored:
+    rows = session.exec(select(NodeRow)).all()
+    return _Stored(
+        _gpus(session),
+        {n.name: n.reporting for n in rows},
+        {n.name: (n.driver, n.cuda) for n in rows},
+        _held(session),
+        strangers.told(session),
+    )
+
+
+@dataclass
+class _Changes:
+    """What a pass writes, and what admins are told."""
+
+    updates: dict[int, dict[str, Any]] = field(default_factory=dict)  # GPU id -> columns
+    events: list[DeviceEventRow] = field(default_factory=list)
+    nodes: dict[str, tuple[str, str]] = field(default_factory=dict)  # reporting before, now
+    drivers: dict[str, tuple[str, str]] = field(default_factory=dict)
+    strays: dict[str, int] = field(default_factory=dict)  # node -> GPUs it reported
+    news: list[strangers.Intrusion] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # intrusions over: their settings go
+
+    @property
+    def any(self) -> bool:
+        return bool(
+            self.updates or self.nodes or self.strays or self.news or self.gone or self.drivers
+        )
+
+
+def _changes(
+    policy: Policy,
+    stored: _Stored,
+    readings: Mapping[tuple[str, int], Reading],
+    latest: Mapping[tuple[str, int], Seen],
+    *,
+    since: datetime | None,
+    now: datetime,
+) -> _Changes:
+    out = _Changes()
+    for gpu in stored.gpus:
         key = (gpu.node, gpu.index)
         change = _compare(
-            policy, gpu, readings[key], latest.get(key), since=since, now=now, events=events
+            policy, gpu, readings[key], latest.get(key), since=since, now=now, events=out.events
         )
         if change:
-            updates[gpu.id] = change
-            if "observed" in change:
-                report.changed.append(f"{gpu.node}:{gpu.index} {change['observed']}")
-    node_changes = _nodes(gpus, updates, nodes, since=since, now=now, events=events)
-    drivers = {
-        seen_node: (seen.driver or "", seen.cuda or "")
-        for (seen_node, _), seen in latest.items()
-        if seen_node in versions and (seen.driver or seen.cuda)
+            out.updates[gpu.id] = change
+    out.nodes = _nodes(
+        stored.gpus, out.updates, stored.nodes, since=since, now=now, events=out.events
+    )
+    out.drivers = _drivers(latest, stored.versions)
+    for node in sorted({node for node, _ in latest} - set(stored.nodes) - stored.told.strays):
+        out.strays[node] = sum(1 for n, _ in latest if n == node)
+    people = {key: occupants(reading) for key, reading in readings.items()}
+    told = stored.told.intruders
+    intrusions = strangers.intrusions_in(policy, stored.gpus, people, stored.held, told)
+    out.gone = sorted(set(told) - set(intrusions))
+    out.news = [i for i in intrusions.values() if i.strangers]
+    return out
+
+
+def _drivers(
+    latest: Mapping[tuple[str, int], Seen], versions: Mapping[str, tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    """The driver and CUDA versions of each configured node, where they changed."""
+    found = {
+        node: (seen.driver or "", seen.cuda or "")
+        for (node, _), seen in latest.items()
+        if node in versions and (seen.driver or seen.cuda)
     }
-    drivers = {n: v for n, v in drivers.items() if v != versions[n]}
-    strays = sorted({node for node, _ in latest} - set(nodes) - told.strays)
-    intrusions = _intrusions(policy, gpus, readings, held, told.intruders)
-    gone = sorted(set(told.intruders) - set(intrusions))
-    news = [i for i in intrusions.values() if i.strangers]
-    if not (updates or node_changes or strays or news or gone or drivers):
-        return report
-    # GPUs with an event go first, with the events, the nodes and what admins are told; the rest
-    # in chunks, so the writer lock is never held for long (10,000 changed GPUs at start-up).
+    return {n: v for n, v in found.items() if v != versions[n]}
+
+
+def _write(
+    ctx: Context, gpus: list[_Gpu], changes: _Changes, now: datetime, report: DeviceReport
+) -> None:
+    """GPUs with an event go first, with the events, the nodes and what admins are told; the
+    rest in chunks, so the writer lock is never held for long (10,000 changed GPUs at
+    start-up)."""
+    updates, events = changes.updates, changes.events
     slots = {(e.node, e.gpu) for e in events}
     marked = {g.id for g in gpus if (g.node, g.index) in slots}
     order = sorted(updates, key=lambda gpu_id: gpu_id not in marked)
     head = max(_CHUNK, len(marked))
     with ctx.db.write() as session:
         _write_gpus(session, {i: updates[i] for i in order[:head]})
-        _write_nodes(session, node_changes, now)
-        _write_drivers(session, drivers, now, events)
+        _write_nodes(session, changes.nodes, now)
+        _write_drivers(session, changes.drivers, now, events)
         for event in events:
             session.add(event)
             where = event.node if event.gpu is None else f"{event.node}:{event.gpu}"
             report.events.append(f"{where} {event.kind}")
-        _tell_nodes(ctx, session, node_changes, now)
+        _tell_nodes(ctx, session, changes.nodes, now)
         _tell_swaps(ctx, session, events, now)
-        for node in strays:
-            _stray(ctx, session, node, latest, now)
-            report.events.append(f"{node} unknown-node")
-        for intrusion in news:
-            _intruded(ctx, session, intrusion, now)
-            report.intruders.append(
-                f"L{intrusion.lease} {intrusion.gpu.node}:{intrusion.gpu.index}"
-            )
-        for told_key in gone:
-            told_row = session.get(SettingRow, told_key)
-            if told_row is not None:
-                session.delete(told_row)
+        _tell_strangers(ctx, session, changes, now, report)
     for start in range(head, len(order), _CHUNK):
         with ctx.db.write() as session:
             _write_gpus(session, {i: updates[i] for i in order[start : start + _CHUNK]})
-    return report
+
+
+def _tell_strangers(
+    ctx: Context, session: Session, changes: _Changes, now: datetime, report: DeviceReport
+) -> None:
+    """Strays and intruders, told once; intrusions that ended are forgotten."""
+    for node, count in changes.strays.items():
+        strangers.stray(ctx, session, node, count, now)
+        report.events.append(f"{node} unknown-node")
+    for intrusion in changes.news:
+        strangers.intruded(ctx, session, intrusion, now)
+        report.intruders.append(f"L{intrusion.lease} {intrusion.gpu.node}:{intrusion.gpu.index}")
+    for told_key in changes.gone:
+        told_row = session.get(SettingRow, told_key)
+        if told_row is not None:
+            session.delete(told_row)
 
 
 def _compare(
@@ -281,24 +350,6 @@ def _held(session: Session) -> dict[int, tuple[int, str, datetime]]:
     return {gpu_id: (int(lease_id or 0), holder, at) for gpu_id, lease_id, holder, at in rows}
 
 
-@dataclass(frozen=True)
-class _Told:
-    intruders: Mapping[str, frozenset[str]]  # intruder key -> the Unix users told about
-    strays: frozenset[str]  # nodes flagged as reporting without being configured
-
-
-def _told(session: Session) -> _Told:
-    rows = session.exec(
-        select(SettingRow.key, SettingRow.value).where(
-            col(SettingRow.key).startswith(_INTRUDER) | col(SettingRow.key).startswith(_STRAY)
-        )
-    ).all()
-    return _Told(
-        {key: frozenset(value.split(",")) for key, value in rows if key.startswith(_INTRUDER)},
-        frozenset(key.removeprefix(_STRAY) for key, _ in rows if key.startswith(_STRAY)),
-    )
-
-
 # ---- what changed ------------------------------------------------------------------------
 
 
@@ -367,43 +418,6 @@ def _nodes(
 
 
 _EPISODE = ("not-reporting", "back")
-
-
-@dataclass(frozen=True)
-class _Intrusion:
-    key: str
-    lease: int
-    holder: str
-    gpu: _Gpu
-    strangers: list[dict[str, Any]]  # empty: told before, nothing new to say
-    first: bool = False  # their work ran there before the lease was granted
-
-
-def _intrusions(
-    policy: Policy,
-    gpus: list[_Gpu],
-    readings: Mapping[tuple[str, int], Reading],
-    held: Mapping[int, tuple[int, str, datetime]],
-    told: Mapping[str, frozenset[str]],
-) -> dict[str, _Intrusion]:
-    """Processes on leased GPUs whose users the lease does not cover, by setting key."""
-    out = {}
-    for gpu in gpus:
-        lease = held.get(gpu.id)
-        reading = readings.get((gpu.node, gpu.index))
-        if lease is None or reading is None or not reading.fresh:
-            continue
-        lease_id, holder, granted_at = lease
-        strangers = [p for p in occupants(reading) if not covers(policy, holder, p["user"])]
-        if not strangers:
-            continue
-        key = f"{_INTRUDER}{lease_id}:{gpu.node}:{gpu.index}"
-        users = {p["user"] for p in strangers}
-        new = [] if key in told and users <= told[key] else strangers
-        before = [p.get("started") for p in strangers]
-        first = all(t is not None and t < granted_at.timestamp() for t in before)
-        out[key] = _Intrusion(key, lease_id, holder, gpu, new, first)
-    return out
 
 
 # ---- writes ------------------------------------------------------------------------------
@@ -522,298 +536,6 @@ def _tell_swaps(
         )
 
 
-def _stray(
-    ctx: Context, session: Session, node: str, latest: Mapping[tuple[str, int], Seen], now: datetime
-) -> None:
-    count = sum(1 for n, _ in latest if n == node)
-    configured = [n for pool in ctx.policy.pools.values() for n in pool.nodes]
-    close = difflib.get_close_matches(node, configured, n=1, cutoff=0.8)
-    hint = f" Is it `{close[0]}` in pools.yaml, misspelt?" if close else ""
-    session.add(
-        SettingRow(key=f"{_STRAY}{node}", value=str(count), updated_at=now, updated_by=ACTOR)
-    )
-    session.add(_event(now, node, None, "unknown-node", {"gpus": count}))
-    record(
-        session,
-        at=now,
-        actor=ACTOR,
-        tag="node:unknown",
-        subject=f"node:{node}",
-        outcome="flagged",
-        detail={"gpus": count},
-    )
-    notices.tell_admins(
-        session,
-        ctx.policy.admins,
-        f"node:{node}",
-        f"{node} sends telemetry for {count} GPUs but is in no pool of pools.yaml: nothing is "
-        f"granted on it. Add it to a pool, or fix the name it reports under.{hint}",
-        at=now,
-    )
-
-
-def _intruded(ctx: Context, session: Session, intrusion: _Intrusion, now: datetime) -> None:
-    """Tell the holder, the process owners and the admins once; audit it."""
-    key, lease_id, holder = intrusion.key, intrusion.lease, intrusion.holder
-    gpu, strangers = intrusion.gpu, intrusion.strangers
-    row = session.get(SettingRow, key)
-    told = set(row.value.split(",")) if row and row.value else set()
-    users = sorted({p["user"] for p in strangers})
-    what = "; ".join(
-        f"pid {p['pid']} of {p['user']}" + (f" ({p['memory_mib']} MiB)" if p["memory_mib"] else "")
-        for p in strangers
-    )
-    where = f"{gpu.node} GPU {gpu.index}"
-    subject = f"lease:{lease_id}"
-    record(
-        session,
-        at=now,
-        actor=ACTOR,
-        tag="lease:intruded",
-        subject=subject,
-        outcome="notify",
-        detail={
-            "gpu": f"{gpu.node}:{gpu.index}",
-            "processes": strangers,
-            "ran_before_the_lease": intrusion.first,
-        },
-    )
-    if intrusion.first:  # granted before telemetry showed their work: nobody trespassed
-        to_holder = (
-            f"L{lease_id} was granted {where} while {what} already ran there (no telemetry had "
-            f"shown it yet). Release L{lease_id} and borrow again, or agree with them."
-        )
-        to_owner = (
-            f"{where}, where your process runs ({what}), was granted to someone else "
-            f"(L{lease_id}) before the bot had seen your work. Nothing of yours is stopped; "
-            "`/gpu borrow` covers your work, or ask an admin."
-        )
-    else:
-        to_holder = (
-            f"Someone else runs on {where} of your lease L{lease_id}: {what}. "
-            "They have been told; an admin can help if it stays."
-        )
-        to_owner = (
-            f"Your process on {where} runs on GPUs leased to someone else (L{lease_id}): "
-            f"{what}. Please stop it and `/gpu borrow` GPUs of your own."
-        )
-    notices.tell(session, holder, subject, to_holder, at=now)
-    for unix_user in users:
-        person = ctx.policy.accounts.get(unix_user)
-        if person and person != holder:
-            notices.tell(session, person, subject, to_owner, at=now)
-    notices.tell_admins(
-        session,
-        ctx.policy.admins,
-        subject,
-        f"L{lease_id}: {what} on {where}, not the holder's.",
-        at=now,
-    )
-    value = ",".join(sorted(told | set(users)))
-    if row is None:
-        row = SettingRow(key=key, value=value, updated_at=now, updated_by=ACTOR)
-    row.value, row.updated_at = value, now
-    session.add(row)
-
-
-def strays(session: Session) -> dict[str, int]:
-    """Nodes that sent telemetry without being in any pool: {name: GPUs reported}."""
-    rows = session.exec(
-        select(SettingRow.key, SettingRow.value).where(col(SettingRow.key).startswith(_STRAY))
-    ).all()
-    return {key.removeprefix(_STRAY): int(value or 0) for key, value in rows}
-
-
-def intrusions(session: Session) -> list[str]:
-    """What `/gpu status` shows admins: "L8 a100-node-02:6 by dave"."""
-    rows = session.exec(
-        select(SettingRow.key, SettingRow.value).where(col(SettingRow.key).startswith(_INTRUDER))
-    ).all()
-    out = []
-    for key, value in rows:
-        lease, node, index = key.removeprefix(_INTRUDER).split(":")
-        out.append(f"L{lease} {node}:{index} by {value}")
-    return sorted(out)
-
-
 def _words(after: timedelta) -> str:
     seconds = int(after.total_seconds())
     return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
-
-
-# ---- what admins read: `gpubot nodes`, `/gpu nodes` -------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuProfile:
-    node: str
-    index: int
-    pool: str
-    model: str
-    uuid: str
-    memory_mib: int
-    place: str  # storage.gpus.Place: free, leased, occupied, silent, out
-    observed: str
-    since: datetime | None
-    lease: str  # "L8" or ""
-    team: str  # the holding team, if leased
-    occupants: tuple[str, ...]
-    memory_used_mib: int | None
-    temperature_c: float | None
-    power_w: float | None
-
-
-@dataclass(frozen=True)
-class NodeProfile:
-    name: str
-    pool: str
-    drained: bool
-    reporting: str
-    since: datetime | None
-    driver: str
-    cuda: str
-    gpus: tuple[GpuProfile, ...]
-
-
-@dataclass(frozen=True)
-class DeviceEvent:
-    at: datetime
-    node: str
-    gpu: int | None
-    kind: str
-    actor: str
-    detail: Mapping[str, Any]
-
-    @property
-    def device(self) -> str:
-        return self.node if self.gpu is None else f"{self.node}:{self.gpu}"
-
-
-def profiles(session: Session, name: str | None = None) -> list[NodeProfile]:
-    """Every node (or one) with its GPUs' profile and where each stands."""
-    lines = {(g.node, g.index): g for g in gpu_lines(session)}
-    teams = dict(
-        session.exec(select(LeaseRow.id, LeaseRow.team).where(LeaseRow.state == "active")).all()
-    )
-    stmt = select(NodeRow).order_by(col(NodeRow.name))
-    if name is not None:
-        stmt = stmt.where(NodeRow.name == name)
-    out = []
-    for node in session.exec(stmt).all():
-        rows = session.exec(
-            select(GpuRow).where(GpuRow.node_id == node.id).order_by(col(GpuRow.index))
-        ).all()
-        gpus = []
-        for gpu in rows:
-            line = lines.get((node.name, gpu.index))
-            lease_id = line.lease_id if line else None
-            gpus.append(
-                GpuProfile(
-                    node.name,
-                    gpu.index,
-                    gpu.pool,
-                    gpu.model,
-                    gpu.uuid or "",
-                    gpu.memory_mib,
-                    str(line.place) if line else "out",
-                    gpu.observed,
-                    gpu.observed_since,
-                    f"L{lease_id}" if lease_id else "",
-                    str(teams.get(lease_id, "")) if lease_id else "",
-                    tuple(sorted({str(p.get("user") or "?") for p in gpu.occupants or []})),
-                    gpu.memory_used_mib,
-                    gpu.temperature_c,
-                    gpu.power_w,
-                )
-            )
-        out.append(
-            NodeProfile(
-                node.name,
-                node.pool,
-                node.drained,
-                node.reporting,
-                node.reporting_since,
-                node.driver,
-                node.cuda,
-                tuple(gpus),
-            )
-        )
-    return out
-
-
-def history(
-    session: Session,
-    name: str | None = None,
-    since: datetime | None = None,
-    limit: int | None = None,
-) -> list[DeviceEvent]:
-    """Lifecycle events, oldest first (the newest `limit` when given)."""
-    stmt = select(DeviceEventRow).order_by(col(DeviceEventRow.id).desc())
-    if name is not None:
-        stmt = stmt.where(DeviceEventRow.node == name)
-    if since is not None:
-        stmt = stmt.where(DeviceEventRow.at >= since)
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    rows = session.exec(stmt).all()
-    return [
-        DeviceEvent(r.at, r.node, r.gpu, r.kind, r.actor, dict(r.detail)) for r in reversed(rows)
-    ]
-
-
-@dataclass(frozen=True)
-class Interval:
-    """One stretch of a device's life, for review and cost attribution: a lifecycle state from
-    an event until the next one on the same device, or a lease holding the GPU (`team` set)."""
-
-    node: str
-    gpu: int | None
-    pool: str
-    state: str  # joined, not-reporting, back, drained, fault, ... or leased
-    team: str
-    lease: str
-    start: datetime
-    end: datetime | None  # None: still so
-    by: str
-    detail: Mapping[str, Any]
-
-
-def intervals(session: Session, since: datetime | None = None) -> list[Interval]:
-    """Every device's lifecycle and lease intervals that reach past `since`, by device."""
-    pools = dict(session.exec(select(NodeRow.name, NodeRow.pool)).all())
-    out: list[Interval] = []
-    following: dict[tuple[str, int | None], datetime] = {}  # the next event's time, per device
-    for ev in reversed(history(session)):
-        end = following.get((ev.node, ev.gpu))
-        following[(ev.node, ev.gpu)] = ev.at
-        pool = pools.get(ev.node, "")
-        out.append(
-            Interval(ev.node, ev.gpu, pool, ev.kind, "", "", ev.at, end, ev.actor, ev.detail)
-        )
-    held = session.exec(
-        select(NodeRow.name, GpuRow.index, GpuRow.pool, LeaseRow)
-        .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
-        .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
-        .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
-    ).all()
-    for node, index, pool, lease in held:
-        detail = {"holder": lease.holder}
-        if lease.state != "active":
-            detail["ended"] = lease.end_reason or lease.state
-        out.append(
-            Interval(
-                node,
-                index,
-                pool,
-                "leased",
-                lease.team,
-                f"L{lease.id}",
-                lease.granted_at,
-                lease.ended_at,
-                lease.holder,
-                detail,
-            )
-        )
-    if since is not None:
-        out = [i for i in out if i.end is None or i.end >= since]
-    return sorted(out, key=lambda i: (i.node, -1 if i.gpu is None else i.gpu, i.start))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from bot.services.devices import DeviceEvent, GpuProfile, NodeProfile
+from bot.services.device_records import DeviceEvent, GpuProfile, NodeProfile
 from bot.slack.blocks.kit import (
     Block,
     Message,
