@@ -7,7 +7,7 @@ has one definition, used by placement, status, Home, the fleet panel and the rul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -184,6 +184,78 @@ def gpu_snapshots(session: Session) -> list[GpuSnapshot]:
         GpuSnapshot(g.id, g.node, g.index, g.model, g.pool, g.state, g.drained, g.lease_id)
         for g in sorted(gpu_lines(session), key=lambda g: g.id)
     ]
+
+
+# ---- the device observer's reads and writes ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObservedGpu:
+    """One GPU as the device observer compares it with telemetry."""
+
+    id: int
+    node: str
+    index: int
+    observed: str
+    occupants: list[dict[str, Any]]
+    uuid: str | None
+    model: str
+    memory_mib: int
+    profiled_at: datetime | None
+
+
+def observed_gpus(session: Session) -> list[ObservedGpu]:
+    """Every GPU as the observer last wrote it down. Plain columns, no ORM objects: this runs
+    after every poll, over every GPU."""
+    rows = session.connection().execute(
+        sa.select(
+            col(GpuRow.id),
+            col(NodeRow.name),
+            col(GpuRow.index),
+            col(GpuRow.observed),
+            col(GpuRow.occupants),
+            col(GpuRow.uuid),
+            col(GpuRow.model),
+            col(GpuRow.memory_mib),
+            col(GpuRow.profiled_at),
+        )
+        .join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
+        .order_by(col(NodeRow.name), col(GpuRow.index))
+    )
+    return [
+        ObservedGpu(gpu_id, node, index, observed, list(occupants or []), uuid, model, memory, at)
+        for gpu_id, node, index, observed, occupants, uuid, model, memory, at in rows
+    ]
+
+
+def update_gpus(session: Session, updates: Mapping[int, Mapping[str, Any]]) -> None:
+    """One UPDATE ... executemany per set of changed columns: plain statements, no ORM rows."""
+    db = session.connection()
+    table = GpuRow.__table__  # type: ignore[attr-defined]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for gpu_id, change in updates.items():
+        uuid = change.get("uuid")
+        if uuid:  # a card moved here from another slot: it is no longer there
+            db.execute(
+                sa.update(table).where(table.c.uuid == uuid, table.c.id != gpu_id).values(uuid=None)
+            )
+        keys = tuple(sorted(change))
+        groups.setdefault(keys, []).append(
+            {"gpu_id": gpu_id, **{f"new_{k}": v for k, v in change.items()}}
+        )
+    for keys, params in groups.items():
+        values = {k: sa.bindparam(f"new_{k}", type_=table.c[k].type) for k in keys}
+        stmt = sa.update(table).where(table.c.id == sa.bindparam("gpu_id")).values(values)
+        db.execute(stmt, params)
+
+
+def set_reporting(session: Session, changes: Mapping[str, tuple[str, str]], now: datetime) -> None:
+    """Each changed node's reporting state, since `now`: {node: (before, now)}."""
+    for name, (_, state) in changes.items():
+        node = session.exec(select(NodeRow).where(NodeRow.name == name)).first()
+        if node is not None:
+            node.reporting, node.reporting_since = state, now
+            session.add(node)
 
 
 # ---- history: per-minute rollups, stored, read back for reports, pruned after retention --

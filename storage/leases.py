@@ -27,6 +27,16 @@ def held_by_team(session: Session, pool: str) -> dict[str, int]:
     return {str(team): int(n) for team, n in rows}
 
 
+def held_gpus(session: Session) -> dict[int, tuple[int, str, datetime]]:
+    """{gpu id: (lease id, holder, granted at)} over active leases."""
+    rows = session.exec(
+        select(LeaseGpuRow.gpu_id, LeaseRow.id, LeaseRow.holder, LeaseRow.granted_at)
+        .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
+        .where(col(LeaseGpuRow.active).is_(True))
+    ).all()
+    return {gpu_id: (int(lease_id or 0), holder, at) for gpu_id, lease_id, holder, at in rows}
+
+
 def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
     """The (node, index) of every GPU a lease holds, or held once it ended."""
     rows = session.exec(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlmodel import Session, select
 
-from bot.services import devices
+from bot.services import device_records
 from bot.services.context import Context, record
 from bot.services.views import Refused
 from storage.tables import GpuRow, NodeRow, SettingRow
@@ -63,12 +63,14 @@ def set_drained(
             for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
                 if gpu.state in ("drained", "unhealthy"):
                     if gpu.state == "unhealthy":
-                        devices.event(session, now, node_name, gpu.index, "recovered", actor=user)
+                        device_records.event(
+                            session, now, node_name, gpu.index, "recovered", actor=user
+                        )
                     gpu.state = "ok"
                     session.add(gpu)
         tag = "node:drained" if drained else "node:undrained"
         detail = {"reason": reason} if reason else {}
         record(session, at=now, actor=user, tag=tag, subject=f"node:{node_name}", detail=detail)
         kind = "drained" if drained else "undrained"
-        devices.event(session, now, node_name, None, kind, actor=user, **detail)
+        device_records.event(session, now, node_name, None, kind, actor=user, **detail)
     return f"`{node_name}` is {'drained' if drained else 'back in service'}."

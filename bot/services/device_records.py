@@ -1,6 +1,8 @@
-"""What admins read about the fleet (`gpubot nodes`, `/gpu nodes`): each node's profile and
-where each of its GPUs stands, every device's lifecycle events, and the intervals of each
-device's life (lifecycle states and leases) for review and cost attribution.
+"""Each device's record: its lifecycle events (joined, left, not reporting, back, swapped,
+drained, fault, ...), appended by whoever saw them, and what admins read about the fleet
+(`gpubot nodes`, `/gpu nodes`): each node's profile and where each of its GPUs stands, the
+events, and the intervals of each device's life (lifecycle states and leases) for review
+and cost attribution.
 """
 
 from __future__ import annotations
@@ -12,8 +14,30 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from bot.services.context import SYSTEM
 from storage.gpus import gpu_lines
 from storage.tables import DeviceEventRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow
+
+
+def new_event(
+    now: datetime, node: str, gpu: int | None, kind: str, detail: dict[str, Any]
+) -> DeviceEventRow:
+    """A lifecycle event the observer found (the caller adds it to its session)."""
+    return DeviceEventRow(at=now, node=node, gpu=gpu, kind=kind, actor=SYSTEM, detail=detail)
+
+
+def event(
+    session: Session,
+    now: datetime,
+    node: str,
+    gpu: int | None,
+    kind: str,
+    *,
+    actor: str,
+    **detail: Any,
+) -> None:
+    """Append one lifecycle event in the caller's transaction (drains, faults, inventory)."""
+    session.add(DeviceEventRow(at=now, node=node, gpu=gpu, kind=kind, actor=actor, detail=detail))
 
 
 @dataclass(frozen=True)

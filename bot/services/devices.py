@@ -16,16 +16,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
-from bot.services import notices, strangers
-from bot.services.context import Context, record
-from rules.domain import Observed, Reporting
+from bot.services import node_reporting, notices, strangers
+from bot.services.context import SYSTEM, Context, record
+from bot.services.device_records import new_event
+from rules.domain import Observed
 from rules.policy import Policy
-from storage.tables import DeviceEventRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, SettingRow
+from storage.gpus import ObservedGpu, observed_gpus, set_reporting, update_gpus
+from storage.leases import held_gpus
+from storage.tables import DeviceEventRow, NodeRow, SettingRow
 
-ACTOR = "gpubot"
 # Temperature, power and memory in use are written this often (any other change at once).
 PROFILE_EVERY = timedelta(minutes=5)
 
@@ -87,19 +88,6 @@ class DeviceReport:
     intruders: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Gpu:
-    id: int
-    node: str
-    index: int
-    observed: str
-    occupants: list[dict[str, Any]]
-    uuid: str | None
-    model: str
-    memory_mib: int
-    profiled_at: datetime | None
-
-
 def observed_state(
     reading: Reading | None,
     *,
@@ -155,7 +143,7 @@ def observe(ctx: Context, fleet: Fleet, *, since: datetime | None) -> DeviceRepo
 class _Stored:
     """What the database says before a pass."""
 
-    gpus: list[_Gpu]
+    gpus: list[ObservedGpu]
     nodes: dict[str, str]  # node -> its reporting state
     versions: dict[str, tuple[str, str]]  # node -> (driver, CUDA)
     held: dict[int, tuple[int, str, datetime]]
@@ -165,10 +153,10 @@ class _Stored:
 def _stored(session: Session) -> _Stored:
     rows = session.exec(select(NodeRow)).all()
     return _Stored(
-        _gpus(session),
+        observed_gpus(session),
         {n.name: n.reporting for n in rows},
         {n.name: (n.driver, n.cuda) for n in rows},
-        _held(session),
+        held_gpus(session),
         strangers.told(session),
     )
 
@@ -209,7 +197,7 @@ def _changes(
         )
         if change:
             out.updates[gpu.id] = change
-    out.nodes = _nodes(
+    out.nodes = node_reporting.changes(
         stored.gpus, out.updates, stored.nodes, since=since, now=now, events=out.events
     )
     out.drivers = _drivers(latest, stored.versions)
@@ -236,7 +224,7 @@ def _drivers(
 
 
 def _write(
-    ctx: Context, gpus: list[_Gpu], changes: _Changes, now: datetime, report: DeviceReport
+    ctx: Context, gpus: list[ObservedGpu], changes: _Changes, now: datetime, report: DeviceReport
 ) -> None:
     """GPUs with an event go first, with the events, the nodes and what admins are told; the
     rest in chunks, so the writer lock is never held for long (10,000 changed GPUs at
@@ -247,19 +235,19 @@ def _write(
     order = sorted(updates, key=lambda gpu_id: gpu_id not in marked)
     head = max(_CHUNK, len(marked))
     with ctx.db.write() as session:
-        _write_gpus(session, {i: updates[i] for i in order[:head]})
-        _write_nodes(session, changes.nodes, now)
+        update_gpus(session, {i: updates[i] for i in order[:head]})
+        set_reporting(session, changes.nodes, now)
         _write_drivers(session, changes.drivers, now, events)
         for event in events:
             session.add(event)
             where = event.node if event.gpu is None else f"{event.node}:{event.gpu}"
             report.events.append(f"{where} {event.kind}")
-        _tell_nodes(ctx, session, changes.nodes, now)
+        node_reporting.tell(ctx, session, changes.nodes, now)
         _tell_swaps(ctx, session, events, now)
         _tell_strangers(ctx, session, changes, now, report)
     for start in range(head, len(order), _CHUNK):
         with ctx.db.write() as session:
-            _write_gpus(session, {i: updates[i] for i in order[start : start + _CHUNK]})
+            update_gpus(session, {i: updates[i] for i in order[start : start + _CHUNK]})
 
 
 def _tell_strangers(
@@ -280,7 +268,7 @@ def _tell_strangers(
 
 def _compare(
     policy: Policy,
-    gpu: _Gpu,
+    gpu: ObservedGpu,
     reading: Reading,
     seen: Seen | None,
     *,
@@ -305,7 +293,7 @@ def _compare(
         change |= {"observed": state.value, "observed_since": now}
         if Observed.SILENT in (state, gpu.observed):
             kind = "not-reporting" if state == Observed.SILENT else "back"
-            events.append(_event(now, gpu.node, gpu.index, kind, {"was": gpu.observed}))
+            events.append(new_event(now, gpu.node, gpu.index, kind, {"was": gpu.observed}))
     people = occupants(reading) if state == Observed.OCCUPIED else []
     if people != gpu.occupants:
         change["occupants"] = people
@@ -314,54 +302,18 @@ def _compare(
     return change
 
 
-# ---- reads -------------------------------------------------------------------------------
-
-
-def _gpus(session: Session) -> list[_Gpu]:
-    """Plain columns, no ORM objects: this runs after every poll, over every GPU."""
-    rows = session.connection().execute(
-        sa.select(
-            col(GpuRow.id),
-            col(NodeRow.name),
-            col(GpuRow.index),
-            col(GpuRow.observed),
-            col(GpuRow.occupants),
-            col(GpuRow.uuid),
-            col(GpuRow.model),
-            col(GpuRow.memory_mib),
-            col(GpuRow.profiled_at),
-        )
-        .join(NodeRow, col(GpuRow.node_id) == col(NodeRow.id))
-        .order_by(col(NodeRow.name), col(GpuRow.index))
-    )
-    return [
-        _Gpu(gpu_id, node, index, observed, list(occupants or []), uuid, model, memory, at)
-        for gpu_id, node, index, observed, occupants, uuid, model, memory, at in rows
-    ]
-
-
-def _held(session: Session) -> dict[int, tuple[int, str, datetime]]:
-    """{gpu id: (lease id, holder, granted at)} over active leases."""
-    rows = session.exec(
-        select(LeaseGpuRow.gpu_id, LeaseRow.id, LeaseRow.holder, LeaseRow.granted_at)
-        .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
-        .where(col(LeaseGpuRow.active).is_(True))
-    ).all()
-    return {gpu_id: (int(lease_id or 0), holder, at) for gpu_id, lease_id, holder, at in rows}
-
-
 # ---- what changed ------------------------------------------------------------------------
 
 
 def _profile(
-    gpu: _Gpu, seen: Seen, reading: Reading, now: datetime, events: list[DeviceEventRow]
+    gpu: ObservedGpu, seen: Seen, reading: Reading, now: datetime, events: list[DeviceEventRow]
 ) -> dict[str, Any]:
     change: dict[str, Any] = {}
     if seen.uuid and seen.uuid != gpu.uuid:
         change["uuid"] = seen.uuid
         if gpu.uuid:  # the first UUID is only learnt; a different one is another card
             detail = {"was": gpu.uuid, "uuid": seen.uuid}
-            events.append(_event(now, gpu.node, gpu.index, "swapped", detail))
+            events.append(new_event(now, gpu.node, gpu.index, "swapped", detail))
     if seen.model and seen.model != gpu.model:
         change["model"] = seen.model
     if seen.memory_total_mib and seen.memory_total_mib != gpu.memory_mib:
@@ -376,95 +328,10 @@ def _profile(
     return change
 
 
-def _nodes(
-    gpus: list[_Gpu],
-    updates: Mapping[int, Mapping[str, Any]],
-    nodes: Mapping[str, str],
-    *,
-    since: datetime | None,
-    now: datetime,
-    events: list[DeviceEventRow],
-) -> dict[str, tuple[str, str]]:
-    """{node: (reporting state before, now)} for the nodes whose state changed: silent when
-    every GPU of it is, reporting when any of them sends."""
-    states: dict[str, list[str]] = {}
-    for gpu in gpus:
-        states.setdefault(gpu.node, []).append(
-            updates.get(gpu.id, {}).get("observed", gpu.observed)
-        )
-    out = {}
-    for node, observed in states.items():
-        if since is None:
-            now_state = Reporting.UNKNOWN
-        elif all(s == Observed.SILENT for s in observed):
-            now_state = Reporting.SILENT
-        elif any(s in (Observed.EMPTY, Observed.OCCUPIED) for s in observed):
-            now_state = Reporting.REPORTING
-        else:
-            continue  # still waiting for its first samples
-        before = nodes.get(node, Reporting.UNKNOWN)
-        if now_state != before:
-            out[node] = (before, now_state.value)
-            if now_state == Reporting.SILENT:
-                events.append(_event(now, node, None, "not-reporting", {"was": before}))
-            elif before == Reporting.SILENT and now_state == Reporting.REPORTING:
-                events.append(_event(now, node, None, "back", {}))
-    # A whole node that went quiet (or came back) is one event, not one per GPU.
-    whole = {node for node, (_, state) in out.items()}
-    events[:] = [
-        e for e in events if not (e.gpu is not None and e.node in whole and e.kind in _EPISODE)
-    ]
-    return out
-
-
-_EPISODE = ("not-reporting", "back")
-
-
 # ---- writes ------------------------------------------------------------------------------
 
 
-def _event(
-    now: datetime, node: str, gpu: int | None, kind: str, detail: dict[str, Any]
-) -> DeviceEventRow:
-    return DeviceEventRow(at=now, node=node, gpu=gpu, kind=kind, actor=ACTOR, detail=detail)
-
-
-def event(
-    session: Session,
-    now: datetime,
-    node: str,
-    gpu: int | None,
-    kind: str,
-    *,
-    actor: str,
-    **detail: Any,
-) -> None:
-    """Append one lifecycle event in the caller's transaction (drains, faults, inventory)."""
-    session.add(DeviceEventRow(at=now, node=node, gpu=gpu, kind=kind, actor=actor, detail=detail))
-
-
 _CHUNK = 500  # GPU rows written per transaction
-
-
-def _write_gpus(session: Session, updates: Mapping[int, Mapping[str, Any]]) -> None:
-    """One UPDATE ... executemany per set of changed columns: plain statements, no ORM rows."""
-    db = session.connection()
-    table = GpuRow.__table__  # type: ignore[attr-defined]
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for gpu_id, change in updates.items():
-        uuid = change.get("uuid")
-        if uuid:  # a card moved here from another slot: it is no longer there
-            db.execute(
-                sa.update(table).where(table.c.uuid == uuid, table.c.id != gpu_id).values(uuid=None)
-            )
-        keys = tuple(sorted(change))
-        groups.setdefault(keys, []).append(
-            {"gpu_id": gpu_id, **{f"new_{k}": v for k, v in change.items()}}
-        )
-    for keys, params in groups.items():
-        values = {k: sa.bindparam(f"new_{k}", type_=table.c[k].type) for k in keys}
-        stmt = sa.update(table).where(table.c.id == sa.bindparam("gpu_id")).values(values)
-        db.execute(stmt, params)
 
 
 def _write_drivers(
@@ -477,37 +344,11 @@ def _write_drivers(
     for name, (driver, cuda) in drivers.items():
         found = session.exec(select(NodeRow).where(NodeRow.name == name)).one()
         if found.driver and found.driver != driver:
-            events.append(_event(now, name, None, "driver", {"was": found.driver, "now": driver}))
+            events.append(
+                new_event(now, name, None, "driver", {"was": found.driver, "now": driver})
+            )
         found.driver, found.cuda = driver, cuda
         session.add(found)
-
-
-def _write_nodes(session: Session, changes: Mapping[str, tuple[str, str]], now: datetime) -> None:
-    for name, (_, state) in changes.items():
-        node = session.exec(select(NodeRow).where(NodeRow.name == name)).first()
-        if node is not None:
-            node.reporting, node.reporting_since = state, now
-            session.add(node)
-
-
-def _tell_nodes(
-    ctx: Context, session: Session, changes: Mapping[str, tuple[str, str]], now: datetime
-) -> None:
-    """Admins hear once when a node goes quiet, and once when it is back."""
-    after = ctx.policy.fleet.not_reporting_after
-    for node, (before, state) in sorted(changes.items()):
-        if state == Reporting.SILENT:
-            tag = "node:not-reporting"
-            text = (
-                f"{node} has sent no telemetry for {_words(after)}: its GPUs are out of service "
-                "until it reports again. Check its agent (or NVML), and its name in pools.yaml."
-            )
-        elif before == Reporting.SILENT and state == Reporting.REPORTING:
-            tag, text = "node:back", f"{node} reports again: its GPUs are back in service."
-        else:
-            continue
-        record(session, at=now, actor=ACTOR, tag=tag, subject=f"node:{node}", outcome=state)
-        notices.tell_admins(session, ctx.policy.admins, f"node:{node}", text, at=now)
 
 
 def _tell_swaps(
@@ -520,7 +361,7 @@ def _tell_swaps(
         record(
             session,
             at=now,
-            actor=ACTOR,
+            actor=SYSTEM,
             tag="gpu:swapped",
             subject=subject,
             outcome="swapped",
@@ -534,8 +375,3 @@ def _tell_swaps(
             "the card was swapped or the slots renumbered. Check it before trusting its history.",
             at=now,
         )
-
-
-def _words(after: timedelta) -> str:
-    seconds = int(after.total_seconds())
-    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from sqlmodel import Session, select
 
-from bot.services import devices
+from bot.services import device_records
 from bot.services.context import record
 from rules.policy import Policy
 from storage.tables import GpuRow, NodeRow, PoolRow
@@ -49,7 +49,9 @@ def sync_inventory(session: Session, policy: Policy, *, at: datetime, actor: str
             if gpu is None:
                 session.add(GpuRow(node_id=node.id, index=index, model=pool.model, pool=pool.name))
                 changes.append(f"{name} GPU {index} added")
-                devices.event(session, at, name, index, "joined", actor=actor, pool=pool.name)
+                device_records.event(
+                    session, at, name, index, "joined", actor=actor, pool=pool.name
+                )
             elif gpu.pool != pool.name:
                 gpu.pool = pool.name
                 session.add(gpu)
@@ -58,7 +60,7 @@ def sync_inventory(session: Session, policy: Policy, *, at: datetime, actor: str
             node.drained = True
             session.add(node)
             changes.append(f"node {name} left the rule files and was drained")
-            devices.event(session, at, name, None, "left", actor=actor)
+            device_records.event(session, at, name, None, "left", actor=actor)
     if changes:
         session.flush()
         record(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, select
 
-from bot.services import devices, notices
+from bot.services import device_records, notices
 from bot.services.context import Context, record
 from rules.domain import LeaseState, Reason
 from rules.engine import Decision, Match
@@ -48,7 +48,7 @@ def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) ->
             return
         row.state = "unhealthy"
         session.add(row)
-        devices.event(
+        device_records.event(
             session,
             run.now,
             gpu.node,

@@ -395,8 +395,8 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "snapshot reads",
         (
-            ("services/sweep.py", "_leases"),
-            ("services/sweep.py", "_gpus"),
+            ("storage/leases.py", "active_snapshots"),
+            ("storage/gpus.py", "gpu_snapshots"),
             ("services/sweep.py", "read_snapshot"),
             ("services/sweep_gpus.py", "told"),
             ("services/admin.py", "is_paused"),
@@ -412,6 +412,7 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "actions",
         (
             ("services/sweep.py", "_act_on_lease"),
+            ("rules/reclaim.py", "lease_steps"),
             ("services/sweep.py", "act_on_lease"),
             ("services/sweep_gpus.py", "act_on_gpu"),
         ),
