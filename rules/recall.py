@@ -206,14 +206,41 @@ def plan(
     inside = _inside_nominal(queue, used, quotas)
     guaranteed = [w for w, fits in zip(queue, inside, strict=True) if fits]
     claims = _Claims(guaranteed, free)
-    need = claims.need
     borrowed = borrowed_parts(holdings, quotas)
-    claim_for = claims.take
+    standing = _under_way(holdings, borrowed, claims)
+    new = _Recruit(
+        claims=claims,
+        borrowed=borrowed,
+        covered=standing.covered,
+        losing=frozenset(h.holder for h in holdings if h.lease in standing.keep),
+    )
+    new.recruit(holdings, used, quotas, now=now, recall=recall, cooled=cooled)
+    return Plan(
+        need=claims.need,
+        keep=tuple(standing.keep),
+        start=tuple(new.start),
+        withdraw=tuple(standing.withdraw),
+        passed_over=new.passed,
+        reassign=tuple(standing.reassign),
+        guaranteed=tuple(w.request for w in guaranteed),
+        covered=new.covered,
+    )
 
-    keep: list[int] = []
-    reassign: list[Victim] = []
-    withdraw: list[int] = []
-    covered = 0
+
+@dataclass
+class _Standing:
+    """The recalls under way: those kept (some now for another request) and those withdrawn."""
+
+    keep: list[int] = field(default_factory=list)
+    reassign: list[Victim] = field(default_factory=list)
+    withdraw: list[int] = field(default_factory=list)
+    covered: int = 0
+
+
+def _under_way(
+    holdings: Sequence[Holding], borrowed: Mapping[int, int], claims: _Claims
+) -> _Standing:
+    out = _Standing()
     under_way = sorted(
         (h for h in holdings if h.recalled_at is not None),
         key=lambda h: (h.recalled_at, h.lease),
@@ -221,66 +248,82 @@ def plan(
     for h in under_way:
         # A recall stands while it is needed and the lease still holds borrowed GPUs (an
         # earlier lease of its team may have ended, leaving this one inside the nominal).
-        if covered < need and borrowed.get(h.lease, 0) > 0 and h.returns > 0:
-            keep.append(h.lease)
-            covered += h.returns
-            owed = claim_for(h.returns)
+        if out.covered < claims.need and borrowed.get(h.lease, 0) > 0 and h.returns > 0:
+            out.keep.append(h.lease)
+            out.covered += h.returns
+            owed = claims.take(h.returns)
             if owed.request != h.recalled_for:  # what it was recalled for went, others wait
                 because = f"it now makes room for R{owed.request} of team {owed.team}"
-                reassign.append(
+                out.reassign.append(
                     Victim(h.lease, h.holder, h.team, h.gpus, owed.request, owed.team, because)
                 )
         else:
-            withdraw.append(h.lease)
+            out.withdraw.append(h.lease)
+    return out
 
-    start: list[Victim] = []
-    passed: dict[int, str] = {}
-    losing = {h.holder for h in holdings if h.lease in keep}
-    candidates = sorted(
-        (h for h in holdings if h.recalled_at is None and borrowed.get(h.lease, 0) > 0),
-        key=lambda h: (_rank(h.priority), -h.granted_at.timestamp(), -h.lease),
-    )
-    # First the leases that hold only borrowed GPUs; one that holds some of its team's
-    # nominal as well only when nothing else covers the need.
-    for whole in (True, False):
-        for h in candidates:
-            if covered >= need:
-                break
-            if h.lease in passed or any(v.lease == h.lease for v in start):
-                continue
-            if whole != (borrowed[h.lease] == h.gpus):
-                continue
-            why_not = _why_not(h, now, recall, cooled) or (
-                "its holder already loses another lease to a recall under way"
-                if h.holder in losing
-                else ""
-            )
-            if why_not:
-                passed[h.lease] = why_not
-                continue
-            quota = quotas.get(h.team)
-            nominal = quota.nominal if quota is not None else 0
-            because = (
-                f"team {h.team} holds {used[h.team]} GPUs against a nominal of {nominal}, so "
-                f"{used[h.team] - nominal} are borrowed; L{h.lease} holds {borrowed[h.lease]} "
-                "of them and comes first among the borrowed leases that may be recalled "
-                f"(lowest priority, here {h.priority}, then the most recently granted)"
-            )
-            owed = claim_for(h.returns)
-            start.append(
-                Victim(h.lease, h.holder, h.team, h.gpus, owed.request, owed.team, because)
-            )
-            covered += h.returns
-    return Plan(
-        need=need,
-        keep=tuple(keep),
-        start=tuple(start),
-        withdraw=tuple(withdraw),
-        passed_over=passed,
-        reassign=tuple(reassign),
-        guaranteed=tuple(w.request for w in guaranteed),
-        covered=covered,
-    )
+
+@dataclass
+class _Recruit:
+    """New recalls, chosen until the need is covered, and the leases passed over, with why."""
+
+    claims: _Claims
+    borrowed: Mapping[int, int]
+    covered: int
+    losing: frozenset[str]  # holders who already lose a lease to a recall under way
+    start: list[Victim] = field(default_factory=list)
+    passed: dict[int, str] = field(default_factory=dict)
+
+    def recruit(
+        self,
+        holdings: Sequence[Holding],
+        used: Mapping[str, int],
+        quotas: Mapping[str, Quota],
+        *,
+        now: datetime,
+        recall: Recall,
+        cooled: Collection[str],
+    ) -> None:
+        borrowed = self.borrowed
+        candidates = sorted(
+            (h for h in holdings if h.recalled_at is None and borrowed.get(h.lease, 0) > 0),
+            key=lambda h: (_rank(h.priority), -h.granted_at.timestamp(), -h.lease),
+        )
+        # First the leases that hold only borrowed GPUs; one that holds some of its team's
+        # nominal as well only when nothing else covers the need.
+        for whole in (True, False):
+            for h in candidates:
+                if self.covered >= self.claims.need:
+                    break
+                if self._seen(h) or whole != (borrowed[h.lease] == h.gpus):
+                    continue
+                why_not = _why_not(h, now, recall, cooled) or self._losing(h)
+                if why_not:
+                    self.passed[h.lease] = why_not
+                    continue
+                self._take(h, used, quotas)
+
+    def _seen(self, h: Holding) -> bool:
+        return h.lease in self.passed or any(v.lease == h.lease for v in self.start)
+
+    def _losing(self, h: Holding) -> str:
+        if h.holder in self.losing:
+            return "its holder already loses another lease to a recall under way"
+        return ""
+
+    def _take(self, h: Holding, used: Mapping[str, int], quotas: Mapping[str, Quota]) -> None:
+        quota = quotas.get(h.team)
+        nominal = quota.nominal if quota is not None else 0
+        because = (
+            f"team {h.team} holds {used[h.team]} GPUs against a nominal of {nominal}, so "
+            f"{used[h.team] - nominal} are borrowed; L{h.lease} holds {self.borrowed[h.lease]} "
+            "of them and comes first among the borrowed leases that may be recalled "
+            f"(lowest priority, here {h.priority}, then the most recently granted)"
+        )
+        owed = self.claims.take(h.returns)
+        self.start.append(
+            Victim(h.lease, h.holder, h.team, h.gpus, owed.request, owed.team, because)
+        )
+        self.covered += h.returns
 
 
 def _why_not(h: Holding, now: datetime, recall: Recall, cooled: Collection[str]) -> str:

@@ -156,46 +156,52 @@ def _order(row: AuditRow) -> int:
 
 
 def _lines(rows: list[AuditRow]) -> list[str]:
-    out = []
-    for row in rows:
-        when = row.at.strftime("%Y-%m-%d %H:%M UTC")
-        head = (
-            f"A{row.id} {when} `{row.tag}` by <@{row.actor}>"
-            if row.actor != "gpubot"
-            else (f"A{row.id} {when} `{row.tag}` by gpubot")
+    return [_head(row) + (_decided(row) if row.deciding_rule else _done(row)) for row in rows]
+
+
+def _head(row: AuditRow) -> str:
+    when = row.at.strftime("%Y-%m-%d %H:%M UTC")
+    by = f"<@{row.actor}>" if row.actor != "gpubot" else "gpubot"
+    return f"A{row.id} {when} `{row.tag}` by {by}"
+
+
+def _decided(row: AuditRow) -> str:
+    """A decision: its outcome, the rule that decided and why, what else matched, the facts."""
+    because = str(row.detail.get("because", "")) if row.detail else ""
+    rule = (
+        "no rule matched (default)"
+        if row.deciding_rule == "default"
+        else f"rule `{row.deciding_rule}`"
+    )
+    text = f": {row.outcome} by {rule}"
+    if because:
+        text += f", because {because}"
+    others = [r for r in row.matching_rules if r != row.deciding_rule]
+    if others:
+        text += f"; also matched: {', '.join(others)}"
+    seen = ", ".join(f"{k}={show(k, row.facts[k])}" for k in _KEY_FACTS if k in row.facts)
+    if seen:
+        text += f" (saw {seen}; rules {row.revision}, {row.engine})"
+    for would in row.detail.get("would_have", []) if row.detail else []:
+        text += f"; observe-only rule `{would['rule']}` would have said {would['then']}"
+    return text
+
+
+def _done(row: AuditRow) -> str:
+    """A state change: what a recall did, or the reason given."""
+    if row.tag == "lease:recalled":
+        return (
+            f": recalled for R{row.detail.get('request')} of team "
+            f"{row.detail.get('for_team')}, which needs its nominal GPUs back; "
+            f"chosen because {row.detail.get('because')}"
         )
-        because = str(row.detail.get("because", "")) if row.detail else ""
-        if row.deciding_rule:
-            rule = (
-                "no rule matched (default)"
-                if row.deciding_rule == "default"
-                else (f"rule `{row.deciding_rule}`")
-            )
-            head += f": {row.outcome} by {rule}"
-            if because:
-                head += f", because {because}"
-            others = [r for r in row.matching_rules if r != row.deciding_rule]
-            if others:
-                head += f"; also matched: {', '.join(others)}"
-            seen = ", ".join(f"{k}={show(k, row.facts[k])}" for k in _KEY_FACTS if k in row.facts)
-            if seen:
-                head += f" (saw {seen}; rules {row.revision}, {row.engine})"
-            for would in row.detail.get("would_have", []) if row.detail else []:
-                head += f"; observe-only rule `{would['rule']}` would have said {would['then']}"
-        elif row.tag == "lease:recalled":
-            head += (
-                f": recalled for R{row.detail.get('request')} of team "
-                f"{row.detail.get('for_team')}, which needs its nominal GPUs back; "
-                f"chosen because {row.detail.get('because')}"
-            )
-        elif row.tag == "lease:recall-reassigned":
-            head += (
-                f": the recall stands, now for R{row.detail.get('request')} of team "
-                f"{row.detail.get('for_team')}"
-            )
-        elif row.tag == "lease:recall-withdrawn":
-            head += f": recall withdrawn, as {row.detail.get('why')}"
-        elif row.detail.get("reason"):
-            head += f": {row.detail['reason']}"
-        out.append(head)
-    return out
+    if row.tag == "lease:recall-reassigned":
+        return (
+            f": the recall stands, now for R{row.detail.get('request')} of team "
+            f"{row.detail.get('for_team')}"
+        )
+    if row.tag == "lease:recall-withdrawn":
+        return f": recall withdrawn, as {row.detail.get('why')}"
+    if row.detail.get("reason"):
+        return f": {row.detail['reason']}"
+    return ""
