@@ -9,7 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from rules.domain import LeaseState
+from rules.domain import GpuState, LeaseState
 from rules.lease_facts import LeaseSnapshot, Warned
 from rules.marks import Marks
 from storage import outbox
@@ -35,6 +35,49 @@ def held_gpus(session: Session) -> dict[int, tuple[int, str, datetime]]:
         .where(col(LeaseGpuRow.active).is_(True))
     ).all()
     return {gpu_id: (int(lease_id or 0), holder, at) for gpu_id, lease_id, holder, at in rows}
+
+
+def active_in(session: Session, pool: str) -> list[LeaseRow]:
+    """The active leases of one pool."""
+    stmt = select(LeaseRow).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+    return list(session.exec(stmt).all())
+
+
+def any_recalled(session: Session, pool: str) -> bool:
+    """Is any active lease of the pool being recalled?"""
+    marks = session.exec(
+        select(col(LeaseRow.warnings)).where(
+            LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE
+        )
+    ).all()
+    return any(m.recalled for m in marks)
+
+
+def preempted_since(session: Session, since: datetime) -> set[str]:
+    """The holders of leases preempted (reclaimed for a recall) since `since`."""
+    stmt = select(LeaseRow.holder).where(
+        LeaseRow.end_reason == "preempted", col(LeaseRow.ended_at) >= since
+    )
+    return set(session.exec(stmt).all())
+
+
+def usable_gpus(session: Session, lease_ids: list[int]) -> dict[int, int]:
+    """Per lease, its GPUs that would come back free: healthy, on an undrained node."""
+    if not lease_ids:
+        return {}
+    rows = session.exec(
+        select(LeaseGpuRow.lease_id, sa.func.count())
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(
+            col(LeaseGpuRow.lease_id).in_(lease_ids),
+            col(LeaseGpuRow.active).is_(True),
+            GpuRow.state == GpuState.OK,
+            col(NodeRow.drained).is_(False),
+        )
+        .group_by(col(LeaseGpuRow.lease_id))
+    ).all()
+    return {int(lease_id): int(n) for lease_id, n in rows}
 
 
 def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:

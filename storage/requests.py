@@ -21,6 +21,14 @@ def lock(session: Session, request_id: int) -> RequestRow | None:
     return session.exec(lock_for_update(session, stmt)).first()
 
 
+def any_queued(session: Session, pool: str) -> bool:
+    """Does any request wait in the pool's queue?"""
+    stmt = select(RequestRow.id).where(
+        RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED
+    )
+    return session.exec(stmt.limit(1)).first() is not None
+
+
 def queued_count(session: Session, pool: str) -> int:
     """How many requests wait in the pool's queue."""
     found = session.exec(

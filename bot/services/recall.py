@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services import admin, notices
@@ -22,16 +21,15 @@ from bot.services.grants import facts_now
 from bot.services.reads import request_view
 from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
-from rules.domain import GpuState, LeaseState, Outcome, RequestKind, RequestState, Subject
+from rules.domain import Outcome, RequestKind, Subject
+from storage import leases as storage_leases
+from storage import requests
 from storage.gpus import free_gpus
 from storage.pools import lock as lock_pool
 from storage.requests import ordered_queue, pools_with_queue
 from storage.tables import (
     AuditRow,
-    GpuRow,
-    LeaseGpuRow,
     LeaseRow,
-    NodeRow,
     OutboxRow,
     RequestRow,
 )
@@ -58,11 +56,9 @@ class PoolPicture:
 
 
 def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
-    leases = session.exec(
-        select(LeaseRow).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
-    ).all()
+    leases = storage_leases.active_in(session, pool)
     protected_pool = ctx.policy.pools[pool].protected
-    usable = _usable(session, [row.id or 0 for row in leases])
+    usable = storage_leases.usable_gpus(session, [row.id or 0 for row in leases])
     holdings = tuple(
         recall.Holding(
             lease=row.id or 0,
@@ -81,13 +77,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
     ordered = ordered_queue(session, ctx.policy, pool)
     queue = tuple(recall.Waiting(r.id or 0, r.team, r.gpus) for r, _ in ordered)
     since = now - ctx.policy.recall.cooldown
-    cooled = set(
-        session.exec(
-            select(LeaseRow.holder).where(
-                LeaseRow.end_reason == "preempted", col(LeaseRow.ended_at) >= since
-            )
-        ).all()
-    )
+    cooled = storage_leases.preempted_since(session, since)
     # Holders warned of a preemption that was then withdrawn count too, in every pool.
     withdrawn = session.exec(
         select(AuditRow.detail).where(
@@ -104,25 +94,6 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         {row.id or 0: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
     )
-
-
-def _usable(session: Session, lease_ids: list[int]) -> dict[int, int]:
-    """Per lease, its GPUs that would come back free: healthy, on an undrained node."""
-    if not lease_ids:
-        return {}
-    rows = session.exec(
-        select(LeaseGpuRow.lease_id, sa.func.count())
-        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(
-            col(LeaseGpuRow.lease_id).in_(lease_ids),
-            col(LeaseGpuRow.active).is_(True),
-            GpuRow.state == GpuState.OK,
-            col(NodeRow.drained).is_(False),
-        )
-        .group_by(col(LeaseGpuRow.lease_id))
-    ).all()
-    return {int(lease_id): int(n) for lease_id, n in rows}
 
 
 def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recall.Plan:
@@ -167,19 +138,7 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
 def _settled(session: Session, pool: str) -> bool:
     """Nothing to start, reassign or withdraw: nobody queues in the pool and no lease in it
     is being recalled (the common case, told by two cheap reads instead of a whole picture)."""
-    waiting = session.exec(
-        select(RequestRow.id)
-        .where(RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED)
-        .limit(1)
-    ).first()
-    if waiting is not None:
-        return False
-    marks = session.exec(
-        select(col(LeaseRow.warnings)).where(
-            LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE
-        )
-    ).all()
-    return not any(m.recalled for m in marks)
+    return not requests.any_queued(session, pool) and not storage_leases.any_recalled(session, pool)
 
 
 def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:
