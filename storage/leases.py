@@ -80,6 +80,26 @@ def usable_gpus(session: Session, lease_ids: list[int]) -> dict[int, int]:
     return {int(lease_id): int(n) for lease_id, n in rows}
 
 
+def lock_active_of(session: Session, holder: str) -> list[LeaseRow]:
+    """The holder's active leases, locked for a change."""
+    stmt = select(LeaseRow).where(LeaseRow.holder == holder, LeaseRow.state == LeaseState.ACTIVE)
+    return list(session.exec(lock_for_update(session, stmt)).all())
+
+
+def reclaimed_from(session: Session, gpu_id: int, since: datetime) -> set[str]:
+    """The holders of leases on this GPU reclaimed since `since`."""
+    stmt = (
+        select(LeaseRow.holder)
+        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
+        .where(
+            LeaseGpuRow.gpu_id == gpu_id,
+            LeaseRow.state == LeaseState.RECLAIMED,
+            col(LeaseRow.ended_at) >= since,
+        )
+    )
+    return set(session.exec(stmt).all())
+
+
 def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
     """The (node, index) of every GPU a lease holds, or held once it ended."""
     rows = session.exec(

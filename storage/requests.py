@@ -29,6 +29,34 @@ def any_queued(session: Session, pool: str) -> bool:
     return session.exec(stmt.limit(1)).first() is not None
 
 
+def queued_sizes(session: Session, pool: str) -> list[int]:
+    """The GPUs each request waiting in the pool's queue asks for."""
+    stmt = select(RequestRow.gpus).where(
+        RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED
+    )
+    return list(session.exec(stmt).all())
+
+
+def pending_extension(session: Session, lease_id: int) -> int | None:
+    """The id of an extension of the lease still waiting for a person, if any."""
+    stmt = select(RequestRow.id).where(
+        RequestRow.lease_id == lease_id,
+        RequestRow.kind == RequestKind.EXTEND,
+        RequestRow.state == RequestState.PENDING,
+    )
+    return session.exec(stmt).first()
+
+
+def lock_pending_extensions(session: Session, lease_id: int) -> list[RequestRow]:
+    """The extensions of the lease still waiting for a person, locked."""
+    stmt = select(RequestRow).where(
+        RequestRow.lease_id == lease_id,
+        RequestRow.kind == RequestKind.EXTEND,
+        RequestRow.state == RequestState.PENDING,
+    )
+    return list(session.exec(lock_for_update(session, stmt)).all())
+
+
 def queued_count(session: Session, pool: str) -> int:
     """How many requests wait in the pool's queue."""
     found = session.exec(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import Context, record
@@ -21,6 +21,7 @@ from rules.approvals import approvers_for, route_for
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.facts import request_facts
 from storage import leases as storage_leases
+from storage import requests
 from storage.pools import pool_usage
 from storage.requests import ordered_queue
 from storage.tables import LeaseRow, RequestRow
@@ -43,13 +44,8 @@ def extend(
         recalled = recall_refusal(lease)
         if recalled is not None:
             return recalled
-        waiting = session.exec(
-            select(RequestRow.id).where(
-                RequestRow.lease_id == lease.id,
-                RequestRow.kind == RequestKind.EXTEND,
-                RequestRow.state == RequestState.PENDING,
-            )
-        ).first()
+        assert lease.id is not None
+        waiting = requests.pending_extension(session, lease.id)
         if waiting is not None:
             return Refused(
                 f"L{lease_id} already has an extension waiting for approval (R{waiting}). "

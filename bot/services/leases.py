@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlmodel import Session, col, select, update
+from sqlmodel import Session, col, update
 
 from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.reads import lease_view, request_view
 from bot.services.views import LeaseView, Refused, ReleaseResult, ended_how
-from rules.domain import LeaseState, RequestKind, RequestState
+from rules.domain import LeaseState, RequestState
 from storage import leases as storage_leases
-from storage.db import lock_for_update
+from storage import requests as storage_requests
 from storage.requests import open_requests_for
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
 
@@ -61,10 +61,7 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
             leases = [lease]
             requests: list[RequestRow] = []
         else:
-            stmt = select(LeaseRow).where(
-                LeaseRow.holder == user, LeaseRow.state == LeaseState.ACTIVE
-            )
-            leases = list(session.exec(lock_for_update(session, stmt)).all())
+            leases = storage_leases.lock_active_of(session, user)
             requests = open_requests_for(session, user)
             if not leases and not requests:
                 return Refused("You hold no active lease and have no open request.", "nothing")
@@ -135,14 +132,10 @@ def end_lease(
 
 def _withdraw_extensions(session: Session, lease: LeaseRow, *, actor: str, now: datetime) -> None:
     """Close the extensions of an ended lease still waiting for a person, and say why."""
-    stmt = select(RequestRow).where(
-        RequestRow.lease_id == lease.id,
-        RequestRow.kind == RequestKind.EXTEND,
-        RequestRow.state == RequestState.PENDING,
-    )
+    assert lease.id is not None
     how = ended_how(lease.state, lease.end_reason)
     why = f"L{lease.id} ended ({how}) before anyone answered"
-    for request in session.exec(lock_for_update(session, stmt)).all():
+    for request in storage_requests.lock_pending_extensions(session, lease.id):
         request.state, request.decided_at, request.decided_by = RequestState.CANCELLED, now, actor
         session.add(request)
         record(

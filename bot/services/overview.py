@@ -12,7 +12,7 @@ from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestVi
 from rules.domain import RequestState
 from storage.gpus import Place, free_gpus, gpu_lines
 from storage.pools import pool_usage
-from storage.requests import ordered_queue, pools_with_queue
+from storage.requests import ordered_queue, pools_with_queue, queued_sizes
 from storage.tables import RequestRow
 
 
@@ -43,11 +43,7 @@ def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
 
 def _stranded(session: Session, pool: str) -> int:
     """Fragmentation: free GPUs on nodes too empty for even the smallest waiting request."""
-    waiting = session.exec(
-        select(RequestRow.gpus).where(
-            RequestRow.pool == pool, RequestRow.state == RequestState.QUEUED
-        )
-    ).all()
+    waiting = queued_sizes(session, pool)
     if not waiting:
         return 0
     need = min(waiting)

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, select
 
 from bot.services import device_records, notices
 from bot.services.context import Context, record
-from rules.domain import LeaseState, Reason
+from rules.domain import Reason
 from rules.engine import Decision, Match
 from rules.lease_facts import GpuSnapshot
+from storage import leases as storage_leases
 from storage import outbox
 from storage.db import lock_for_update
 from storage.outbox import Owed
-from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, SettingRow
+from storage.tables import GpuRow, SettingRow
 
 if TYPE_CHECKING:
     from bot.services.sweep import Pass
@@ -96,7 +96,9 @@ def _unreserved(
         subject = f"gpu:{gpu.node}:{gpu.index}"
         # Whose lease on this GPU was just reclaimed: the reclaim DM told them; inviting
         # them to borrow it back a minute later would undo the reclaim.
-        reclaimed = _reclaimed_from(session, gpu.id, run.now - run.ctx.policy.timing.grace)
+        reclaimed = storage_leases.reclaimed_from(
+            session, gpu.id, run.now - run.ctx.policy.timing.grace
+        )
         not_offered = []
         for unix_user in new:
             slack_user = run.ctx.policy.accounts.get(unix_user)
@@ -129,20 +131,6 @@ def _unreserved(
             detail={"users": users},
         )
     run.report.notified.append(f"{gpu.node}:{gpu.index} unreserved")
-
-
-def _reclaimed_from(session: Session, gpu_id: int, since: datetime) -> set[str]:
-    """The holders of leases on this GPU reclaimed since `since`."""
-    stmt = (
-        select(LeaseRow.holder)
-        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
-        .where(
-            LeaseGpuRow.gpu_id == gpu_id,
-            LeaseRow.state == LeaseState.RECLAIMED,
-            col(LeaseRow.ended_at) >= since,
-        )
-    )
-    return set(session.exec(stmt).all())
 
 
 def _clear(ctx: Context, key: str) -> None:
