@@ -1,0 +1,118 @@
+"""The lease repository: what active leases hold, the sweep's snapshot, and the locks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlmodel import Session
+
+from rules.marks import Marks
+from storage import leases, outbox
+from storage.db import Database
+from storage.outbox import Owed
+from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, PoolRow
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def a_fleet(session: Session) -> list[int]:
+    """Pool a100 with one node of four GPUs; their ids."""
+    session.add(PoolRow(name="a100"))
+    session.flush()
+    node = NodeRow(name="a100-node-01", pool="a100")
+    session.add(node)
+    session.flush()
+    assert node.id is not None
+    gpus = [GpuRow(node_id=node.id, index=i, pool="a100") for i in range(4)]
+    session.add_all(gpus)
+    session.flush()
+    return [g.id for g in gpus if g.id is not None]
+
+
+def a_lease(
+    session: Session,
+    gpu_ids: list[int],
+    *,
+    holder: str = "U1",
+    team: str = "vision",
+    state: str = "active",
+    marks: Marks | None = None,
+) -> int:
+    lease = LeaseRow(
+        holder=holder,
+        team=team,
+        pool="a100",
+        gpus=len(gpu_ids),
+        state=state,
+        granted_at=NOW - timedelta(hours=1),
+        expires_at=NOW + timedelta(hours=5),
+        warnings=marks or Marks(),
+    )
+    session.add(lease)
+    session.flush()
+    assert lease.id is not None
+    for gpu_id in gpu_ids:
+        session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=state == "active"))
+    session.flush()
+    return lease.id
+
+
+def test_what_active_leases_hold(database: Database) -> None:
+    """GPUs per team, per GPU, and each lease's slots; ended leases hold nothing."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+        first = a_lease(session, gpus[:2])
+        second = a_lease(session, gpus[2:3], holder="U2", team="nlp")
+        a_lease(session, gpus[3:], holder="U3", team="nlp", state="released")
+    with database.read() as session:
+        assert {"vision": 2, "nlp": 1} == leases.held_by_team(session, "a100")
+        assert {gpus[0]: first, gpus[1]: first, gpus[2]: second} == {
+            gpu: lease for gpu, (lease, _, _) in leases.held_gpus(session).items()
+        }
+        assert [("a100-node-01", 0), ("a100-node-01", 1)] == sorted(leases.slots_of(session, first))
+        assert {first: "U1", second: "U2"} == leases.holders(session, [first, second])
+        assert [first, second] == [row.id for row in leases.active_in(session, "a100")]
+        assert [first] == [row.id for row in leases.lock_active_of(session, "U1")]
+
+
+def test_a_lease_locked_only_while_it_is_the_one_read(database: Database) -> None:
+    """`lock_active` gives nothing once the lease was extended or ended since it was read."""
+    with database.write() as session:
+        lease_id = a_lease(session, a_fleet(session)[:1])
+    expires = NOW + timedelta(hours=5)
+    with database.write() as session:
+        assert leases.lock_active(session, lease_id, expires) is not None
+        assert leases.lock_active(session, lease_id, expires + timedelta(hours=1)) is None
+        row = leases.lock(session, lease_id)
+        assert row is not None
+        row.state = "released"
+        session.add(row)
+    with database.write() as session:
+        assert leases.lock_active(session, lease_id, expires) is None
+        assert leases.lock(session, 999) is None
+
+
+def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(database: Database) -> None:
+    """A warning counts as delivered only once its outbox row is."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+        sent = outbox.owe(session, Owed("lease_warning", "lease:1", "U1", {}), at=NOW)
+        waiting = outbox.owe(session, Owed("lease_warning", "lease:1", "U1", {}), at=NOW)
+        assert sent.id is not None
+        assert waiting.id is not None
+        marks = (
+            Marks()
+            .with_warning("expiry", outbox=sent.id, owed_at=NOW, lead_min=60.0)
+            .with_warning("idle", outbox=waiting.id, owed_at=NOW, lead_min=0.0)
+            .with_recall(at=NOW, request=4, team="nlp", because="b")
+        )
+        lease_id = a_lease(session, gpus[:2], marks=marks)
+        sent.state, sent.delivered_at = outbox.DELIVERED, NOW
+        session.add(sent)
+    with database.read() as session:
+        snapshots, warned = leases.active_snapshots(session)
+        assert leases.any_recalled(session, "a100")
+    (snapshot,) = snapshots
+    assert (lease_id, marks) == (snapshot.id, snapshot.warnings)
+    assert (("a100-node-01", 0), ("a100-node-01", 1)) == snapshot.slots
+    assert {"expiry": NOW, "idle": None} == dict(warned[lease_id].delivered)
