@@ -17,6 +17,7 @@ from bot.services import (
     enforcement,
     explain,
     leases,
+    notice_views,
     overview,
     queueing,
     recall,
@@ -25,6 +26,7 @@ from bot.services import (
 from bot.services.borrowing import BorrowAsk
 from bot.services.context import Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
+from bot.services.notice_views import Notice
 from bot.services.queries import (
     GpuLine,
     Place,
@@ -54,7 +56,7 @@ from bot.services.views import (
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.policy import Policy
-from storage import audit, outbox
+from storage import outbox
 from storage.db import Database
 from storage.tables import LeaseRow, OutboxRow, RequestRow
 
@@ -149,13 +151,6 @@ class Services:
     def snooze(self, user: str, lease_id: int) -> LeaseView | Refused:
         return leases.snooze(self.ctx, user, lease_id)
 
-    def warning_stands(self, lease_id: int, owed: OutboxRow) -> bool:
-        """Is this the warning the lease stands on now (not one a newer warning replaced)?"""
-        with self.db.read() as session:
-            row = session.get(LeaseRow, lease_id)
-            sent = row.warnings.get(str(owed.data.get("reason"))) if row else None
-            return isinstance(sent, dict) and sent.get("outbox") == owed.id
-
     def landed(self, subject: str, kinds: tuple[str, ...]) -> list[OutboxRow]:
         """Where the messages of these kinds about `subject` were delivered."""
         with self.db.read() as session:
@@ -177,11 +172,6 @@ class Services:
     def record_results(self, node: str, order: int, results: list[dict[str, Any]]) -> str | None:
         """What an agent did with an order; None when recorded, else why not."""
         return enforcement.record_results(self.ctx, node, order, results)
-
-    def snoozes(self, lease_id: int) -> int:
-        with self.db.read() as session:
-            row = session.get(LeaseRow, lease_id)
-            return row.snoozes if row else 0
 
     def sweep(self, readings: Readings) -> SweepReport:
         """One pass of the reconcile loop (the scheduler's `sweep` job, or a test, calls it)."""
@@ -235,13 +225,6 @@ class Services:
         with self.db.read() as session:
             row = session.get(LeaseRow, lease_id)
             return lease_view(session, row) if row else None
-
-    def because(self, request_id: int) -> str:
-        """The rules' reason recorded with a request's decision ("" when none)."""
-        with self.db.read() as session:
-            row = session.get(RequestRow, request_id)
-            found = audit.get(session, row.audit_id) if row and row.audit_id else None
-            return str(found.detail.get("because", "")) if found else ""
 
     def quota_of(self, team: str, pool: str) -> QuotaUse | None:
         with self.db.read() as session:
@@ -353,3 +336,9 @@ class Services:
             )
             sync_inventory(session, policy, at=now, actor=actor)
         return policy
+
+    def notice(self, outbox_id: int) -> Notice | None:
+        """What an owed message says as its subject stands now (None: nothing left to say)."""
+        with self.db.read() as session:
+            row = session.get(OutboxRow, outbox_id)
+            return notice_views.notice(session, self.ctx, row) if row else None
