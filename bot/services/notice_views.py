@@ -22,6 +22,7 @@ from bot.services.queries import lease_view, request_view
 from bot.services.views import ApprovalEffects, LeaseView, QuotaUse, RequestView
 from rules.domain import LeaseState, RequestState
 from storage import audit, outbox
+from storage.outbox import OutboxKind
 from storage.tables import AuditRow, LeaseRow, OutboxRow, RequestRow
 
 
@@ -167,8 +168,13 @@ Notice = (
     | AdminNotice
 )
 
-_REQUEST_KINDS = ("approval_card", "card_settled", "request_decided")
-_LEASE_KINDS = ("lease_granted", "lease_ended", "lease_warning", "lease_reclaimed")
+_REQUEST_KINDS = (OutboxKind.APPROVAL_CARD, OutboxKind.CARD_SETTLED, OutboxKind.REQUEST_DECIDED)
+_LEASE_KINDS = (
+    OutboxKind.LEASE_GRANTED,
+    OutboxKind.LEASE_ENDED,
+    OutboxKind.LEASE_WARNING,
+    OutboxKind.LEASE_RECLAIMED,
+)
 
 
 def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
@@ -177,14 +183,14 @@ def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
     if owed.kind in _REQUEST_KINDS:
         request = session.get(RequestRow, int(data["request"]))
         return _about_request(session, ctx, owed, request) if request else None
-    if owed.kind in (*_LEASE_KINDS, "recall_withdrawn", "lease_closed"):
+    if owed.kind in (*_LEASE_KINDS, OutboxKind.RECALL_WITHDRAWN, OutboxKind.LEASE_CLOSED):
         lease = session.get(LeaseRow, int(data["lease"]))
         return _about_lease(session, ctx, owed, lease) if lease else None
-    if owed.kind == "unreserved_use":
+    if owed.kind == OutboxKind.UNRESERVED_USE:
         return UnreservedUse(
             str(data["node"]), int(data["index"]), str(data["pool"]), str(data["user"])
         )
-    if owed.kind in ("admin_notice", "notice"):
+    if owed.kind in (OutboxKind.ADMIN_NOTICE, OutboxKind.NOTICE):
         return AdminNotice(str(data["text"]))
     return None
 
@@ -194,12 +200,12 @@ def _about_request(
 ) -> Notice | None:
     request = request_view(row)
     pending = request.state == RequestState.PENDING
-    if owed.kind == "request_decided":
+    if owed.kind == OutboxKind.REQUEST_DECIDED:
         data = owed.data
         return RequestDecided(
             request.code, str(data["verdict"]), str(data["by"]), str(data["reason"]), request.state
         )
-    if owed.kind == "card_settled" and not pending:
+    if owed.kind == OutboxKind.CARD_SETTLED and not pending:
         return SettledCard(request, note=str(owed.data.get("reason") or ""))
     # A card drawn (or redrawn) while its request still waits shows today's numbers and buttons.
     if not pending:  # settled before its card went out
@@ -225,20 +231,20 @@ def _about_lease(session: Session, ctx: Context, owed: OutboxRow, row: LeaseRow)
     data = owed.data
     active = lease.state == LeaseState.ACTIVE
     match owed.kind:
-        case "lease_granted":
+        case OutboxKind.LEASE_GRANTED:
             if not active:  # ended before its grant went out: say so rather than offer buttons
                 return EndedGrant(lease)
             return Grant(lease, tuple(str(u) for u in data.get("unknown", [])))
-        case "lease_warning":
+        case OutboxKind.LEASE_WARNING:
             # Superseded, or released or extended before it could go out: nothing to say.
             return _warning(ctx, owed, row, lease) if active and _stands(owed, row) else None
-        case "recall_withdrawn":
+        case OutboxKind.RECALL_WITHDRAWN:
             return RecallWithdrawn(lease) if active else None
-        case "lease_reclaimed":
+        case OutboxKind.LEASE_RECLAIMED:
             return Reclaimed(lease, str(data["reason"]), str(data.get("because") or ""))
-        case "lease_ended":
+        case OutboxKind.LEASE_ENDED:
             return EndedByOther(lease, str(data["by"]))
-        case "lease_closed":
+        case OutboxKind.LEASE_CLOSED:
             return None if active else _closed(session, owed, lease)
     return None
 
@@ -269,11 +275,13 @@ def _warning(ctx: Context, owed: OutboxRow, row: LeaseRow, lease: LeaseView) -> 
 def _closed(session: Session, owed: OutboxRow, lease: LeaseView) -> LeaseClosed:
     by = str(owed.data.get("by") or "")
     redraws = []
-    for shown in outbox.landed(session, owed.subject, ("lease_granted", "lease_warning")):
+    for shown in outbox.landed(
+        session, owed.subject, (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING)
+    ):
         if not shown.channel or not shown.ts:
             continue
         now: EndedGrant | EndedWarning
-        if shown.kind == "lease_granted":
+        if shown.kind == OutboxKind.LEASE_GRANTED:
             now = EndedGrant(lease, by)
         else:
             reason, because = str(shown.data.get("reason")), str(shown.data.get("because") or "")

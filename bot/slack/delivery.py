@@ -39,6 +39,7 @@ from bot.slack.sending import (
 )
 from storage import outbox
 from storage.db import Database, one_line
+from storage.outbox import OutboxKind
 from storage.tables import OutboxRow
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,7 @@ class Deliverer:
         blocked: set[str] = set()
         with self._known_lock:
             rows = [r for r in rows if r.id not in self._inflight]  # the express thread's
-        newest_home = {r.recipient: r.id for r in rows if r.kind == "home"}
+        newest_home = {r.recipient: r.id for r in rows if r.kind == OutboxKind.HOME}
         for row in rows:
             assert row.id is not None
             if report.database_down:  # every claim would wait out the database, one by one
@@ -218,7 +219,7 @@ class Deliverer:
             if row.recipient in blocked:
                 report.deferred += 1
                 continue
-            if row.kind == "home" and newest_home.get(row.recipient) != row.id:
+            if row.kind == OutboxKind.HOME and newest_home.get(row.recipient) != row.id:
                 self._record(row, Dropped("a newer Home tab replaces it"), report)
                 continue
             if not self._attempt(row, report):
@@ -306,14 +307,14 @@ class Deliverer:
             if waiting:  # a message still on its way: update it once it has landed
                 return _DEFERRED
         rendered = self.render(row)
-        if row.kind == "lease_closed":
+        if row.kind == OutboxKind.LEASE_CLOSED:
             if rendered is None or not rendered.updates:
                 return Dropped("no message to update")
             return rendered
-        if row.kind != "card_settled":
+        if row.kind != OutboxKind.CARD_SETTLED:
             return rendered if rendered is not None else Dropped("nothing left to say")
         with self.db.read() as session:
-            cards = outbox.landed(session, row.subject, ["approval_card"])
+            cards = outbox.landed(session, row.subject, [OutboxKind.APPROVAL_CARD])
         if rendered is None or not cards:
             return Dropped("no card to update")
         return rendered, [(c.channel, c.ts) for c in cards]

@@ -37,14 +37,15 @@ from bot.slack.blocks.warnings import (
 )
 from bot.slack.people import People
 from bot.slack.sending import Render, Rendered
+from storage.outbox import OutboxKind
 from storage.tables import OutboxRow
 
 
 def renderer(services: Services, people: People) -> Render:
     def render(row: OutboxRow) -> Rendered | None:
-        if row.kind == "reply":
+        if row.kind == OutboxKind.REPLY:
             return Rendered(str(row.data.get("text") or ""), list(row.data.get("blocks") or []))
-        if row.kind == "home":
+        if row.kind == OutboxKind.HOME:
             return Rendered("", [], view=home_view(services.home(row.recipient)))
         assert row.id is not None
         found = services.notice(row.id)
