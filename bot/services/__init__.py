@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from bot.rulesdir import read_rules_dir
 from bot.services import (
     admin,
     agents,
@@ -342,3 +344,21 @@ class Services:
         with self.db.read() as session:
             row = session.get(OutboxRow, outbox_id)
             return notice_views.notice(session, self.ctx, row) if row else None
+
+    def reload_rules_dir(self, actor: str, directory: Path) -> Policy:
+        """Read the rule files in `directory` and reload them (`reload_rules`). Raises
+        RulesDirError when there are none to read, PolicyError when they do not load."""
+        return self.reload_rules(actor, read_rules_dir(directory))
+
+    def now(self) -> datetime:
+        """The clock every use case reads (a test's or the demo's when they set one)."""
+        return self.ctx.now()
+
+    @property
+    def engine_name(self) -> str:
+        """The engine deciding now ("durable", or the pure-Python reference)."""
+        return self.ctx.live.engine_name
+
+    def close(self) -> None:
+        """Free the compiled rules (the engine keeps them until told)."""
+        self.ctx.live.close()

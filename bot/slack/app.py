@@ -59,7 +59,7 @@ class SlackDeps:
     inbox: Inbox = field(init=False)
 
     def now(self) -> datetime:
-        return self.services.ctx.now().astimezone(UTC)
+        return self.services.now().astimezone(UTC)
 
     def accept(
         self,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from slack_bolt import Ack, App
 
-from bot.rulesdir import RulesDirError, read_rules_dir
+from bot.rulesdir import RulesDirError
 from bot.services import Refused
 from bot.services.views import BorrowResult
 from bot.slack import parse as p
@@ -188,9 +188,8 @@ def _admin(deps: SlackDeps, user: str, command: p.Admin) -> Message:
 
 
 def _reload(deps: SlackDeps, user: str) -> str | Refused:
-    directory = deps.settings.rules_dir
     try:
-        policy = deps.services.reload_rules(user, read_rules_dir(directory))
+        policy = deps.services.reload_rules_dir(user, deps.settings.rules_dir)
     except RulesDirError as exc:
         return Refused(f"Reload refused, the rules in force stay: {exc}", "reload")
     except PolicyError as exc:
