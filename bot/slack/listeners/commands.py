@@ -35,7 +35,7 @@ from rules.errors import PolicyError
 from storage.tables import InboxRow
 
 if TYPE_CHECKING:
-    from bot.slack.app import SlackDeps
+    from bot.slack.deps import SlackDeps
 
 #: The fields of a slash command a worker needs (the rest of Slack's form is not kept).
 FIELDS = ("user_id", "text", "channel_id", "team_id", "response_url", "trigger_id")
