@@ -80,7 +80,7 @@ class Bot:
         write down what the fleet shows (agents' pushes included)."""
         seen = 0
         if self.source is not None:
-            now = self.services.ctx.now()
+            now = self.services.now()
             try:
                 samples = self.source.poll(now)
             except TelemetryUnavailable as exc:
@@ -118,7 +118,7 @@ class Bot:
     def sweep(self) -> None:
         """The `sweep` job: one reconcile pass, then deliver what it owes."""
         if self.source is None:
-            self._store_history(self.services.ctx.now())  # agents' samples have history too
+            self._store_history(self.services.now())  # agents' samples have history too
         report = self.services.sweep(self.telemetry)  # the poll job observed the fleet already
         granted = self.services.serve_queue()  # reclaims and expiries free GPUs for the queue
         if (report.changed or granted) and self.deliverer.want():
@@ -127,7 +127,7 @@ class Bot:
     def retain(self) -> None:
         """The `retention` job: per-minute history older than HISTORY_KEPT goes, and so do
         inbox rows old enough that Slack can no longer retry them."""
-        now = self.services.ctx.now()
+        now = self.services.now()
         with self.db.write() as session:
             gpus.prune_minutes(session, now - HISTORY_KEPT)
             inbox.prune(session, now - inbox.KEPT)
@@ -140,7 +140,7 @@ class Bot:
                 probe = session.get(SettingRow, HEALTH_PROBE) or SettingRow(
                     key=HEALTH_PROBE, value="", updated_by="gpubot"
                 )
-                now = self.services.ctx.now()
+                now = self.services.now()
                 probe.value, probe.updated_at = now.isoformat(), now
                 session.add(probe)
         except SQLAlchemyError as exc:
@@ -164,7 +164,7 @@ class Bot:
             "database_kind": self.db.dialect,
             "slack": "ok" if self.identity.checked.is_set() else "not yet reached",
             "rules_revision": self.services.policy.revision,
-            "engine": self.services.ctx.live.engine_name,
+            "engine": self.services.engine_name,
             "automation_paused": self.services.paused(),
             "inbox_pending": waiting,
             "outbox_pending": owed.get(outbox.PENDING, 0) + owed.get(outbox.SENDING, 0),
@@ -190,7 +190,7 @@ class Bot:
         self.deliverer.close()
         if self.source is not None:
             self.source.close()
-        self.services.ctx.live.close()
+        self.services.close()
         self.db.dispose()
         log.info(
             "gpubot stopped: what it had begun is finished or left recorded for the next start"
@@ -219,7 +219,7 @@ def assemble(
     )
     client = client or web_client(settings)
     jobs = Jobs()
-    deliverer = Deliverer(db, client, renderer(services, People(client)), services.ctx.now)
+    deliverer = Deliverer(db, client, renderer(services, People(client)), services.now)
 
     identity = Identity(client)
     app, inbox_ = build_app(
@@ -230,20 +230,20 @@ def assemble(
         deliver=deliverer.express,  # what a request owed goes out at once, on its own thread
         claimant=deliverer.token,
     )
-    telemetry = Telemetry(services.policy.timing.stale_after, clock=services.ctx.now)
+    telemetry = Telemetry(services.policy.timing.stale_after, clock=services.now)
     feed = choose(
         settings.telemetry,
         agents=settings.agent_tokens_file is not None,
         fleet_path=settings.fleet,
         node_name=settings.node_name,
-        start=services.ctx.now(),
+        start=services.now(),
     )
     ingest = None
     if settings.agent_tokens_file is not None:
         ingest = Ingest(
             load_tokens(settings.agent_tokens_file),
             telemetry,
-            services.ctx.now,
+            services.now,
             on_refused=services.record_refused_agent,
             orders=services.take_orders,
             results=services.record_results,
@@ -263,7 +263,7 @@ def assemble(
         feed.source,
         ingest,
         feed=feed,
-        watching_since=None if feed.kind == "none" else services.ctx.now(),
+        watching_since=None if feed.kind == "none" else services.now(),
     )
     jobs.every(INBOX, INBOX_EVERY, inbox_.run_due)
     jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)

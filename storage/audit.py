@@ -14,6 +14,7 @@ from collections.abc import Generator, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -52,6 +53,52 @@ _audit = AuditRow.__table__  # type: ignore[attr-defined]  # SQLModel sets it at
 _head = AuditHeadRow.__table__  # type: ignore[attr-defined]
 
 
+class AuditTag(StrEnum):
+    """Every tag an audit row carries, `subject:action`: what it is about, and what happened."""
+
+    AGENT_REFUSED = "agent:refused"
+    APPROVAL_REFUSED = "approval:refused"
+    AUTOMATION_PAUSED = "automation:paused"
+    AUTOMATION_RESUMED = "automation:resumed"
+    BORROW_APPROVED = "borrow:approved"
+    BORROW_ASKED = "borrow:asked"
+    BORROW_QUEUED = "borrow:queued"
+    BORROW_DENIED = "borrow:denied"
+    ENFORCE_ORDERED = "enforce:ordered"
+    ENFORCE_DONE = "enforce:done"
+    EXTEND_APPROVED = "extend:approved"
+    EXTEND_ASKED = "extend:asked"
+    EXTEND_DENIED = "extend:denied"
+    EXTEND_WITHDRAWN = "extend:withdrawn"
+    GPU_SWAPPED = "gpu:swapped"
+    GPU_UNHEALTHY = "gpu:unhealthy"
+    GPU_UNRESERVED = "gpu:unreserved"
+    INVENTORY_SYNCED = "inventory:synced"
+    LEASE_GRANTED = "lease:granted"
+    LEASE_EXTENDED = "lease:extended"
+    LEASE_SNOOZED = "lease:snoozed"
+    LEASE_WARNED = "lease:warned"
+    LEASE_INTRUDED = "lease:intruded"
+    LEASE_RECALLED = "lease:recalled"
+    LEASE_RECALL_REASSIGNED = "lease:recall-reassigned"
+    LEASE_RECALL_WITHDRAWN = "lease:recall-withdrawn"
+    LEASE_RELEASED = "lease:released"
+    LEASE_RECLAIMED = "lease:reclaimed"
+    NODE_UNKNOWN = "node:unknown"
+    NODE_NOT_REPORTING = "node:not-reporting"
+    NODE_BACK = "node:back"
+    NODE_DRAINED = "node:drained"
+    NODE_UNDRAINED = "node:undrained"
+    QUEUE_GRANTED = "queue:granted"
+    QUEUE_TIMED_OUT = "queue:timed-out"
+    REQUEST_CANCELLED = "request:cancelled"
+    RULES_RELOADED = "rules:reloaded"
+    RULES_REJECTED = "rules:rejected"
+    SWEEP_RECLAIM = "sweep:reclaim"
+    SWEEP_WOULD_HAVE = "sweep:would-have"
+    SWEEP_NOTIFIED = "sweep:notified"
+
+
 # Built once: compiled once per dialect and reused, with only parameters changing per append.
 _HEAD_QUERY = sa.select(_head.c.last_id, _head.c.last_hash).where(_head.c.id == _HEAD_ID)
 _INSERT_ROW = sa.insert(_audit)
@@ -71,7 +118,7 @@ class AuditEntry:
     """What a caller wants recorded; `append` adds the id, time and chain hashes."""
 
     actor: str
-    tag: str  # subject:action, e.g. lease:granted
+    tag: AuditTag | str  # subject:action, e.g. lease:granted (tests use their own)
     subject: str  # e.g. lease:12, request:7, rules
     outcome: str = ""
     deciding_rule: str = ""
@@ -159,7 +206,7 @@ def append(session: Session, entry: AuditEntry, *, at: datetime) -> AuditRow:
         "id": last_id + 1,
         "at": at.astimezone(UTC),
         "actor": entry.actor,
-        "tag": entry.tag,
+        "tag": str(entry.tag),
         "subject": entry.subject,
         "outcome": entry.outcome,
         "deciding_rule": entry.deciding_rule,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -36,6 +37,25 @@ IN_DOUBT_WAIT = timedelta(minutes=1)
 _OWED = "gpubot_owed"  # session.info: the rows owed in the session's transaction
 #: Attempts before a message is given up (about two hours of a Slack outage at 5-minute backoff).
 MAX_ATTEMPTS = 30
+
+
+class OutboxKind(StrEnum):
+    """What an outbox row owes (the Slack adapter draws each kind its own way)."""
+
+    REPLY = "reply"  # the answer to a command or a click, drawn when it was carried out
+    HOME = "home"  # a person's Home tab, drawn when it is published
+    APPROVAL_CARD = "approval_card"  # a request waits: to the approval channel or approvers
+    CARD_SETTLED = "card_settled"  # redraw every approval card of a request in place
+    REQUEST_DECIDED = "request_decided"  # tell the requester what a person decided
+    LEASE_GRANTED = "lease_granted"  # the holder's grant DM
+    LEASE_ENDED = "lease_ended"  # someone else ended the holder's lease
+    LEASE_CLOSED = "lease_closed"  # redraw an ended lease's grant and warning DMs in place
+    LEASE_WARNING = "lease_warning"  # expiry, idle, preempt or unhealthy, before anything is taken
+    LEASE_RECLAIMED = "lease_reclaimed"  # the lease was reclaimed, and why
+    RECALL_WITHDRAWN = "recall_withdrawn"  # the lease warned of preemption stays
+    UNRESERVED_USE = "unreserved_use"  # a process runs on a GPU no lease covers
+    ADMIN_NOTICE = "admin_notice"  # a line for each admin
+    NOTICE = "notice"  # a line for one person
 
 
 def backoff(attempts: int) -> timedelta:
@@ -72,7 +92,7 @@ _DELIVERED = (
 class Owed:
     """One message someone is owed: its kind, what it is about, and to whom."""
 
-    kind: str
+    kind: OutboxKind | str
     subject: str
     recipient: str
     data: Mapping[str, Any]
@@ -85,7 +105,7 @@ def owe(
     once with what the request owed (a cosmetic redraw that later changes may fold into)."""
     row = OutboxRow(
         created_at=at,
-        kind=message.kind,
+        kind=str(message.kind),
         subject=message.subject,
         recipient=message.recipient,
         data=dict(message.data),

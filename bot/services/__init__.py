@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from bot.rulesdir import read_rules_dir
 from bot.services import (
     admin,
     agents,
@@ -19,6 +21,7 @@ from bot.services import (
     explain,
     extensions,
     leases,
+    notice_views,
     overview,
     queueing,
     recall,
@@ -29,6 +32,7 @@ from bot.services import (
 from bot.services.borrowing import BorrowAsk
 from bot.services.context import SYSTEM, Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
+from bot.services.notice_views import Notice
 from bot.services.reads import lease_view, list_leases, list_requests, request_view
 from bot.services.sweep import SweepReport
 from bot.services.views import (
@@ -50,7 +54,7 @@ from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.lease_facts import Readings
 from rules.policy import Policy
-from storage import audit, outbox
+from storage import outbox
 from storage.db import Database
 from storage.gpus import GpuLine, Place, gpu_lines
 from storage.tables import LeaseRow, OutboxRow, RequestRow
@@ -146,13 +150,6 @@ class Services:
     def snooze(self, user: str, lease_id: int) -> LeaseView | Refused:
         return leases.snooze(self.ctx, user, lease_id)
 
-    def warning_stands(self, lease_id: int, owed: OutboxRow) -> bool:
-        """Is this the warning the lease stands on now (not one a newer warning replaced)?"""
-        with self.db.read() as session:
-            row = session.get(LeaseRow, lease_id)
-            sent = row.warnings.warning(str(owed.data.get("reason"))) if row else None
-            return sent is not None and sent.get("outbox") == owed.id
-
     def landed(self, subject: str, kinds: tuple[str, ...]) -> list[OutboxRow]:
         """Where the messages of these kinds about `subject` were delivered."""
         with self.db.read() as session:
@@ -174,11 +171,6 @@ class Services:
     def record_results(self, node: str, order: int, results: list[dict[str, Any]]) -> str | None:
         """What an agent did with an order; None when recorded, else why not."""
         return enforcement.record_results(self.ctx, node, order, results)
-
-    def snoozes(self, lease_id: int) -> int:
-        with self.db.read() as session:
-            row = session.get(LeaseRow, lease_id)
-            return row.snoozes if row else 0
 
     def sweep(self, readings: Readings) -> SweepReport:
         """One pass of the reconcile loop (the scheduler's `sweep` job, or a test, calls it)."""
@@ -232,13 +224,6 @@ class Services:
         with self.db.read() as session:
             row = session.get(LeaseRow, lease_id)
             return lease_view(session, row) if row else None
-
-    def because(self, request_id: int) -> str:
-        """The rules' reason recorded with a request's decision ("" when none)."""
-        with self.db.read() as session:
-            row = session.get(RequestRow, request_id)
-            found = audit.get(session, row.audit_id) if row and row.audit_id else None
-            return str(found.detail.get("because", "")) if found else ""
 
     def quota_of(self, team: str, pool: str) -> QuotaUse | None:
         with self.db.read() as session:
@@ -352,3 +337,27 @@ class Services:
             )
             sync_inventory(session, policy, at=now, actor=actor)
         return policy
+
+    def notice(self, outbox_id: int) -> Notice | None:
+        """What an owed message says as its subject stands now (None: nothing left to say)."""
+        with self.db.read() as session:
+            row = session.get(OutboxRow, outbox_id)
+            return notice_views.notice(session, self.ctx, row) if row else None
+
+    def reload_rules_dir(self, actor: str, directory: Path) -> Policy:
+        """Read the rule files in `directory` and reload them (`reload_rules`). Raises
+        RulesDirError when there are none to read, PolicyError when they do not load."""
+        return self.reload_rules(actor, read_rules_dir(directory))
+
+    def now(self) -> datetime:
+        """The clock every use case reads (a test's or the demo's when they set one)."""
+        return self.ctx.now()
+
+    @property
+    def engine_name(self) -> str:
+        """The engine deciding now ("durable", or the pure-Python reference)."""
+        return self.ctx.live.engine_name
+
+    def close(self) -> None:
+        """Free the compiled rules (the engine keeps them until told)."""
+        self.ctx.live.close()

@@ -13,7 +13,7 @@ from rules.engine import Decision
 from rules.engine.live import LivePolicy
 from rules.policy import Policy
 from storage import audit
-from storage.audit import AuditEntry
+from storage.audit import AuditEntry, AuditTag
 from storage.db import Database
 from storage.tables import AuditRow
 
@@ -48,7 +48,7 @@ def record(
     *,
     at: datetime,
     actor: str,
-    tag: str,
+    tag: AuditTag | str,
     subject: str,
     decision: Decision | None = None,
     outcome: str = "",

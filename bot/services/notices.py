@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 
 from rules.domain import RequestState
 from storage import outbox
-from storage.outbox import Owed, owe
+from storage.outbox import OutboxKind, Owed, owe
 from storage.tables import LeaseRow, OutboxRow, RequestRow
 
 CARDS = "cards"  # the recipient of card_settled: wherever the request's cards landed
@@ -37,7 +37,11 @@ def approval_cards(session: Session, request: RequestRow, *, at: datetime) -> No
     route = request.approval_route
     recipients = [route] if route.startswith(("C", "G")) else list(request.approvers)
     for recipient in recipients:
-        owe(session, Owed("approval_card", subject, recipient, {"request": request.id}), at=at)
+        owe(
+            session,
+            Owed(OutboxKind.APPROVAL_CARD, subject, recipient, {"request": request.id}),
+            at=at,
+        )
 
 
 def settled(
@@ -52,9 +56,9 @@ def settled(
 ) -> None:
     subject = f"request:{request.id}"
     data = {"request": request.id, "by": by, "verdict": verdict, "reason": reason}
-    owe(session, Owed("card_settled", subject, CARDS, data), at=at)
+    owe(session, Owed(OutboxKind.CARD_SETTLED, subject, CARDS, data), at=at)
     if tell_requester:
-        owe(session, Owed("request_decided", subject, request.requester, data), at=at)
+        owe(session, Owed(OutboxKind.REQUEST_DECIDED, subject, request.requester, data), at=at)
 
 
 def granted(
@@ -64,12 +68,12 @@ def granted(
     data: dict[str, object] = {"lease": lease.id}
     if unknown:
         data["unknown"] = list(unknown)
-    owe(session, Owed("lease_granted", f"lease:{lease.id}", lease.holder, data), at=at)
+    owe(session, Owed(OutboxKind.LEASE_GRANTED, f"lease:{lease.id}", lease.holder, data), at=at)
 
 
 def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
     data = {"lease": lease.id, "by": by}
-    owe(session, Owed("lease_ended", f"lease:{lease.id}", lease.holder, data), at=at)
+    owe(session, Owed(OutboxKind.LEASE_ENDED, f"lease:{lease.id}", lease.holder, data), at=at)
 
 
 def lease_closed(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
@@ -78,13 +82,13 @@ def lease_closed(session: Session, lease: LeaseRow, *, by: str, at: datetime) ->
 
 def closed(lease: LeaseRow, *, by: str) -> Owed:
     data = {"lease": lease.id, "by": by}
-    return Owed("lease_closed", f"lease:{lease.id}", lease.holder, data)
+    return Owed(OutboxKind.LEASE_CLOSED, f"lease:{lease.id}", lease.holder, data)
 
 
 def card_redrawn(request: RequestRow, *, by: str, reason: str = "") -> Owed:
     """Every approval card of a request drawn again as the request stands now."""
     data = {"request": request.id, "by": by, "verdict": "", "reason": reason}
-    return Owed("card_settled", f"request:{request.id}", CARDS, data)
+    return Owed(OutboxKind.CARD_SETTLED, f"request:{request.id}", CARDS, data)
 
 
 def redraw(
@@ -135,16 +139,16 @@ def waiting_cards(session: Session, pool: str, *, at: datetime, besides: int | N
 
 def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:
     data = {"lease": lease.id}
-    owe(session, Owed("recall_withdrawn", f"lease:{lease.id}", lease.holder, data), at=at)
+    owe(session, Owed(OutboxKind.RECALL_WITHDRAWN, f"lease:{lease.id}", lease.holder, data), at=at)
 
 
 def tell(session: Session, user: str, subject: str, text: str, *, at: datetime) -> None:
     """A one-off notice to one person (rendered like an admin notice)."""
-    owe(session, Owed("notice", subject, user, {"text": text}), at=at)
+    owe(session, Owed(OutboxKind.NOTICE, subject, user, {"text": text}), at=at)
 
 
 def tell_admins(
     session: Session, admins: Iterable[str], subject: str, text: str, *, at: datetime
 ) -> None:
     for user in sorted(admins):
-        owe(session, Owed("admin_notice", subject, user, {"text": text}), at=at)
+        owe(session, Owed(OutboxKind.ADMIN_NOTICE, subject, user, {"text": text}), at=at)

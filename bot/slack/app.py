@@ -13,12 +13,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from slack_bolt import Ack, App, BoltResponse
+from slack_bolt import App, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackRequestError
@@ -30,64 +28,15 @@ from slack_sdk.http_retry.builtin_handlers import (
 
 from bot.services import Services
 from bot.settings import Settings
-from bot.slack.inbox import Accepted, Inbox, request_key
-from bot.slack.listeners import actions, commands, events, views
-from bot.slack.people import People, Zone
-from storage.tables import InboxRow
+from bot.slack.deps import NotRecorded, SlackDeps
+from bot.slack.inbox import Inbox
+from bot.slack.listeners import actions, commands, events, submissions
+from bot.slack.people import People
 
 log = logging.getLogger(__name__)
 
-NOT_RECORDED = (
-    ":warning: gpubot could not record your request just now (its database is not "
-    "answering), so nothing was done. Please try again in a minute."
-)
 #: auth.test answers that no retry will mend: the token itself is wrong.
 BAD_TOKEN = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
-
-
-class NotRecorded(Exception):  # noqa: N818 - names the situation, like Slack's own error codes
-    """A request that could not be recorded is refused (503), so Slack shows it failed."""
-
-
-@dataclass
-class SlackDeps:
-    """What listeners need: the use cases, people's names and zones, the inbox and settings."""
-
-    services: Services
-    people: People
-    settings: Settings
-    inbox: Inbox = field(init=False)
-
-    def now(self) -> datetime:
-        return self.services.ctx.now().astimezone(UTC)
-
-    def accept(
-        self,
-        ack: Ack,
-        body: dict[str, Any],
-        *,
-        kind: str,
-        actor: str,
-        payload: dict[str, Any],
-    ) -> None:
-        """Record the request, then ack: what is acked is carried out, exactly once."""
-        accepted = self.inbox.accept(key=request_key(body), kind=kind, actor=actor, payload=payload)
-        if accepted is not Accepted.UNAVAILABLE:
-            ack()
-        elif kind == "command":
-            ack(text=NOT_RECORDED)  # the person reads this where they typed
-        else:
-            raise NotRecorded(kind)
-
-    def look_up(self, row: InboxRow) -> Zone | None:
-        """What a request needs from Slack before its unit of work: the person's time zone,
-        for an end time typed in a command or a form (a users.info call, cached)."""
-        payload = row.payload
-        if row.kind == "command" and "until" in str(payload.get("text", "")).lower():
-            return self.people.zone(row.actor)
-        if row.kind == "view" and payload.get("callback_id") == views.BORROW_MODAL:
-            return self.people.zone(row.actor)
-        return None
 
 
 def web_client(settings: Settings) -> WebClient:
@@ -234,7 +183,7 @@ def build_app(
         {
             "command": partial(commands.carry_out, deps),
             "action": partial(actions.carry_out, deps),
-            "view": partial(views.carry_out, deps),
+            "view": partial(submissions.carry_out, deps),
             "event": partial(events.carry_out, deps),
         },
         prepare=deps.look_up,
@@ -245,7 +194,7 @@ def build_app(
     )
     commands.register(app, deps)
     actions.register(app, deps)
-    views.register(app, deps)
+    submissions.register(app, deps)
     events.register(app, deps)
 
     @app.error

@@ -9,7 +9,8 @@ carries in its metadata before it is sent again; a reply through a response_url,
 be looked up, is sent again (at least once) and counted as in doubt.
 
 Rows go out in the order they were owed; a failure holds back later rows for the same
-recipient in this pass, so nobody reads a "denied" before the card it settles.
+recipient in this pass, so nobody reads a "denied" before the card it settles. How one row
+reaches Slack is bot.slack.sending; how its outcome is written down, bot.slack.recording.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
+from bot.slack.recording import Recorder, Report, summarise
 from bot.slack.sending import (
     UPDATES,
     Dropped,
@@ -39,24 +40,13 @@ from bot.slack.sending import (
 )
 from storage import outbox
 from storage.db import Database, one_line
+from storage.outbox import OutboxKind
 from storage.tables import OutboxRow
 
 log = logging.getLogger(__name__)
 
 _DEFERRED = object()  # not yet: a card update waiting for its card
 EXPRESS_BATCH = 50  # rows the express thread sends before it records their outcomes at once
-
-
-@dataclass
-class Report:
-    delivered: int = 0
-    failed: int = 0
-    deferred: int = 0
-    dropped: int = 0
-    unrecorded: int = 0  # outcomes the database could not take yet (kept, recorded later)
-    database_down: bool = False  # a claim failed: the rest of the pass waits for the next
-    in_doubt: int = 0  # sent again after a crash with no way to know if it had landed
-    errors: list[str] = field(default_factory=list)
 
 
 class Deliverer:
@@ -76,11 +66,10 @@ class Deliverer:
         self.sender = Sender(client)
         self.render = render
         self.clock = clock
-        self.max_attempts = max_attempts
+        self.recorder = Recorder(max_attempts)
         self.token = uuid.uuid4().hex[:12]  # this process's claims
-        self._known: dict[int, Outcome] = {}  # outcomes not recorded yet
         self._inflight: set[int] = set()  # handed to the express thread, not done with yet
-        self._known_lock = threading.Lock()
+        self._inflight_lock = threading.Lock()
         self._pass = threading.Lock()  # one pass at a time, whoever asks
         self._wanted = threading.Event()
         self._express: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
@@ -93,7 +82,7 @@ class Deliverer:
         commit. The inbox's workers never wait on Slack; the pass leaves these rows alone."""
         if not row_ids:
             return
-        with self._known_lock:
+        with self._inflight_lock:
             self._inflight.update(row_ids)
         with self._express_lock:
             if self._express_thread is None:
@@ -124,7 +113,7 @@ class Deliverer:
         """Wait until the express thread has sent (or failed) all it was given."""
         deadline = time.monotonic() + timeout
         while True:
-            with self._known_lock:
+            with self._inflight_lock:
                 busy = bool(self._inflight)
             if not busy or time.monotonic() > deadline:
                 return not busy
@@ -163,7 +152,7 @@ class Deliverer:
                 log.warning("the outbox cannot be read (%s); next pass retries", one_line(exc))
                 return report
             self._send_all(rows, report)
-        _summarise(report)
+        summarise(report)
         return report
 
     def deliver(self, row_ids: Iterable[int]) -> Report:
@@ -175,9 +164,9 @@ class Deliverer:
             if ids:
                 self._deliver_rows(ids, report)
         finally:
-            with self._known_lock:
+            with self._inflight_lock:
                 self._inflight.difference_update(ids)
-        _summarise(report)
+        summarise(report)
         return report
 
     def _deliver_rows(self, ids: list[int], report: Report) -> None:
@@ -207,9 +196,9 @@ class Deliverer:
 
     def _send_all(self, rows: list[OutboxRow], report: Report) -> None:
         blocked: set[str] = set()
-        with self._known_lock:
+        with self._inflight_lock:
             rows = [r for r in rows if r.id not in self._inflight]  # the express thread's
-        newest_home = {r.recipient: r.id for r in rows if r.kind == "home"}
+        newest_home = {r.recipient: r.id for r in rows if r.kind == OutboxKind.HOME}
         for row in rows:
             assert row.id is not None
             if report.database_down:  # every claim would wait out the database, one by one
@@ -218,7 +207,7 @@ class Deliverer:
             if row.recipient in blocked:
                 report.deferred += 1
                 continue
-            if row.kind == "home" and newest_home.get(row.recipient) != row.id:
+            if row.kind == OutboxKind.HOME and newest_home.get(row.recipient) != row.id:
                 self._record(row, Dropped("a newer Home tab replaces it"), report)
                 continue
             if not self._attempt(row, report):
@@ -236,26 +225,19 @@ class Deliverer:
         `claimed`: this deliverer holds the row's claim already (made in the owing commit);
         `later`: the outcome of a send goes there, to be recorded with others."""
         assert row.id is not None
-        with self._known_lock:
-            known = self._known.get(row.id)
-        if known is not None:  # sent (or not) earlier in this process; only the record is late
-            return self._record(row, known, report)
-        try:
-            prepared = self._prepare(row)
-        except Exception as exc:  # a rendering bug: the row waits its backoff, the rest goes on
-            log.exception("rendering outbox row %s (%s) failed", row.id, row.kind)
-            prepared = NotSent(f"rendering failed: {type(exc).__name__}: {exc}")
+        kept = self.recorder.kept(row.id)
+        if kept is not None:  # sent (or not) earlier in this process; only the record is late
+            return self._record(row, kept, report)
+        prepared = self._prepare_or_fail(row)
         if prepared is _DEFERRED:
             report.deferred += 1
             return True
         if isinstance(prepared, Dropped):
             return self._record(row, prepared, report)
-        in_doubt = not claimed and row.state == outbox.SENDING and row.claimed_by != self.token
-        in_doubt = in_doubt or row.claimed_by == outbox.IN_DOUBT
-        if in_doubt and not isinstance(prepared, NotSent):
-            landed = self.sender.landed(row, self.clock())
-            if landed is not None:
-                return self._record(row, landed, report)
+        in_doubt = self._in_doubt(row, claimed=claimed)
+        landed = self._landed(row, prepared) if in_doubt else None
+        if landed is not None:
+            return self._record(row, landed, report)
         if not claimed:
             taken = self._claim(row, report)
             if taken is not True:
@@ -268,6 +250,36 @@ class Deliverer:
                 row.id,
                 row.kind,
             )
+        return self._send(row, prepared, report, later)
+
+    def _prepare_or_fail(self, row: OutboxRow) -> Any:
+        """What to send (`_prepare`), or a NotSent when drawing it failed."""
+        try:
+            return self._prepare(row)
+        except Exception as exc:  # a rendering bug: the row waits its backoff, the rest goes on
+            log.exception("rendering outbox row %s (%s) failed", row.id, row.kind)
+            return NotSent(f"rendering failed: {type(exc).__name__}: {exc}")
+
+    def _in_doubt(self, row: OutboxRow, *, claimed: bool) -> bool:
+        """Was the row claimed by a process that is gone, or sent without an answer? It may
+        have reached Slack."""
+        gone = not claimed and row.state == outbox.SENDING and row.claimed_by != self.token
+        return gone or row.claimed_by == outbox.IN_DOUBT
+
+    def _landed(self, row: OutboxRow, prepared: Any) -> Sent | None:
+        """Where a message in doubt landed, if Slack has it (nothing to look for when it
+        cannot be drawn)."""
+        if isinstance(prepared, NotSent):
+            return None
+        return self.sender.landed(row, self.clock())
+
+    def _send(
+        self,
+        row: OutboxRow,
+        prepared: Any,
+        report: Report,
+        later: list[tuple[OutboxRow, Outcome]] | None,
+    ) -> bool:
         if isinstance(prepared, NotSent):
             outcome: Outcome = prepared
         else:
@@ -306,14 +318,14 @@ class Deliverer:
             if waiting:  # a message still on its way: update it once it has landed
                 return _DEFERRED
         rendered = self.render(row)
-        if row.kind == "lease_closed":
+        if row.kind == OutboxKind.LEASE_CLOSED:
             if rendered is None or not rendered.updates:
                 return Dropped("no message to update")
             return rendered
-        if row.kind != "card_settled":
+        if row.kind != OutboxKind.CARD_SETTLED:
             return rendered if rendered is not None else Dropped("nothing left to say")
         with self.db.read() as session:
-            cards = outbox.landed(session, row.subject, ["approval_card"])
+            cards = outbox.landed(session, row.subject, [OutboxKind.APPROVAL_CARD])
         if rendered is None or not cards:
             return Dropped("no card to update")
         return rendered, [(c.channel, c.ts) for c in cards]
@@ -322,91 +334,4 @@ class Deliverer:
         return self._record_all([(row, outcome)], report)[0]
 
     def _record_all(self, outcomes: list[tuple[OutboxRow, Outcome]], report: Report) -> list[bool]:
-        """Record what became of these rows, in one transaction; per row, whether it got
-        through. Outcomes the database does not take are kept, to be recorded later."""
-        if not outcomes:
-            return []
-        at = self.clock()
-        retries: list[datetime | None] = []
-        try:
-            with self.db.write() as session:
-                for row, outcome in outcomes:
-                    assert row.id is not None
-                    retries.append(self._apply(session, row.id, outcome, at))
-        except SQLAlchemyError as exc:
-            with self._known_lock:
-                self._known.update((row.id, outcome) for row, outcome in outcomes if row.id)
-            report.unrecorded += len(outcomes)
-            log.warning(
-                "%d delivery outcome(s) kept until the database takes them (%s)",
-                len(outcomes),
-                one_line(exc),
-            )
-            return [isinstance(outcome, Sent) for _, outcome in outcomes]
-        with self._known_lock:
-            for row, _ in outcomes:
-                self._known.pop(row.id or 0, None)
-        return [
-            self._count(row, outcome, retry, report)
-            for (row, outcome), retry in zip(outcomes, retries, strict=True)
-        ]
-
-    def _apply(self, session: Any, row_id: int, outcome: Outcome, at: datetime) -> datetime | None:
-        if isinstance(outcome, Sent):
-            outbox.delivered(session, row_id, at=at, channel=outcome.channel, ts=outcome.ts)
-            return None
-        if isinstance(outcome, Dropped):
-            outbox.dropped(session, row_id, at=at, why=outcome.why)
-            return None
-        return outbox.failed(
-            session,
-            row_id,
-            at=at,
-            error=outcome.error,
-            retry_after=outcome.retry_after,
-            max_attempts=self.max_attempts,
-            in_doubt=outcome.in_doubt,
-        )
-
-    def _count(
-        self, row: OutboxRow, outcome: Outcome, retry: datetime | None, report: Report
-    ) -> bool:
-        if isinstance(outcome, Sent):
-            report.delivered += 1
-            return True
-        if isinstance(outcome, Dropped):
-            report.dropped += 1
-            return True
-        report.failed += 1
-        report.errors.append(f"{row.kind} {row.subject}: {outcome.error}")
-        if retry is None:
-            log.error(
-                "outbox row %s (%s to %s) given up after %d attempts: %s",
-                row.id,
-                row.kind,
-                row.recipient,
-                self.max_attempts,
-                outcome.error,
-            )
-        else:
-            log.debug(
-                "delivery of %s %s failed (%s); retrying at %s",
-                row.kind,
-                row.subject,
-                outcome.error,
-                retry.isoformat(),
-            )
-        return False
-
-
-def _summarise(report: Report) -> None:
-    """One line for the deliveries that failed in a pass (each waits its backoff), not one each:
-    an outage would otherwise write a line per owed message per try."""
-    if report.failed:
-        tried = report.delivered + report.failed
-        log.warning(
-            "%d of %d deliveries failed, each retried with backoff (first: %s)",
-            report.failed,
-            tried,
-            report.errors[0] if report.errors else "?",
-        )
+        return self.recorder.record_all(self.db, outcomes, report, at=self.clock())

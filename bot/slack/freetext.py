@@ -134,20 +134,30 @@ class _Reader:
 
     def one(self, i: int) -> int:
         """Read the word at `i` and what belongs to it; how many words that took (0: none)."""
-        w, t, nxt = self.found, self.toks[i], self.at(i + 1)
+        t = self.toks[i]
         if t in ("for", "by"):
-            if got := _duration(self.toks, i + 1):
-                return 1 + _take_duration(
-                    w, got[0], " ".join(self.toks[i : i + 1 + got[1]]), got[1]
-                )
-            if _DECIMAL.fullmatch(nxt):
-                w.problems.append(f"{quote(t + ' ' + nxt)} needs a unit, e.g. `{t} {nxt}h`.")
-                return 2
-            return 0
+            return self._for(i)
         if got := _duration(self.toks, i):
-            return _take_duration(w, got[0], " ".join(self.toks[i : i + got[1]]), got[1])
+            return _take_duration(self.found, got[0], " ".join(self.toks[i : i + got[1]]), got[1])
         if t == "until":
             return 1 + self.until(i + 1)
+        if (used := self._priority(t, self.at(i + 1))) is not None:
+            return used
+        return self._lease(t) if self.leases else self._what(t)
+
+    def _for(self, i: int) -> int:
+        """`for 6h`, `by 2 hours`; `for 6` is a problem: no unit."""
+        w, t, nxt = self.found, self.toks[i], self.at(i + 1)
+        if got := _duration(self.toks, i + 1):
+            return 1 + _take_duration(w, got[0], " ".join(self.toks[i : i + 1 + got[1]]), got[1])
+        if _DECIMAL.fullmatch(nxt):
+            w.problems.append(f"{quote(t + ' ' + nxt)} needs a unit, e.g. `{t} {nxt}h`.")
+            return 2
+        return 0
+
+    def _priority(self, t: str, nxt: str) -> int | None:
+        """`priority:high`, `priority high`, `high priority`, `urgent`; None: not a priority."""
+        w = self.found
         if (m := _PRIO_ONE.fullmatch(t)) and m[1] in _LEVELS:
             w.put("priority", _LEVELS[m[1]], t)
             return 1
@@ -160,11 +170,18 @@ class _Reader:
         if t in ("urgent", "asap"):
             w.put("priority", Priority.HIGH, t)
             return 1
-        if self.leases:
-            if m := _LEASE.fullmatch(t):
-                w.put("lease", int(m[1]), t)
-                return 1
-            return 1 if t in _FILLER or t == "+" else 0
+        return None
+
+    def _lease(self, t: str) -> int:
+        """A lease id (extend): `L7`, `#7`, `7`."""
+        if m := _LEASE.fullmatch(t):
+            self.found.put("lease", int(m[1]), t)
+            return 1
+        return 1 if t in _FILLER or t == "+" else 0
+
+    def _what(self, t: str) -> int:
+        """A pool, a count, or both in one word (`2xa100`)."""
+        w = self.found
         if pool := _pool(t, self.names):
             w.put("pool", pool, t)
             return 1

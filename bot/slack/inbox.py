@@ -28,7 +28,7 @@ from sqlmodel import Session
 from bot.slack.blocks.kit import Message
 from storage import inbox, outbox
 from storage.db import Database, one_line
-from storage.outbox import Owed
+from storage.outbox import OutboxKind, Owed
 from storage.tables import InboxRow
 
 log = logging.getLogger(__name__)
@@ -255,9 +255,9 @@ class Inbox:
             url = row.payload.get("response_url")
             if isinstance(url, str) and url:
                 data["response_url"] = url
-            outbox.owe(session, Owed("reply", subject, row.actor, data), at=at)
+            outbox.owe(session, Owed(OutboxKind.REPLY, subject, row.actor, data), at=at)
         if answer.home:
-            outbox.owe(session, Owed("home", subject, row.actor, {}), at=at)
+            outbox.owe(session, Owed(OutboxKind.HOME, subject, row.actor, {}), at=at)
 
     def _claim(self, session: Session) -> list[int]:
         owed = outbox.owed_in(session)

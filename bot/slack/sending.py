@@ -22,6 +22,7 @@ from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.webhook import WebhookClient
 
 from bot.services.notices import CARDS
+from storage.outbox import OutboxKind
 from storage.tables import OutboxRow
 
 log = logging.getLogger(__name__)
@@ -44,9 +45,9 @@ class Rendered:
 
 #: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
 #: each with the kinds of the messages it redraws: it waits for those still on their way.
-UPDATES = {
-    "card_settled": ("approval_card",),
-    "lease_closed": ("lease_granted", "lease_warning"),
+UPDATES: dict[str, tuple[str, ...]] = {
+    OutboxKind.CARD_SETTLED: (OutboxKind.APPROVAL_CARD,),
+    OutboxKind.LEASE_CLOSED: (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING),
 }
 
 
@@ -116,7 +117,7 @@ class Sender:
         """Where a message in doubt landed, if Slack has it (looked up by its outbox id). None
         for what cannot be looked up: a reply on a live response_url; or need not be: a card
         update or a Home tab, which are the same however often they are sent."""
-        if row.kind in UPDATES or row.kind == "home" or _live_url(row, now):
+        if row.kind in UPDATES or row.kind == OutboxKind.HOME or _live_url(row, now):
             return None
         try:
             channel = self._channel_for(row.recipient)
@@ -135,7 +136,7 @@ class Sender:
         return None
 
     def _call(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
-        if row.kind == "card_settled":
+        if row.kind == OutboxKind.CARD_SETTLED:
             rendered, cards = prepared
             for channel, ts in cards:
                 self.client.chat_update(
@@ -148,7 +149,7 @@ class Sender:
                     channel=channel, ts=ts, text=shown.text, blocks=shown.blocks
                 )
             return Sent(prepared.updates[0][0], prepared.updates[0][1])
-        if row.kind == "home":
+        if row.kind == OutboxKind.HOME:
             self.client.views_publish(user_id=row.recipient, view=prepared.view)
             return Sent(None, None)
         url = _live_url(row, now)
@@ -202,7 +203,7 @@ def has_live_url(row: OutboxRow, now: datetime) -> bool:
 
 
 def _live_url(row: OutboxRow, now: datetime) -> str | None:
-    url = row.data.get("response_url") if row.kind == "reply" else None
+    url = row.data.get("response_url") if row.kind == OutboxKind.REPLY else None
     if isinstance(url, str) and url and now - row.created_at < RESPONSE_URL_LIFE:
         return url
     return None

@@ -27,7 +27,7 @@ def test_rate_limits_and_server_errors_are_retried_and_delivered_once(running: R
     sleeps on either, and the client never re-sends on its own); the DM lands exactly once."""
     running.local.faults.add("chat.postMessage", status=429, retry_after=30)
     running.local.faults.add("chat.postMessage", status=500)
-    now = running.bot.services.ctx.now()
+    now = running.bot.services.now()
     answered(running, ALICE, "borrow 2 a100 for 6h")  # the grant DM's first try: the 429
     deliverer = running.bot.deliverer
     assert deliverer.idle()
@@ -57,7 +57,7 @@ def test_an_outage_keeps_the_message_owed_until_slack_is_back(running: Running) 
     assert {"lease_granted", "approval_card"} == {r.kind for r in waiting}
     assert all("internal_error" in r.last_error for r in waiting)
     running.local.faults.clear()  # Slack is back
-    later = running.bot.services.ctx.now() + timedelta(minutes=6)
+    later = running.bot.services.now() + timedelta(minutes=6)
     running.bot.deliverer.clock = lambda: later
     running.deliver()
     assert "request_approve" in json.dumps(card(running).blocks)
@@ -114,7 +114,7 @@ def test_a_delivery_the_database_cannot_record_is_recorded_later_never_sent_agai
     try:
         other.execute("BEGIN IMMEDIATE")
         assert deliverer.idle()  # sent, and its bookkeeping refused
-        later = running.bot.services.ctx.now() + timedelta(minutes=1)
+        later = running.bot.services.now() + timedelta(minutes=1)
         deliverer.clock = lambda: later
         for _ in range(3):  # passes while the database stays locked: nothing is sent again
             assert 0 == deliverer.deliver_due().delivered
@@ -142,7 +142,7 @@ def test_a_message_in_doubt_after_a_crash_is_looked_up_before_it_is_sent(
         row = session.get(OutboxRow, grant.id)
         assert row is not None
         row.state, row.claimed_by, row.channel, row.ts = "sending", "gone", None, None
-        row.next_attempt_at = running.bot.services.ctx.now()
+        row.next_attempt_at = running.bot.services.now()
         session.add(row)
     running.deliver()
     assert ("delivered", 1) == (_grant(running).state, _posted(running, grant.id))
@@ -153,7 +153,7 @@ def test_a_message_in_doubt_after_a_crash_is_looked_up_before_it_is_sent(
             select(OutboxRow).where(OutboxRow.kind == "lease_granted", OutboxRow.id != grant.id)
         ).one()
         row.state, row.claimed_by = "sending", "gone"
-        row.claimed_at = row.next_attempt_at = running.bot.services.ctx.now()
+        row.claimed_at = row.next_attempt_at = running.bot.services.now()
         session.add(row)
         unsent = row.id
     running.deliver()

@@ -29,7 +29,7 @@ from bot.localslack import HttpTransport, LocalSlack, SlackDriver
 from bot.localslack.driver import Reply
 from bot.main import Bot, assemble
 from bot.server import Background, SlackAsgi
-from bot.slack.app import NOT_RECORDED
+from bot.slack.deps import NOT_RECORDED
 from storage import outbox
 from storage.tables import InboxRow, OutboxRow, RequestRow
 from tests.integration.conftest import SECRET, settings_for

@@ -35,7 +35,7 @@ from rules.domain import format_duration
 from storage.tables import InboxRow
 
 if TYPE_CHECKING:
-    from bot.slack.app import SlackDeps
+    from bot.slack.deps import SlackDeps
 
 #: What one click on Extend adds; `/gpu extend L7 +6h` asks for any other amount.
 EXTEND_STEP = timedelta(hours=2)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from slack_bolt import Ack, App
 
-from bot.rulesdir import RulesDirError, read_rules_dir
+from bot.rulesdir import RulesDirError
 from bot.services import Refused
 from bot.services.views import BorrowResult
 from bot.slack import parse as p
@@ -35,7 +35,7 @@ from rules.errors import PolicyError
 from storage.tables import InboxRow
 
 if TYPE_CHECKING:
-    from bot.slack.app import SlackDeps
+    from bot.slack.deps import SlackDeps
 
 #: The fields of a slash command a worker needs (the rest of Slack's form is not kept).
 FIELDS = ("user_id", "text", "channel_id", "team_id", "response_url", "trigger_id")
@@ -95,54 +95,80 @@ def borrow_form(deps: SlackDeps, user: str) -> dict[str, Any]:
 def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
     """Every subcommand but help and the modal: a use case, then its reply."""
     services = deps.services
-    if isinstance(command, p.Borrow):
-        return borrowed(deps, services.borrow(user, command.to_ask()))
-    if isinstance(command, p.Extend):
-        lease = services.lease(command.lease_id)
-        if lease is None:
-            return refused_message(Refused(f"There is no lease L{command.lease_id}."))
-        by = command.amount(lease.expires_at)
-        return _reply(services.extend(user, command.lease_id, by, command.reason), extend_reply)
-    if isinstance(command, p.Release):
-        return _reply(services.release(user, command.lease_id), release_reply)
-    if isinstance(command, p.Mine):
-        return mine_message(services.leases(user), services.requests(user))
-    if isinstance(command, p.Status):
-        shown = status_message(services.status())
-        if services.policy.is_admin(user):  # admins also see where ledger and fleet disagree
-            for title, found in (
-                ("*In use without a lease* (never offered while it lasts)", services.unreserved()),
-                ("*Someone else's process on a leased GPU*", services.intrusions()),
-            ):
-                if found:
-                    lines = "\n".join(f"• `{escape(line)}`" for line in found[:20])
-                    shown.blocks.append(section(f"{title}:\n{lines}"))
-        return shown
-    if isinstance(command, p.Queue):
-        return queue_message(services.queue_explained())
-    if isinstance(command, p.Quota):
-        team = command.team or _team_of(deps, user)
-        if team is None:
-            return refused_message(Refused("You are in no team; name one: `/gpu quota vision`."))
-        quotas = services.quota(team)
-        return (
-            refused_message(quotas) if isinstance(quotas, Refused) else quota_message(quotas, team)
-        )
-    if isinstance(command, p.Why):
-        return _reply(services.why(user, command.ref), explanation_message)
-    if isinstance(command, p.Audit):
-        return _reply(services.audit(user, command.ref), explanation_message)
-    if isinstance(command, p.Admin):
-        return _admin(deps, user, command)
-    if isinstance(command, p.Nodes):
-        nodes = services.nodes(user, command.node)
-        if isinstance(nodes, Refused):
-            return refused_message(nodes)
-        if command.node:
-            events = services.node_history(command.node, limit=10)
-            return nodes_message(nodes, events, one=True)
-        return nodes_message(nodes, [], strays=services.strays())
+    match command:
+        case p.Borrow():
+            return borrowed(deps, services.borrow(user, command.to_ask()))
+        case p.Extend():
+            return _extend(deps, user, command)
+        case p.Release():
+            return _reply(services.release(user, command.lease_id), release_reply)
+        case p.Mine():
+            return mine_message(services.leases(user), services.requests(user))
+        case p.Admin():
+            return _admin(deps, user, command)
+        case _:
+            return _look(deps, user, command)
+
+
+def _look(deps: SlackDeps, user: str, command: p.Command) -> Message:
+    """The subcommands that only read: status, queue, quota, why, audit and nodes."""
+    services = deps.services
+    match command:
+        case p.Status():
+            return _status(deps, user)
+        case p.Queue():
+            return queue_message(services.queue_explained())
+        case p.Quota():
+            return _quota(deps, user, command)
+        case p.Why():
+            return _reply(services.why(user, command.ref), explanation_message)
+        case p.Audit():
+            return _reply(services.audit(user, command.ref), explanation_message)
+        case p.Nodes():
+            return _nodes(deps, user, command)
     return help_message(None)
+
+
+def _extend(deps: SlackDeps, user: str, command: p.Extend) -> Message:
+    services = deps.services
+    lease = services.lease(command.lease_id)
+    if lease is None:
+        return refused_message(Refused(f"There is no lease L{command.lease_id}."))
+    by = command.amount(lease.expires_at)
+    return _reply(services.extend(user, command.lease_id, by, command.reason), extend_reply)
+
+
+def _status(deps: SlackDeps, user: str) -> Message:
+    services = deps.services
+    shown = status_message(services.status())
+    if services.policy.is_admin(user):  # admins also see where ledger and fleet disagree
+        for title, found in (
+            ("*In use without a lease* (never offered while it lasts)", services.unreserved()),
+            ("*Someone else's process on a leased GPU*", services.intrusions()),
+        ):
+            if found:
+                lines = "\n".join(f"• `{escape(line)}`" for line in found[:20])
+                shown.blocks.append(section(f"{title}:\n{lines}"))
+    return shown
+
+
+def _quota(deps: SlackDeps, user: str, command: p.Quota) -> Message:
+    team = command.team or _team_of(deps, user)
+    if team is None:
+        return refused_message(Refused("You are in no team; name one: `/gpu quota vision`."))
+    quotas = deps.services.quota(team)
+    return refused_message(quotas) if isinstance(quotas, Refused) else quota_message(quotas, team)
+
+
+def _nodes(deps: SlackDeps, user: str, command: p.Nodes) -> Message:
+    services = deps.services
+    nodes = services.nodes(user, command.node)
+    if isinstance(nodes, Refused):
+        return refused_message(nodes)
+    if command.node:
+        events = services.node_history(command.node, limit=10)
+        return nodes_message(nodes, events, one=True)
+    return nodes_message(nodes, [], strays=services.strays())
 
 
 def borrowed(deps: SlackDeps, result: BorrowResult | Refused) -> Message:
@@ -188,9 +214,8 @@ def _admin(deps: SlackDeps, user: str, command: p.Admin) -> Message:
 
 
 def _reload(deps: SlackDeps, user: str) -> str | Refused:
-    directory = deps.settings.rules_dir
     try:
-        policy = deps.services.reload_rules(user, read_rules_dir(directory))
+        policy = deps.services.reload_rules_dir(user, deps.settings.rules_dir)
     except RulesDirError as exc:
         return Refused(f"Reload refused, the rules in force stay: {exc}", "reload")
     except PolicyError as exc:

@@ -11,7 +11,7 @@ from bot.slack.inbox import Answer
 from storage.tables import InboxRow
 
 if TYPE_CHECKING:
-    from bot.slack.app import SlackDeps
+    from bot.slack.deps import SlackDeps
 
 
 def register(app: App, deps: SlackDeps) -> None:

@@ -27,7 +27,7 @@ from bot.slack.people import UTC_ZONE, Zone
 from storage.tables import InboxRow
 
 if TYPE_CHECKING:
-    from bot.slack.app import SlackDeps
+    from bot.slack.deps import SlackDeps
 
 __all__ = ["BORROW_MODAL", "DENY_MODAL", "carry_out", "register"]
 

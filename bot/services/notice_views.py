@@ -1,0 +1,289 @@
+"""What an owed message says now: one typed notice per outbox row, read in one transaction.
+
+The outbox row names what a message is about; the notice is that subject as it stands when
+the message goes out, with every "does it still stand?" decided here, so the Slack adapter only
+draws it. None: nothing is left to say (its subject is gone, or moved past it). Replies and
+Home tabs are not read here: a reply was drawn when its request was carried out, and a Home tab
+is the user's `Services.home`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlmodel import Session
+
+from bot.services import overview, recall
+from bot.services.context import Context
+from bot.services.reads import lease_view, request_view
+from bot.services.views import ApprovalEffects, LeaseView, QuotaUse, RequestView
+from rules.domain import LeaseState, RequestState
+from storage import audit, outbox
+from storage.outbox import OutboxKind
+from storage.tables import AuditRow, LeaseRow, OutboxRow, RequestRow
+
+
+@dataclass(frozen=True)
+class ApprovalCard:
+    """A request waiting for a person, with today's numbers and the buttons to settle it."""
+
+    request: RequestView
+    quota: QuotaUse
+    effects: ApprovalEffects
+    because: str
+
+
+@dataclass(frozen=True)
+class SettledCard:
+    """An approval card once its request is settled: no buttons. `because`: the rules' reason
+    (a card that went out after its request was settled); `note`: the person's reason."""
+
+    request: RequestView
+    because: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RequestDecided:
+    """The requester's DM after a person settled their request (or it left the queue)."""
+
+    code: str
+    verdict: str  # "approve", "deny", "withdrawn" or "timeout"
+    by: str
+    reason: str
+    state: str  # the request's state now
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The holder's DM for an active lease; `unknown`: its GPUs with no fresh telemetry."""
+
+    lease: LeaseView
+    unknown: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EndedGrant:
+    """A grant DM of a lease that ended (before it went out, or redrawn since): no buttons."""
+
+    lease: LeaseView
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class LeaseWarning:
+    """The warning a lease stands on now, before anything is taken."""
+
+    lease: LeaseView
+    reason: str  # "expiry", "idle", "preempt", "unhealthy"
+    because: str
+    grace: timedelta
+    now: datetime  # the deadlines count from it
+    time_left_min: float
+    idle_for_min: float
+    snoozes_left: int
+    recall: Mapping[str, Any] | None
+    notice: timedelta  # how long a recall's holder has
+
+
+@dataclass(frozen=True)
+class EndedWarning:
+    """A warning DM of a lease that ended, redrawn without buttons."""
+
+    lease: LeaseView
+    reason: str
+    because: str
+    by: str
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    lease: LeaseView
+    reason: str
+    because: str
+
+
+@dataclass(frozen=True)
+class RecallWithdrawn:
+    """The active lease warned of preemption stays: its recall is no longer needed."""
+
+    lease: LeaseView
+
+
+@dataclass(frozen=True)
+class EndedByOther:
+    lease: LeaseView
+    by: str
+
+
+@dataclass(frozen=True)
+class Redraw:
+    """A message already posted (channel, ts) and what it says now."""
+
+    channel: str
+    ts: str
+    shows: EndedGrant | EndedWarning
+
+
+@dataclass(frozen=True)
+class LeaseClosed:
+    """An ended lease's grant and warning DMs, each to redraw; those never delivered need
+    nothing (`redraws` empty)."""
+
+    lease: LeaseView
+    by: str
+    redraws: tuple[Redraw, ...]
+
+
+@dataclass(frozen=True)
+class UnreservedUse:
+    node: str
+    index: int
+    pool: str
+    user: str
+
+
+@dataclass(frozen=True)
+class AdminNotice:
+    """A line for an admin, or for one person (rendered alike)."""
+
+    text: str
+
+
+Notice = (
+    ApprovalCard
+    | SettledCard
+    | RequestDecided
+    | Grant
+    | EndedGrant
+    | LeaseWarning
+    | Reclaimed
+    | RecallWithdrawn
+    | EndedByOther
+    | LeaseClosed
+    | UnreservedUse
+    | AdminNotice
+)
+
+_REQUEST_KINDS = (OutboxKind.APPROVAL_CARD, OutboxKind.CARD_SETTLED, OutboxKind.REQUEST_DECIDED)
+_LEASE_KINDS = (
+    OutboxKind.LEASE_GRANTED,
+    OutboxKind.LEASE_ENDED,
+    OutboxKind.LEASE_WARNING,
+    OutboxKind.LEASE_RECLAIMED,
+)
+
+
+def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
+    """What the outbox row `owed` says as its subject stands now; None: nothing left to say."""
+    data = owed.data
+    if owed.kind in _REQUEST_KINDS:
+        request = session.get(RequestRow, int(data["request"]))
+        return _about_request(session, ctx, owed, request) if request else None
+    if owed.kind in (*_LEASE_KINDS, OutboxKind.RECALL_WITHDRAWN, OutboxKind.LEASE_CLOSED):
+        lease = session.get(LeaseRow, int(data["lease"]))
+        return _about_lease(session, ctx, owed, lease) if lease else None
+    if owed.kind == OutboxKind.UNRESERVED_USE:
+        return UnreservedUse(
+            str(data["node"]), int(data["index"]), str(data["pool"]), str(data["user"])
+        )
+    if owed.kind in (OutboxKind.ADMIN_NOTICE, OutboxKind.NOTICE):
+        return AdminNotice(str(data["text"]))
+    return None
+
+
+def _about_request(
+    session: Session, ctx: Context, owed: OutboxRow, row: RequestRow
+) -> Notice | None:
+    request = request_view(row)
+    pending = request.state == RequestState.PENDING
+    if owed.kind == OutboxKind.REQUEST_DECIDED:
+        data = owed.data
+        return RequestDecided(
+            request.code, str(data["verdict"]), str(data["by"]), str(data["reason"]), request.state
+        )
+    if owed.kind == OutboxKind.CARD_SETTLED and not pending:
+        return SettledCard(request, note=str(owed.data.get("reason") or ""))
+    # A card drawn (or redrawn) while its request still waits shows today's numbers and buttons.
+    if not pending:  # settled before its card went out
+        return SettledCard(request, because=_because(session, row))
+    quota = next(
+        (q for q in overview.quota_use(session, ctx, request.team) if q.pool == request.pool),
+        None,
+    )
+    if quota is None:
+        return None
+    effects = recall.effects_of_approval(ctx, session, row)
+    return ApprovalCard(request, quota, effects, _because(session, row))
+
+
+def _because(session: Session, request: RequestRow) -> str:
+    """The rules' reason recorded with a request's decision ("" when none)."""
+    found: AuditRow | None = audit.get(session, request.audit_id) if request.audit_id else None
+    return str(found.detail.get("because", "")) if found else ""
+
+
+def _about_lease(session: Session, ctx: Context, owed: OutboxRow, row: LeaseRow) -> Notice | None:
+    lease = lease_view(session, row)
+    data = owed.data
+    active = lease.state == LeaseState.ACTIVE
+    match owed.kind:
+        case OutboxKind.LEASE_GRANTED:
+            if not active:  # ended before its grant went out: say so rather than offer buttons
+                return EndedGrant(lease)
+            return Grant(lease, tuple(str(u) for u in data.get("unknown", [])))
+        case OutboxKind.LEASE_WARNING:
+            # Superseded, or released or extended before it could go out: nothing to say.
+            return _warning(ctx, owed, row, lease) if active and _stands(owed, row) else None
+        case OutboxKind.RECALL_WITHDRAWN:
+            return RecallWithdrawn(lease) if active else None
+        case OutboxKind.LEASE_RECLAIMED:
+            return Reclaimed(lease, str(data["reason"]), str(data.get("because") or ""))
+        case OutboxKind.LEASE_ENDED:
+            return EndedByOther(lease, str(data["by"]))
+        case OutboxKind.LEASE_CLOSED:
+            return None if active else _closed(session, owed, lease)
+    return None
+
+
+def _stands(owed: OutboxRow, lease: LeaseRow) -> bool:
+    """Is `owed` the warning the lease stands on now (not one a newer warning replaced)?"""
+    return lease.warnings.warning_outbox(str(owed.data.get("reason"))) == owed.id
+
+
+def _warning(ctx: Context, owed: OutboxRow, row: LeaseRow, lease: LeaseView) -> LeaseWarning:
+    data = owed.data
+    timing = ctx.policy.timing
+    return LeaseWarning(
+        lease,
+        str(data["reason"]),
+        str(data.get("because") or ""),
+        grace=timing.grace,
+        now=ctx.now(),
+        time_left_min=float(data.get("time_left_min") or 0.0),
+        idle_for_min=float(data.get("idle_for_min") or 0.0),
+        snoozes_left=max(0, timing.max_snoozes - row.snoozes),
+        recall=data.get("recall") if isinstance(data.get("recall"), dict) else None,
+        notice=ctx.policy.recall.notice,
+    )
+
+
+def _closed(session: Session, owed: OutboxRow, lease: LeaseView) -> LeaseClosed:
+    by = str(owed.data.get("by") or "")
+    redraws = []
+    for shown in outbox.landed(
+        session, owed.subject, (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING)
+    ):
+        if not shown.channel or not shown.ts:
+            continue
+        now: EndedGrant | EndedWarning
+        if shown.kind == OutboxKind.LEASE_GRANTED:
+            now = EndedGrant(lease, by)
+        else:
+            reason, because = str(shown.data.get("reason")), str(shown.data.get("because") or "")
+            now = EndedWarning(lease, reason, because, by)
+        redraws.append(Redraw(shown.channel, shown.ts, now))
+    return LeaseClosed(lease, by, tuple(redraws))

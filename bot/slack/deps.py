@@ -1,0 +1,70 @@
+"""What every listener works with (`SlackDeps`): the use cases, people, settings and the inbox
+that records a request before its ack.
+
+Listeners import this module, and the app (bot.slack.app) builds it: neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from slack_bolt import Ack
+
+from bot.services import Services
+from bot.settings import Settings
+from bot.slack.blocks import BORROW_MODAL
+from bot.slack.inbox import Accepted, Inbox, request_key
+from bot.slack.people import People, Zone
+from storage.tables import InboxRow
+
+NOT_RECORDED = (
+    ":warning: gpubot could not record your request just now (its database is not "
+    "answering), so nothing was done. Please try again in a minute."
+)
+
+
+class NotRecorded(Exception):  # noqa: N818 - names the situation, like Slack's own error codes
+    """A request that could not be recorded is refused (503), so Slack shows it failed."""
+
+
+@dataclass
+class SlackDeps:
+    """What listeners need: the use cases, people's names and zones, the inbox and settings."""
+
+    services: Services
+    people: People
+    settings: Settings
+    inbox: Inbox = field(init=False)
+
+    def now(self) -> datetime:
+        return self.services.now().astimezone(UTC)
+
+    def accept(
+        self,
+        ack: Ack,
+        body: dict[str, Any],
+        *,
+        kind: str,
+        actor: str,
+        payload: dict[str, Any],
+    ) -> None:
+        """Record the request, then ack: what is acked is carried out, exactly once."""
+        accepted = self.inbox.accept(key=request_key(body), kind=kind, actor=actor, payload=payload)
+        if accepted is not Accepted.UNAVAILABLE:
+            ack()
+        elif kind == "command":
+            ack(text=NOT_RECORDED)  # the person reads this where they typed
+        else:
+            raise NotRecorded(kind)
+
+    def look_up(self, row: InboxRow) -> Zone | None:
+        """What a request needs from Slack before its unit of work: the person's time zone,
+        for an end time typed in a command or a form (a users.info call, cached)."""
+        payload = row.payload
+        if row.kind == "command" and "until" in str(payload.get("text", "")).lower():
+            return self.people.zone(row.actor)
+        if row.kind == "view" and payload.get("callback_id") == BORROW_MODAL:
+            return self.people.zone(row.actor)
+        return None
