@@ -653,7 +653,7 @@ def agent(
     ] = 1000,
 ) -> None:
     """Run the node agent: poll this node's GPUs and push the samples to the bot, signed."""
-    from bot.agent import AgentError, run_agent  # noqa: PLC0415 - NVML loads only for the agent
+    from bot.agent.run import AgentError, run_agent  # noqa: PLC0415 - NVML loads only for the agent
 
     minutes = parse_duration(interval)
     if minutes is None or minutes <= 0:

@@ -1,6 +1,6 @@
 """The stateful local workspace: people, conversations, messages and files, behind one lock.
 
-Tokens and views hang off it (`tokens.py`, `views.py`); every record a caller gets is a copy.
+Tokens and views hang off it (`tokens.py`, `surfaces.py`); every record a caller gets is a copy.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterable
 from copy import deepcopy
 from typing import Any
 
-from . import seed
+from . import directory
 from .model import JSON, Channel, Ephemeral, File, Message, User
 from .snapshot import snapshot
+from .surfaces import Views
 from .tokens import Tokens
-from .views import Views
 
 
 class Workspace:
@@ -30,8 +30,12 @@ class Workspace:
     ) -> None:
         self.lock = threading.RLock()
         self.clock = clock
-        self.team_id, self.team_name = seed.TEAM_ID, seed.TEAM_NAME
-        self.bot_user, self.bot_id, self.app_id = seed.BOT_USER, seed.BOT_ID, seed.APP_ID
+        self.team_id, self.team_name = directory.TEAM_ID, directory.TEAM_NAME
+        self.bot_user, self.bot_id, self.app_id = (
+            directory.BOT_USER,
+            directory.BOT_ID,
+            directory.APP_ID,
+        )
         self._seed_users = list(users)
         self._seed_channels = list(channels)
         self.reset()
@@ -39,7 +43,7 @@ class Workspace:
     @classmethod
     def default(cls, *, clock: Callable[[], float] = time.time) -> Workspace:
         """Ada, the managers and engineers of org.yaml, #gpu and the two approvals channels."""
-        return cls(seed.people(), seed.channels(), clock=clock)
+        return cls(directory.people(), directory.channels(), clock=clock)
 
     def reset(self) -> None:
         """Forget messages, DMs, views, files and tokens; restore the seeded people and channels."""
