@@ -23,7 +23,7 @@ from slack_bolt import App
 from typer.testing import CliRunner
 
 from bot.agent.run import Agent, AgentError, run_agent
-from bot.cli import app as cli
+from bot.cli.app import app as cli
 from bot.server import Background, SlackAsgi, free_port
 from bot.telemetry.agent_push import Ingest
 from bot.telemetry.fleet_file import load_fleet

@@ -18,7 +18,8 @@ import pytest
 from alembic.script import ScriptDirectory
 from typer.testing import CliRunner, Result
 
-from bot.cli import app, parse_since
+from bot.cli.app import app
+from bot.cli.common import parse_since
 from storage import audit, migrate
 from storage.db import Database
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, PoolRow

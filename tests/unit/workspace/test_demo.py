@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bot.cli import app
+from bot.cli.app import app
 from bot.settings import Settings
 from bot.telemetry.sources import DEFAULT_FLEET
 from bot.workspace.demo import Demo, start
