@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from rules import expr
+from rules import expr, expr_parser
 from rules.catalogue import CATALOGUE, FactType
 from rules.domain import Subject
 from rules.errors import Problem
@@ -31,7 +31,7 @@ def load_cases(
                     problems.append(
                         doc.at(
                             ("defaults", subject_name, name),
-                            expr.unknown_fact(name, CATALOGUE[subject]),
+                            expr_parser.unknown_fact(name, CATALOGUE[subject]),
                             key=True,
                         )
                     )
@@ -45,7 +45,9 @@ def load_cases(
                 where = (*at, "facts", name) if name in c.facts else ("defaults", c.on, name)
                 fact = catalogue.get(name)
                 if fact is None:
-                    problems.append(doc.at(where, expr.unknown_fact(name, catalogue), key=True))
+                    problems.append(
+                        doc.at(where, expr_parser.unknown_fact(name, catalogue), key=True)
+                    )
                     continue
                 converted = _convert(fact.type, value)
                 if converted is None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rules import expr
+from rules import expr, expr_parser
 from rules.cases import load_cases
 from rules.catalogue import CATALOGUE
 from rules.domain import Outcome, Subject
@@ -323,7 +323,11 @@ class _Builder:
         for m in PLACEHOLDER.finditer(text):
             if m.group(1).strip() not in facts:
                 self.problems.append(
-                    doc.at(at, expr.unknown_fact(m.group(1).strip(), facts), offset=m.start() + 1)
+                    doc.at(
+                        at,
+                        expr_parser.unknown_fact(m.group(1).strip(), facts),
+                        offset=m.start() + 1,
+                    )
                 )
 
     def _check_names(
@@ -360,7 +364,7 @@ class _Builder:
                 subject = Subject(r.on)
                 facts = CATALOGUE[subject]
                 try:
-                    node = expr.parse(r.when, facts)
+                    node = expr_parser.parse(r.when, facts)
                 except expr.ExprError as exc:
                     self.problems.append(doc.at((*at, "when"), str(exc), offset=exc.offset))
                     continue
