@@ -29,12 +29,12 @@ from bot.slack.delivery import Deliverer
 from bot.slack.inbox import Inbox
 from bot.slack.notify import renderer
 from bot.slack.people import People
+from bot.telemetry.agent_push import Ingest, load_tokens
 from bot.telemetry.errors import TelemetryUnavailable
-from bot.telemetry.ingest import Ingest, load_tokens
 from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
 from bot.telemetry.sources import Feed, choose
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from storage import gpus, inbox, migrate, outbox
 from storage.db import Database, one_line
 from storage.tables import SettingRow
@@ -64,7 +64,7 @@ class Bot:
     app: App
     deliverer: Deliverer
     jobs: Jobs
-    telemetry: Telemetry
+    telemetry: TelemetryWindow
     inbox: Inbox
     identity: Identity
     source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it, or nothing
@@ -230,7 +230,7 @@ def assemble(
         deliver=deliverer.express,  # what a request owed goes out at once, on its own thread
         claimant=deliverer.token,
     )
-    telemetry = Telemetry(services.policy.timing.stale_after, clock=services.now)
+    telemetry = TelemetryWindow(services.policy.timing.stale_after, clock=services.now)
     feed = choose(
         settings.telemetry,
         agents=settings.agent_tokens_file is not None,

@@ -30,7 +30,7 @@ from bot.slack import wire
 from bot.telemetry.refusals import Refusals
 
 if TYPE_CHECKING:
-    from bot.telemetry.ingest import Ingest
+    from bot.telemetry.agent_push import Ingest
 
 log = logging.getLogger(__name__)
 

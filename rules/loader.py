@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from rules import expr
+from rules import expr, expr_parser
 from rules.cases import load_cases
 from rules.catalogue import CATALOGUE
 from rules.domain import Outcome, Subject
@@ -38,6 +38,7 @@ from rules.policy import (
     then_help,
 )
 from rules.schema import CaseFile, FleetSpec, LimitsSpec, PolicyFile, RecallSpec, WarningsSpec
+from rules.schema_problems import schema_problems
 from rules.yamlsrc import Located, parse
 
 
@@ -68,7 +69,7 @@ def load_policy(sources: Mapping[str, str]) -> Policy:
         try:
             parsed = model.model_validate(located.data)
         except ValidationError as exc:
-            problems += _pydantic_problems(located, exc)
+            problems += schema_problems(located, exc)
             continue
         if isinstance(parsed, CaseFile):
             case_docs.append((located, parsed))
@@ -86,67 +87,6 @@ def load_policy(sources: Mapping[str, str]) -> Policy:
 
 def _replace_cases(policy: Policy, cases: tuple[Case, ...]) -> Policy:
     return replace(policy, cases=cases)
-
-
-def _pydantic_problems(doc: Located, exc: ValidationError) -> list[Problem]:
-    out = []
-    for err in exc.errors():
-        path = tuple(
-            p for p in err["loc"] if not isinstance(p, str) or not p.startswith("function-")
-        )
-        # pydantic appends the tried member of a union to the path; keep what exists in the file
-        path = _existing_prefix(doc, path)
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            msg = f"unknown key {str(path[-1])!r}" + _known_keys(path)
-            out.append(doc.at(path, msg, key=True))
-            continue
-        if kind == "missing":
-            msg = f"missing required key {str(err['loc'][-1])!r}"
-        else:
-            msg = _friendly(
-                err["msg"], err.get("input"), str(err.get("ctx", {}).get("pattern", ""))
-            )
-        where = ".".join(str(p) for p in path) or "file"
-        # A bad mapping key (an account name) is shown where the key is written.
-        out.append(doc.at(path, f"{where}: {msg}", key=err["loc"][-1:] == ("[key]",)))
-    return out
-
-
-def _existing_prefix(doc: Located, path: tuple[Any, ...]) -> tuple[Any, ...]:
-    best: tuple[Any, ...] = ()
-    for i in range(len(path) + 1):
-        if path[:i] in doc.values or path[:i] in doc.keys:
-            best = path[:i]
-    if len(best) < len(path) and path[: len(best) + 1] in doc.keys:
-        best = path[: len(best) + 1]
-    return best
-
-
-def _known_keys(path: tuple[Any, ...]) -> str:
-    models: dict[tuple[Any, ...], type[BaseModel]] = {
-        (): PolicyFile,
-        ("limits",): LimitsSpec,
-        ("warnings",): WarningsSpec,
-        ("recall",): RecallSpec,
-        ("fleet",): FleetSpec,
-    }
-    known = models.get(path[:-1])
-    if known is None:
-        return ""
-    return "; expected one of: " + ", ".join(known.model_fields.keys())
-
-
-def _friendly(msg: str, value: Any, pattern: str) -> str:
-    if msg.startswith("String should match pattern"):
-        if pattern.startswith("^[UWB]"):
-            return f"{value!r} is not a Slack user id (like U024BE7LH)"
-        if pattern.startswith("^[CG]"):
-            return f"{value!r} is not a Slack channel id (like C024BE91L)"
-        return f"{value!r} is not a valid name (lowercase letters, digits, - and _)"
-    if msg.startswith("Value error, "):
-        return msg.removeprefix("Value error, ")
-    return f"{msg} (got {value!r})" if value is not None else msg
 
 
 class _Builder:
@@ -323,7 +263,11 @@ class _Builder:
         for m in PLACEHOLDER.finditer(text):
             if m.group(1).strip() not in facts:
                 self.problems.append(
-                    doc.at(at, expr.unknown_fact(m.group(1).strip(), facts), offset=m.start() + 1)
+                    doc.at(
+                        at,
+                        expr_parser.unknown_fact(m.group(1).strip(), facts),
+                        offset=m.start() + 1,
+                    )
                 )
 
     def _check_names(
@@ -360,7 +304,7 @@ class _Builder:
                 subject = Subject(r.on)
                 facts = CATALOGUE[subject]
                 try:
-                    node = expr.parse(r.when, facts)
+                    node = expr_parser.parse(r.when, facts)
                 except expr.ExprError as exc:
                     self.problems.append(doc.at((*at, "when"), str(exc), offset=exc.offset))
                     continue

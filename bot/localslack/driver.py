@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlencode
 
-from . import payloads
 from .elements import action_payload
 from .limits import check_blocks, check_view
 from .model import JSON, Ephemeral, Message
+from .payloads import Source, app_home_opened, block_actions, slash_command, view_submission
 from .server import LocalSlack
 from .signing import FORM, JSON_CONTENT, sign
 from .transports import Inbound, Kind, Outcome, Transport
@@ -84,7 +84,7 @@ class SlackDriver:
         where = ws.channel(channel)
         channel_id = where.id if where else channel
         token = ws.tokens.issue_response_url(channel_id, user)
-        form = payloads.slash_command(
+        form = slash_command(
             user,
             text,
             channel_id,
@@ -112,7 +112,7 @@ class SlackDriver:
     def click(
         self,
         user: str,
-        source: payloads.Source,
+        source: Source,
         action_id: str,
         value: Any = None,
         *,
@@ -131,7 +131,7 @@ class SlackDriver:
             response_url: str | None = self.local.response_url(token)
         else:
             blocks, response_url = current.get("blocks", []), None
-        payload = payloads.block_actions(
+        payload = block_actions(
             user,
             action_payload(blocks, action_id, value, block_id),
             current,
@@ -153,7 +153,7 @@ class SlackDriver:
         ws = self.local.workspace
         current = self._current(view)
         assert isinstance(current, dict)
-        payload = payloads.view_submission(
+        payload = view_submission(
             user,
             current,
             values or {},
@@ -181,7 +181,7 @@ class SlackDriver:
         ws = self.local.workspace
         channel = ws.dm_channel(user)
         return self.event(
-            payloads.app_home_opened(user, channel=channel, view=ws.views.home(user)), forge=forge
+            app_home_opened(user, channel=channel, view=ws.views.home(user)), forge=forge
         )
 
     def event(self, payload: JSON, *, forge: Forge | None = None) -> Reply:
@@ -205,7 +205,7 @@ class SlackDriver:
         headers = sign(body, secret, stamp, content_type=content_type)
         return self.transport.deliver(Inbound(kind, payload, body, headers))
 
-    def _current(self, source: payloads.Source) -> Message | Ephemeral | JSON:
+    def _current(self, source: Source) -> Message | Ephemeral | JSON:
         """What the person sees now of `source`; LookupError if it is gone."""
         ws = self.local.workspace
         if isinstance(source, Message):

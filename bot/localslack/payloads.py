@@ -9,9 +9,9 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .directory import APP_ID, BOT_USER, TEAM_ID
 from .elements import action_payload, state_values
 from .model import JSON, Ephemeral, Message
-from .seed import APP_ID, BOT_USER, TEAM_ID
 
 if TYPE_CHECKING:
     from .server import LocalSlack

@@ -44,14 +44,24 @@ def _apply(
     if original_ts is None:
         original_ts, ephemeral = url.last_ts, True
     if body.get("delete_original"):
-        if original_ts is None:
-            deleted = False
-        elif ephemeral:
-            deleted = ws.delete_ephemeral(original_ts)
-        else:
-            deleted = ws.delete(url.channel, original_ts)
-        return (200, "ok") if deleted else (404, "message_not_found")
+        return _delete(ws, url, original_ts, ephemeral=ephemeral)
     text, blocks = str(body.get("text") or ""), body.get("blocks")
+    refused = _refused(text, blocks, violate)
+    if refused is not None:
+        return refused
+    if body.get("replace_original"):
+        return _replace(ws, url, original_ts, text, blocks or [], ephemeral=ephemeral)
+    thread_ts = body.get("thread_ts") or None
+    if body.get("response_type") == "in_channel":
+        ws.post(url.channel, text, blocks, thread_ts=thread_ts)
+    else:
+        posted = ws.post_ephemeral(url.channel, url.user, text, blocks, thread_ts)
+        ws.tokens.note_response(url.token, posted.ts)
+    return 200, "ok"
+
+
+def _refused(text: str, blocks: Any, violate: Callable[[str], None]) -> tuple[int, str] | None:
+    """Why a message body is refused (bad blocks, nothing to show); None when it is fine."""
     if blocks is not None:
         problems = check_blocks(blocks)
         if problems:
@@ -60,20 +70,34 @@ def _apply(
     if not text.strip() and not blocks:
         violate("response_url: neither text nor blocks")
         return 400, "no_text"
-    if body.get("replace_original"):
-        if original_ts is None:
-            return 404, "message_not_found"
-        if ephemeral:
-            replaced = ws.replace_ephemeral(original_ts, text, blocks or [])
-        else:
-            replaced = (
-                ws.update(url.channel, original_ts, text, blocks or [], edited=False) is not None
-            )
-        return (200, "ok") if replaced else (404, "message_not_found")
-    thread_ts = body.get("thread_ts") or None
-    if body.get("response_type") == "in_channel":
-        ws.post(url.channel, text, blocks, thread_ts=thread_ts)
+    return None
+
+
+def _delete(
+    ws: Workspace, url: ResponseUrl, original_ts: str | None, *, ephemeral: bool
+) -> tuple[int, str]:
+    if original_ts is None:
+        deleted = False
+    elif ephemeral:
+        deleted = ws.delete_ephemeral(original_ts)
     else:
-        posted = ws.post_ephemeral(url.channel, url.user, text, blocks, thread_ts)
-        ws.tokens.note_response(url.token, posted.ts)
-    return 200, "ok"
+        deleted = ws.delete(url.channel, original_ts)
+    return (200, "ok") if deleted else (404, "message_not_found")
+
+
+def _replace(
+    ws: Workspace,
+    url: ResponseUrl,
+    original_ts: str | None,
+    text: str,
+    blocks: list[Any],
+    *,
+    ephemeral: bool,
+) -> tuple[int, str]:
+    if original_ts is None:
+        return 404, "message_not_found"
+    if ephemeral:
+        replaced = ws.replace_ephemeral(original_ts, text, blocks)
+    else:
+        replaced = ws.update(url.channel, original_ts, text, blocks, edited=False) is not None
+    return (200, "ok") if replaced else (404, "message_not_found")

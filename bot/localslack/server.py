@@ -15,8 +15,10 @@ from traceback import format_exc
 from types import TracebackType
 from typing import Any
 
-from . import api_chat, api_misc, api_views
 from .api import Answer, WebApi
+from .api_chat import METHODS as CHAT_METHODS
+from .api_misc import METHODS as MISC_METHODS
+from .api_views import METHODS as VIEWS_METHODS
 from .calls import Call, CallLog, Predicate
 from .faults import Faults
 from .model import JSON, Ephemeral, Message
@@ -25,7 +27,7 @@ from .socket import SocketMode
 from .workspace import Workspace
 
 BOT_TOKEN, APP_TOKEN = "xoxb-local-gpubot", "xapp-local-gpubot"
-METHODS = api_chat.METHODS | api_views.METHODS | api_misc.METHODS
+METHODS = CHAT_METHODS | VIEWS_METHODS | MISC_METHODS
 
 
 class LocalSlack:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler
 from io import BufferedIOBase
 from typing import Any
 
-from . import frames
+from .frames import CLOSE, PING, PONG, TEXT, accept_key, close_frame, encode, read_message
 
 ENVELOPE_TYPES = ("slash_commands", "interactive", "events_api")
 RESPONDING_INTERACTIONS = ("view_submission", "block_suggestion")
@@ -44,7 +44,7 @@ class _Link:
 
     def hang_up(self) -> None:
         try:
-            self.send(frames.close_frame(1001, "going away"))
+            self.send(close_frame(1001, "going away"))
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # already gone
@@ -74,7 +74,7 @@ class SocketMode:
         handler.send_response(101, "Switching Protocols")
         handler.send_header("Upgrade", "websocket")
         handler.send_header("Connection", "Upgrade")
-        handler.send_header("Sec-WebSocket-Accept", frames.accept_key(key))
+        handler.send_header("Sec-WebSocket-Accept", accept_key(key))
         handler.end_headers()
         handler.close_connection = True
         link = _Link(handler.connection, handler.wfile)
@@ -86,7 +86,7 @@ class SocketMode:
                 "debug_info": {"host": "local"},
                 "connection_info": {"app_id": self.app_id},
             }
-            link.send(frames.encode(frames.TEXT, json.dumps(hello).encode()))
+            link.send(encode(TEXT, json.dumps(hello).encode()))
             self._changed.notify_all()
         threading.Thread(target=self._keep_alive, args=(link,), daemon=True).start()
         try:
@@ -101,19 +101,19 @@ class SocketMode:
         # and close() waits for that lock; frequent pings let an app disconnect at once.
         while not link.gone.wait(self.ping_interval_s):
             try:
-                link.send(frames.encode(frames.PING, b"local"))
+                link.send(encode(PING, b"local"))
             except OSError:
                 return
 
     def _read(self, link: _Link, stream: BufferedIOBase) -> None:
-        while (message := frames.read_message(stream)) is not None:
+        while (message := read_message(stream)) is not None:
             opcode, payload = message
-            if opcode == frames.PING:
-                link.send(frames.encode(frames.PONG, payload))
-            elif opcode == frames.CLOSE:
-                link.send(frames.encode(frames.CLOSE, payload[:2]))
+            if opcode == PING:
+                link.send(encode(PONG, payload))
+            elif opcode == CLOSE:
+                link.send(encode(CLOSE, payload[:2]))
                 return
-            elif opcode == frames.TEXT:
+            elif opcode == TEXT:
                 self._ack(payload)
 
     def _ack(self, payload: bytes) -> None:
@@ -165,7 +165,7 @@ class SocketMode:
         with self._changed:
             self._pending[envelope_id] = pending
             link = self._links[-1]
-        link.send(frames.encode(frames.TEXT, json.dumps(envelope).encode()))
+        link.send(encode(TEXT, json.dumps(envelope).encode()))
         if not pending.arrived.wait(timeout):
             with self._changed:
                 self._pending.pop(envelope_id, None)

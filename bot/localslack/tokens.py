@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import secrets
 from copy import deepcopy
-from typing import TYPE_CHECKING
 
+from .core import WorkspaceCore
 from .model import ResponseUrl, Trigger
-
-if TYPE_CHECKING:
-    from .workspace import Workspace
 
 TRIGGER_TTL_S = 3.0
 RESPONSE_URL_TTL_S = 30 * 60.0
@@ -19,7 +16,7 @@ RESPONSE_URL_USES = 5
 class Tokens:
     """Issues and redeems tokens by the workspace clock, under the workspace lock."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: WorkspaceCore) -> None:
         self._ws = workspace
         self.response_urls: dict[str, ResponseUrl] = {}
         self.triggers: dict[str, Trigger] = {}

@@ -1,6 +1,6 @@
 """The stateful local workspace: people, conversations, messages and files, behind one lock.
 
-Tokens and views hang off it (`tokens.py`, `views.py`); every record a caller gets is a copy.
+Tokens and views hang off it (`tokens.py`, `surfaces.py`); every record a caller gets is a copy.
 """
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from copy import deepcopy
+from dataclasses import asdict
 from typing import Any
 
-from . import seed
+from .directory import APP_ID, BOT_ID, BOT_USER, TEAM_ID, TEAM_NAME
+from .directory import channels as default_channels
+from .directory import people as default_people
 from .model import JSON, Channel, Ephemeral, File, Message, User
-from .snapshot import snapshot
+from .surfaces import Views
 from .tokens import Tokens
-from .views import Views
 
 
 class Workspace:
@@ -30,8 +32,12 @@ class Workspace:
     ) -> None:
         self.lock = threading.RLock()
         self.clock = clock
-        self.team_id, self.team_name = seed.TEAM_ID, seed.TEAM_NAME
-        self.bot_user, self.bot_id, self.app_id = seed.BOT_USER, seed.BOT_ID, seed.APP_ID
+        self.team_id, self.team_name = TEAM_ID, TEAM_NAME
+        self.bot_user, self.bot_id, self.app_id = (
+            BOT_USER,
+            BOT_ID,
+            APP_ID,
+        )
         self._seed_users = list(users)
         self._seed_channels = list(channels)
         self.reset()
@@ -39,7 +45,7 @@ class Workspace:
     @classmethod
     def default(cls, *, clock: Callable[[], float] = time.time) -> Workspace:
         """Ada, the managers and engineers of org.yaml, #gpu and the two approvals channels."""
-        return cls(seed.people(), seed.channels(), clock=clock)
+        return cls(default_people(), default_channels(), clock=clock)
 
     def reset(self) -> None:
         """Forget messages, DMs, views, files and tokens; restore the seeded people and channels."""
@@ -248,4 +254,25 @@ class Workspace:
     def snapshot(self) -> dict[str, Any]:
         """Plain JSON-able state for a UI: people, conversations, messages, views, files."""
         with self.lock:
-            return snapshot(self)
+            users = sorted(self.users.values(), key=lambda user: user.id)
+            return {
+                "team": {"id": self.team_id, "name": self.team_name},
+                "bot": {"user_id": self.bot_user, "bot_id": self.bot_id, "app_id": self.app_id},
+                "users": [asdict(user) for user in users],
+                "channels": [
+                    {
+                        "id": channel.id,
+                        "name": channel.name,
+                        "is_private": channel.is_private,
+                        "is_im": channel.is_im,
+                        "im_user": channel.im_user,
+                        "members": sorted(channel.members),
+                        "messages": [asdict(message) for message in self.messages(channel.id)],
+                    }
+                    for channel in sorted(self.channels.values(), key=lambda channel: channel.id)
+                ],
+                "ephemerals": [asdict(ephemeral) for ephemeral in self.ephemerals()],
+                "homes": self.views.homes(),
+                "modals": {user.id: self.views.modals(user.id) for user in users},
+                "files": [file.as_json() for file in self.files.values()],
+            }

@@ -1,6 +1,6 @@
 """The `signal` enforcer's bookkeeping: orders written with a reclaim, handed to the node's
 agent with its next push, and the agent's results recorded (audit `enforce:ordered`,
-`enforce:done`). The signalling itself happens on the node (bot.enforce).
+`enforce:done`). The signalling itself happens on the node (bot.agent.enforcer).
 """
 
 from __future__ import annotations

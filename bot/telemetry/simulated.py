@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from bot.telemetry.fleet import Fleet, FleetNode, Segment
+from bot.telemetry.fleet_file import Fleet, FleetNode, Segment
 from bot.telemetry.model import Sample
 from bot.telemetry.nvml import XID_EVENT, NvmlSource, nvml_error
 from bot.telemetry.procs import Owner

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from bot.telemetry.fleet import load_fleet
+from bot.telemetry.fleet_file import load_fleet
 from bot.telemetry.nvml import NvmlSource, nvml_available
 from bot.telemetry.simulated import SimulatedSource
 

@@ -60,7 +60,7 @@ class _Gpu:
     rolled_until: datetime | None = None  # minutes before this are in the history already
 
 
-class Telemetry:
+class TelemetryWindow:
     """Per-GPU state fed by `observe`; thread-safe (agents push while the sweep reads) and
     constant in memory per GPU.
 

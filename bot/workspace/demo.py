@@ -24,7 +24,7 @@ from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from bot.telemetry.simulated import SimulatedSource
 from bot.workspace.clock import DemoClock
-from bot.workspace.seed import seed
+from bot.workspace.opening import seed
 
 log = logging.getLogger(__name__)
 ACK_TIMEOUT_S = 3.0  # Slack gives up on an app's answer after three seconds

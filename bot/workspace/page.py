@@ -8,7 +8,7 @@ import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from bot.workspace.demo import Demo
@@ -64,70 +64,81 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """The page's routes, for the PageServer a subclass names in `page` (see _handler)."""
+
+    page: ClassVar[PageServer]
+
+    protocol_version = "HTTP/1.1"
+    server_version = "gpubot-demo"
+
+    @property
+    def demo(self) -> Demo:
+        assert self.page.demo is not None  # requests are served only after start(demo)
+        return self.page.demo
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if not self.page.allowed_host(self.headers.get("Host", "")):
+            self._send(403, "text/plain; charset=utf-8", b"forbidden")
+            return
+        if url.path == "/ui/state":
+            person = parse_qs(url.query).get("as", [""])[0]
+            self._json(200, page_state(self.demo, person))
+            return
+        name = "index.html" if url.path == "/" else url.path.removeprefix("/static/")
+        files = {p.name: p for p in STATIC.iterdir() if p.suffix in TYPES}
+        if name not in files:
+            self._send(404, "text/plain; charset=utf-8", b"not found")
+            return
+        self._send(200, TYPES[files[name].suffix], files[name].read_bytes())
+
+    def do_POST(self) -> None:
+        route = ROUTES.get(urlsplit(self.path).path)
+        size = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(min(size, MAX_BODY + 1))
+        # A JSON content type makes a cross-site form post impossible without CORS.
+        json_type = self.headers.get("Content-Type", "").startswith("application/json")
+        if not self.page.allowed_host(self.headers.get("Host", "")) or not json_type:
+            self._json(403, {"ok": False, "error": "forbidden"})
+            return
+        if route is None or size > MAX_BODY:
+            self._json(404, {"ok": False, "error": "not found"})
+            return
+        try:
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise UiError("expected a JSON object")
+            self._json(200, route(self.demo, body))
+        except (UiError, ValueError) as exc:
+            self._json(400, {"ok": False, "error": str(exc)})
+        except Exception as exc:  # shown on the page and logged, never a dead request
+            log.exception("demo page: %s failed", self.path)
+            self._json(500, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+
+    def _json(self, status: int, body: dict[str, Any]) -> None:
+        self._send(status, "application/json", json.dumps(body).encode())
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+        except ConnectionError:
+            self.close_connection = True
+
+
 def _handler(page: PageServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "gpubot-demo"
+    """A request handler class serving `page`."""
 
-        @property
-        def demo(self) -> Demo:
-            assert page.demo is not None  # requests are served only after start(demo)
-            return page.demo
+    class Handler(_Handler):
+        pass
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            if not page.allowed_host(self.headers.get("Host", "")):
-                self._send(403, "text/plain; charset=utf-8", b"forbidden")
-                return
-            if url.path == "/ui/state":
-                person = parse_qs(url.query).get("as", [""])[0]
-                self._json(200, page_state(self.demo, person))
-                return
-            name = "index.html" if url.path == "/" else url.path.removeprefix("/static/")
-            files = {p.name: p for p in STATIC.iterdir() if p.suffix in TYPES}
-            if name not in files:
-                self._send(404, "text/plain; charset=utf-8", b"not found")
-                return
-            self._send(200, TYPES[files[name].suffix], files[name].read_bytes())
-
-        def do_POST(self) -> None:
-            route = ROUTES.get(urlsplit(self.path).path)
-            size = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(min(size, MAX_BODY + 1))
-            # A JSON content type makes a cross-site form post impossible without CORS.
-            json_type = self.headers.get("Content-Type", "").startswith("application/json")
-            if not page.allowed_host(self.headers.get("Host", "")) or not json_type:
-                self._json(403, {"ok": False, "error": "forbidden"})
-                return
-            if route is None or size > MAX_BODY:
-                self._json(404, {"ok": False, "error": "not found"})
-                return
-            try:
-                body = json.loads(raw or b"{}")
-                if not isinstance(body, dict):
-                    raise UiError("expected a JSON object")
-                self._json(200, route(self.demo, body))
-            except (UiError, ValueError) as exc:
-                self._json(400, {"ok": False, "error": str(exc)})
-            except Exception as exc:  # shown on the page and logged, never a dead request
-                log.exception("demo page: %s failed", self.path)
-                self._json(500, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
-
-        def _json(self, status: int, body: dict[str, Any]) -> None:
-            self._send(status, "application/json", json.dumps(body).encode())
-
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(body)
-            except ConnectionError:
-                self.close_connection = True
-
+    Handler.page = page
     return Handler

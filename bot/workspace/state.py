@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bot.localslack import Channel, Ephemeral, Message
-from bot.workspace.fleet import fleet_panel
+from bot.workspace.fleet_panel import fleet_panel
 
 if TYPE_CHECKING:
     from bot.workspace.demo import Demo

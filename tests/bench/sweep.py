@@ -35,7 +35,7 @@ from bot.rulesdir import read_rules_dir
 from bot.services import Services
 from bot.services.sweep import SweepReport
 from bot.telemetry.model import ProcessInfo, Sample
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from rules import expr
 from rules.domain import LeaseState, Subject
 from rules.engine import Decision
@@ -197,7 +197,7 @@ def expiry_offset(rng: random.Random) -> timedelta:
     return -timedelta(minutes=rng.uniform(1, 180))
 
 
-def feed(telemetry: Telemetry, slots: list[Slot], rng: random.Random) -> Counter[str]:
+def feed(telemetry: TelemetryWindow, slots: list[Slot], rng: random.Random) -> Counter[str]:
     """One fresh sample per GPU, plus the idle stretch behind the GPUs idle for a while."""
     kinds: Counter[str] = Counter()
     for slot in slots:
@@ -307,7 +307,7 @@ class Figures:
 
 
 def distinct_facts(
-    services: Services, telemetry: Telemetry
+    services: Services, telemetry: TelemetryWindow
 ) -> dict[Subject, tuple[int, int, int, int]]:
     """Per subject, from one more pass: subjects decided, distinct whole facts (what a memo
     keyed by every fact could save), facts the conditions read, and distinct values of those."""
@@ -345,7 +345,9 @@ def bench_fleet(gpus: int, *, profile: bool) -> Figures:
         services = Services.open(db, read_rules_dir(rules_dir(tmp, nodes)), clock=lambda: NOW)
         try:
             slots = insert_leases(db, nodes, rng)
-            telemetry = Telemetry(services.policy.timing.stale_after, expected_interval=INTERVAL)
+            telemetry = TelemetryWindow(
+                services.policy.timing.stale_after, expected_interval=INTERVAL
+            )
             kinds = feed(telemetry, slots, rng)
             setup_s = time.perf_counter() - started
             since = NOW - 4 * INTERVAL  # the bot has watched for two minutes: silence counts

@@ -18,7 +18,7 @@ from bot.main import Bot
 from bot.services import BorrowAsk
 from bot.services.views import BorrowResult, GpuSlot
 from bot.telemetry.model import Sample
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from tests.builders import a_sample
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -34,7 +34,7 @@ class Story:
         self, bot: Bot, local: LocalSlack, clock: FrozenDateTimeFactory, secret: str
     ) -> None:
         self.bot, self.local, self.clock = bot, local, clock
-        self.telemetry = Telemetry(bot.services.policy.timing.stale_after)
+        self.telemetry = TelemetryWindow(bot.services.policy.timing.stale_after)
         self.slack = SlackDriver(local, InProcessTransport(bot.app), secret)
         self.events: list[tuple[int, str]] = []
         self.minute = 0

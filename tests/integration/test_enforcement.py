@@ -17,9 +17,9 @@ from sqlmodel import select
 from bot.localslack import LocalSlack
 from bot.main import Bot, assemble
 from bot.settings import Settings
-from bot.telemetry.ingest import Ingest
+from bot.telemetry.agent_push import Ingest
 from bot.telemetry.model import ProcessInfo, Sample, order_signature, sign, to_json
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from storage.tables import AuditRow, EnforcementRow
 from tests.integration.conftest import settings_for, story_with
 from tests.integration.story import ALICE, Story
@@ -140,7 +140,7 @@ def durable_ingest(bot: Bot) -> Ingest:
     assert bot.ingest is not None
     return Ingest(
         bot.ingest.tokens,
-        Telemetry(bot.services.policy.timing.stale_after),
+        TelemetryWindow(bot.services.policy.timing.stale_after),
         bot.services.ctx.now,
         on_refused=bot.services.record_refused_agent,
         spend=bot.services.spend_nonce,

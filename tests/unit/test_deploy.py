@@ -14,7 +14,7 @@ import pytest
 import typer
 import yaml
 
-from bot.cli import app
+from bot.cli.app import app
 from bot.rulesdir import read_rules_dir
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from rules.engine.live import build_engine, check
@@ -81,7 +81,7 @@ def assert_real_command(argv: list[str]) -> None:
 def test_pyproject_installs_the_gpubot_console_script() -> None:
     """Every deploy file runs `gpubot`; pyproject.toml is what installs it."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert "bot.cli:main" == scripts["gpubot"]
+    assert "bot.cli.app:main" == scripts["gpubot"]
 
 
 @pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(DEPLOY)))

@@ -11,7 +11,7 @@ from sqlmodel import select
 from bot.services import BorrowAsk, Refused, Services
 from bot.services.views import BorrowResult, LeaseView
 from bot.telemetry.model import ProcessInfo, Sample
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from storage.gpus import Place
 from storage.tables import AuditRow, GpuRow, OutboxRow
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, Clock
@@ -57,7 +57,7 @@ class Fleet:
 
     def __init__(self, services: Services, clock: Clock) -> None:
         self.services, self.clock = services, clock
-        self.telemetry = Telemetry(timedelta(minutes=3), expected_interval=POLL)
+        self.telemetry = TelemetryWindow(timedelta(minutes=3), expected_interval=POLL)
         self.since = clock()
         self.quiet: set[str] = set()  # nodes that send nothing
         self.special: dict[tuple[str, int], dict[str, object]] = {}
@@ -164,7 +164,7 @@ def test_gpus_without_fresh_telemetry_are_offered_last_and_the_grant_says_so(
     """l40s-node-02 has not reported yet (a restart): its GPUs go only when the rest are gone,
     and the grant DM names them."""
     fleet.quiet.add("l40s-node-02")
-    fleet.telemetry = Telemetry(timedelta(minutes=3), expected_interval=POLL)
+    fleet.telemetry = TelemetryWindow(timedelta(minutes=3), expected_interval=POLL)
     fleet.since = clock()
     with services.db.write() as session:
         for gpu in session.exec(select(GpuRow)).all():
@@ -246,7 +246,7 @@ def test_a_configured_node_that_never_reports_is_not_counted_as_free(
 def test_without_any_telemetry_nothing_is_ever_not_reporting(
     services: Services, clock: Clock
 ) -> None:
-    telemetry = Telemetry(timedelta(minutes=3))
+    telemetry = TelemetryWindow(timedelta(minutes=3))
     for _ in range(10):
         clock.advance(timedelta(minutes=1))
         services.observe_fleet(telemetry, None)
@@ -336,7 +336,7 @@ def test_a_restart_keeps_a_silent_gpu_silent_until_it_reports(
 ) -> None:
     fleet.quiet.add("l40s-node-02")
     fleet.run(timedelta(minutes=3))
-    fleet.telemetry = Telemetry(timedelta(minutes=3), expected_interval=POLL)  # a restart
+    fleet.telemetry = TelemetryWindow(timedelta(minutes=3), expected_interval=POLL)  # a restart
     fleet.since = clock()
     fleet.poll()
     assert Place.SILENT == places(services)[("l40s-node-02", 0)]
@@ -389,7 +389,7 @@ def test_turning_telemetry_off_returns_silent_gpus_to_unknown_without_a_word(
     fleet.run(timedelta(minutes=3))
     assert Place.SILENT == places(services)[("l40s-node-02", 0)]
     clock.advance(timedelta(minutes=1))
-    services.observe_fleet(Telemetry(timedelta(minutes=3)), None)
+    services.observe_fleet(TelemetryWindow(timedelta(minutes=3)), None)
     assert Place.FREE == places(services)[("l40s-node-02", 0)]
     told = [r.data["text"] for r in owed(services, "admin_notice")]
     assert not [t for t in told if "back in service" in t]

@@ -11,7 +11,7 @@ from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
 from bot.services.views import BorrowResult, ExtendResult, Refused, SettleResult
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome
 from storage import outbox
 from storage.tables import OutboxRow
@@ -209,7 +209,7 @@ def test_a_holder_warned_then_spared_is_not_recalled_again_within_the_cooldown(
     with services.db.write() as session:  # the preemption warning reached Dave
         for row in session.exec(select(OutboxRow)).all():
             outbox.delivered(session, row.id or 0, at=clock.now, channel="D0DAVE", ts="1.0")
-    services.sweep(Telemetry(timedelta(minutes=3)))
+    services.sweep(TelemetryWindow(timedelta(minutes=3)))
     with services.db.write() as session:
         for row in session.exec(select(OutboxRow)).all():
             outbox.delivered(session, row.id or 0, at=clock.now, channel="D0DAVE", ts="1.0")

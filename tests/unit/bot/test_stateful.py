@@ -27,7 +27,7 @@ from sqlmodel import col, select
 from bot.services import BorrowAsk, Refused, Services
 from bot.services.views import LeaseView, RequestView
 from bot.telemetry.model import Sample
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from rules.domain import LeaseState, Priority, RequestState
 from storage import audit, outbox
 from storage.db import Database
@@ -68,7 +68,7 @@ class Governance(RuleBasedStateMachine):
         self.db.create_all()
         self.services = Services.open(self.db, default_sources(), clock=self.clock)
         self.policy = self.services.policy
-        self.telemetry = Telemetry(self.policy.timing.stale_after, expected_interval=MINUTE)
+        self.telemetry = TelemetryWindow(self.policy.timing.stale_after, expected_interval=MINUTE)
         # What each GPU reports while time moves: a utilisation, or None for silence.
         self.util: dict[tuple[str, int], float | None] = {}
 

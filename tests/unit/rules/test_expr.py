@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rules import expr
+from rules import expr, expr_parser
 from rules.catalogue import CATALOGUE
 from rules.domain import Subject
 from tests.builders import a_request
@@ -58,7 +58,7 @@ def test_conditions_compile_to_single_fact_durable_expressions(
     text: str, compiled: dict[str, Any]
 ) -> None:
     """Each construct becomes a durable condition that is safe there (no $in, no $not, no joins)."""
-    assert compiled == expr.compile_durable(expr.parse(text, FACTS))
+    assert compiled == expr.compile_durable(expr_parser.parse(text, FACTS))
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_conditions_compile_to_single_fact_durable_expressions(
 def test_bad_conditions_say_what_is_wrong_and_where(text: str, message: str, offset: int) -> None:
     """Errors name the problem and the character where it starts."""
     with pytest.raises(expr.ExprError) as caught:
-        expr.parse(text, FACTS)
+        expr_parser.parse(text, FACTS)
     assert message in str(caught.value)
     assert offset == caught.value.offset
 
@@ -104,7 +104,7 @@ def test_bad_conditions_say_what_is_wrong_and_where(text: str, message: str, off
 )
 def test_the_reference_semantics_over_a_request(text: str, expected: bool) -> None:
     """evaluate() reads the facts exactly as an admin reads the condition."""
-    assert expected == expr.evaluate(expr.parse(text, FACTS), a_request())
+    assert expected == expr.evaluate(expr_parser.parse(text, FACTS), a_request())
 
 
 @pytest.mark.parametrize(

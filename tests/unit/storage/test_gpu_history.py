@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from sqlmodel import col, func, select
 
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from storage.db import Database
 from storage.gpus import prune_minutes, store_minutes, stored_minutes
 from storage.tables import GpuMinuteRow
@@ -26,7 +26,7 @@ def count(database: Database) -> int:
 
 
 def test_rollups_from_the_window_are_stored_and_read_back(database: Database) -> None:
-    telemetry = Telemetry(stale_after=timedelta(minutes=3))
+    telemetry = TelemetryWindow(stale_after=timedelta(minutes=3))
     telemetry.observe(
         [a_sample(taken_at=at(m, s), index=i) for m in range(3) for s in (0, 30) for i in (0, 1)]
     )

@@ -1,31 +1,21 @@
-"""Builders for the telemetry tests: fleet files, samples at offsets from a literal start, an
-Ingest on a settable clock that signs what it is given, and child processes to enforce on.
-
-Run as root, the children run as an unprivileged uid (31337, no passwd entry), as a
-researcher's job would; run as anyone else, they run as that user."""
+"""Builders for the telemetry tests: fleet files, samples at offsets from a literal start, and
+an Ingest on a settable clock that signs what it is given."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.enforce import MIN_UID
-from bot.telemetry.ingest import Ingest, Spend
+from bot.telemetry.agent_push import Ingest, Spend
 from bot.telemetry.model import ProcessInfo, Sample, sign, to_json
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 
 ROOT = Path(__file__).resolve().parents[3]
 FLEETS = ROOT / "fixtures" / "fleets"
 START = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
 NODE = "a100-node-01"
 TOKEN = "4f1c8a2e9b7d6c5e4f3a2b1c0d9e8f7a"  # noqa: S105 - a test fixture, not a credential
-AS_ROOT = os.geteuid() == 0
-CHILD_UID = 31337 if AS_ROOT else os.getuid()
-# Not root, the children run as whoever runs the tests; let the agent signal that uid.
-AGENT_MIN_UID = MIN_UID if AS_ROOT else min(MIN_UID, os.getuid())
 
 
 def at(minutes: float = 0.0, seconds: float = 0.0) -> datetime:
@@ -64,7 +54,7 @@ class IngestRig:
 
     def __init__(self, spend: Spend | None = None) -> None:
         self.now = START
-        self.telemetry = Telemetry(stale_after=timedelta(minutes=3), clock=lambda: self.now)
+        self.telemetry = TelemetryWindow(stale_after=timedelta(minutes=3), clock=lambda: self.now)
         self.refused: list[tuple[str, str]] = []
         self.ingest = Ingest(
             {NODE: TOKEN, "l40s-node-01": "0" * 32},
@@ -107,21 +97,3 @@ class IngestRig:
         headers = self.headers(body, node=node, token=token, sent=sent, nonce=nonce)
         handle = self.ingest.handle if path == "samples" else self.ingest.handle_results
         return handle(headers, body)
-
-
-def spawn(
-    children: list[subprocess.Popen[bytes]], argv: list[str], *, uid: int | None = None
-) -> subprocess.Popen[bytes]:
-    """A child running `argv` as `uid` (default CHILD_UID), kept in `children` to be reaped."""
-    uid = CHILD_UID if uid is None else uid
-    as_user = uid if uid != os.getuid() else None
-    # Fixed arguments: coreutils' sleep, or sh running a fixed script.
-    child = subprocess.Popen(argv, user=as_user, stdout=subprocess.PIPE)  # noqa: S603
-    children.append(child)
-    return child
-
-
-def sleeper(
-    children: list[subprocess.Popen[bytes]], *, uid: int | None = None
-) -> subprocess.Popen[bytes]:
-    return spawn(children, ["sleep", "60"], uid=uid)

@@ -11,7 +11,7 @@ import pynvml
 import pytest
 
 from bot.telemetry.errors import TelemetryUnavailable
-from bot.telemetry.fleet import parse_fleet
+from bot.telemetry.fleet_file import parse_fleet
 from bot.telemetry.nvml import NvmlSource, nvml_available, nvml_error
 from bot.telemetry.procs import ProcReader
 from bot.telemetry.simulated import SimulatedNode

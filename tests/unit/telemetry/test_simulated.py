@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bot.telemetry.errors import FleetError
-from bot.telemetry.fleet import load_fleet, parse_fleet
+from bot.telemetry.fleet_file import load_fleet, parse_fleet
 from bot.telemetry.model import Sample
 from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource, simulated_uuid

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bot.telemetry.model import Sample
-from bot.telemetry.window import GpuReading, Telemetry
+from bot.telemetry.window import GpuReading, TelemetryWindow
 from tests.unit.telemetry.builders import START, a_process, a_sample, at
 
 STALE = timedelta(minutes=3)
@@ -33,7 +33,7 @@ def busy_at(minutes: float) -> Sample:
 
 
 def read(samples: list[Sample], now_minutes: float) -> GpuReading:
-    telemetry = Telemetry(stale_after=STALE)
+    telemetry = TelemetryWindow(stale_after=STALE)
     telemetry.observe(samples)
     return telemetry.gpu("a100-node-01", 0, at(now_minutes))
 
@@ -110,7 +110,7 @@ def test_idle_for_counts_only_dense_fresh_successful_idle_samples(
 
 
 def test_a_gpu_never_seen_is_unknown_but_not_unhealthy() -> None:
-    reading = Telemetry(stale_after=STALE).gpu("a100-node-01", 0, START)
+    reading = TelemetryWindow(stale_after=STALE).gpu("a100-node-01", 0, START)
     assert GpuReading(False, True, True, "unknown", None, None, (), timedelta(0), None) == reading
 
 
@@ -153,7 +153,7 @@ def test_a_sample_from_beyond_stale_after_in_the_future_is_not_fresh() -> None:
 
 def test_repeated_and_older_samples_are_ignored() -> None:
     """An agent retrying a push it thinks was lost must not count twice."""
-    telemetry = Telemetry(stale_after=STALE)
+    telemetry = TelemetryWindow(stale_after=STALE)
     samples = every(0, 2)
     assert 4 == telemetry.observe(samples)
     assert 0 == telemetry.observe(samples)
@@ -162,7 +162,7 @@ def test_repeated_and_older_samples_are_ignored() -> None:
 
 
 def test_readings_cover_every_gpu_observed() -> None:
-    telemetry = Telemetry(stale_after=STALE)
+    telemetry = TelemetryWindow(stale_after=STALE)
     telemetry.observe([a_sample(index=i) for i in range(3)] + [a_sample(node="l40s-node-01")])
     readings = telemetry.readings(at(0.5))
     assert {
@@ -175,7 +175,7 @@ def test_readings_cover_every_gpu_observed() -> None:
 
 
 def test_pushes_and_reads_from_many_threads_lose_nothing() -> None:
-    telemetry = Telemetry(stale_after=STALE)
+    telemetry = TelemetryWindow(stale_after=STALE)
 
     def push(index: int) -> None:
         for sample in every(0, 60, index=index):
@@ -191,7 +191,7 @@ def test_pushes_and_reads_from_many_threads_lose_nothing() -> None:
 
 
 def test_completed_minutes_roll_up_once_with_their_figures() -> None:
-    telemetry = Telemetry(stale_after=STALE)
+    telemetry = TelemetryWindow(stale_after=STALE)
     telemetry.observe(
         [
             a_sample(taken_at=at(0), util_pct=10.0, memory_used_mib=100),
@@ -220,7 +220,7 @@ def test_completed_minutes_roll_up_once_with_their_figures() -> None:
 
 
 def test_a_late_sample_for_a_rolled_up_minute_is_not_rolled_up_again() -> None:
-    telemetry = Telemetry(stale_after=STALE)
+    telemetry = TelemetryWindow(stale_after=STALE)
     telemetry.observe([a_sample(taken_at=at(0))])
     assert 1 == len(telemetry.minute_rollups(at(2)))
     telemetry.observe(
@@ -231,7 +231,7 @@ def test_a_late_sample_for_a_rolled_up_minute_is_not_rolled_up_again() -> None:
 
 def test_minutes_nobody_rolls_up_are_dropped_after_keep() -> None:
     """Memory stays bounded even if the rollup job never runs."""
-    telemetry = Telemetry(stale_after=STALE, keep=timedelta(minutes=30))
+    telemetry = TelemetryWindow(stale_after=STALE, keep=timedelta(minutes=30))
     telemetry.observe(every(0, 120))
     rows = telemetry.minute_rollups(at(121))
     assert 30 <= len(rows) <= 31
@@ -241,9 +241,9 @@ def test_minutes_nobody_rolls_up_are_dropped_after_keep() -> None:
 FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 
 
-def on_clock(now_minutes: float) -> Telemetry:
+def on_clock(now_minutes: float) -> TelemetryWindow:
     """A Telemetry whose clock stands at minute `now_minutes`."""
-    return Telemetry(stale_after=STALE, clock=lambda: at(now_minutes))
+    return TelemetryWindow(stale_after=STALE, clock=lambda: at(now_minutes))
 
 
 def test_a_sample_from_the_year_9999_is_ignored_and_genuine_samples_keep_coming() -> None:
@@ -274,7 +274,7 @@ def test_a_gpu_whose_newest_sample_is_ahead_of_the_clock_starts_over() -> None:
     """The bot's clock stepped back (or a sample got in before this check existed): the next
     genuine sample is taken, not ignored until the clock catches up."""
     minute = [60.0]
-    telemetry = Telemetry(stale_after=STALE, clock=lambda: at(minute[0]))
+    telemetry = TelemetryWindow(stale_after=STALE, clock=lambda: at(minute[0]))
     assert 1 == telemetry.observe([a_sample(taken_at=at(60))])
     minute[0] = 0.0
     assert 2 == telemetry.observe(every(0, 1))
@@ -291,7 +291,7 @@ def test_a_gpu_whose_newest_sample_is_ahead_of_the_clock_starts_over() -> None:
     ],
 )
 def test_observe_readings_and_rollups_never_raise_whatever_the_time(taken_at: datetime) -> None:
-    telemetry = Telemetry(stale_after=STALE, clock=lambda: FAR_FUTURE)
+    telemetry = TelemetryWindow(stale_after=STALE, clock=lambda: FAR_FUTURE)
     telemetry.observe([a_sample(taken_at=taken_at), a_sample(index=1)])
     for now in (START, FAR_FUTURE, datetime(1, 1, 1, tzinfo=UTC), START.replace(tzinfo=None)):
         assert len(telemetry.readings(now)) <= 2
@@ -302,7 +302,7 @@ def test_observe_readings_and_rollups_never_raise_whatever_the_time(taken_at: da
 def test_without_a_clock_only_times_no_bot_could_mean_are_ignored() -> None:
     """With no clock and no `now` (a test's window), samples of any plausible time are taken;
     the year 9999 and the year 1 are not, so nothing can overflow."""
-    telemetry = Telemetry(stale_after=STALE)
+    telemetry = TelemetryWindow(stale_after=STALE)
     far_past = datetime(1, 1, 1, tzinfo=UTC)
     assert 0 == telemetry.observe([a_sample(taken_at=FAR_FUTURE), a_sample(taken_at=far_past)])
     assert 1 == telemetry.observe([a_sample(taken_at=START.replace(year=2999))])

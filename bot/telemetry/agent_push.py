@@ -1,5 +1,5 @@
 """The bot's end of the node agent: verify a signed push of samples, refuse replays, hand the
-samples to `Telemetry` and answer with the node's enforcement orders, signed; take the agent's
+samples to `TelemetryWindow` and answer with the node's enforcement orders, signed; take the agent's
 results. Framework-free: `handle(headers, body)` and `handle_results(headers, body)` ->
 (status, message); neither raises, whatever the bytes and the headers.
 """
@@ -22,7 +22,7 @@ import yaml
 from bot.telemetry.errors import SampleFormatError, TokenFileError
 from bot.telemetry.model import from_json, results_from_json, sign, sign_order
 from bot.telemetry.refusals import UNKNOWN, Refusals
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Ingest:
     def __init__(
         self,
         tokens: Mapping[str, str],
-        telemetry: Telemetry,
+        telemetry: TelemetryWindow,
         clock: Callable[[], datetime] = _utcnow,
         on_refused: Refused | None = None,
         *,

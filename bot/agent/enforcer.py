@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.telemetry.model import MAX_EPOCH_S, MAX_ID, MAX_INDEX, MAX_PID, MAX_TARGETS
-from bot.telemetry.procs import ProcReader
+from bot.telemetry.procs import Owner, ProcReader
 from rules.schema import is_system_account
 
 KILL_WAIT_S = 5.0  # after SIGKILL; a process still there is stuck in the kernel (D state)
@@ -136,44 +136,62 @@ def carry_out(
         checked = parse_order(order)
     except OrderError as exc:
         return refused(order, f"malformed order: {exc}")
-    dry = dry_run or checked.dry_run
     outcome: dict[int, str] = {}
     termed: list[tuple[int, int]] = []  # (pid, pidfd) sent SIGTERM
     try:
         for target in checked.targets:
             if target.pid in outcome or any(target.pid == p for p, _ in termed):
                 continue
-            found, fd = _pin(target, procs, min_uid)
+            found, fd = _sigterm(target, procs, dry=dry_run or checked.dry_run, min_uid=min_uid)
             if fd is None:
                 outcome[target.pid] = found
-            elif dry:
-                os.close(fd)
-                outcome[target.pid] = WOULD
-            elif (sent := _send(fd, signal.SIGTERM)) is not None:
-                os.close(fd)
-                outcome[target.pid] = sent
             else:
                 termed.append((target.pid, fd))
-        deadline = time.monotonic() + checked.term_grace_s
-        survivors = []
-        for pid, fd in termed:
-            if _exited(fd, deadline - time.monotonic()):
-                outcome[pid] = TERMINATED
-            else:
-                survivors.append((pid, fd))
-        for pid, fd in survivors:
-            if _send(fd, signal.SIGKILL) == GONE:
-                outcome[pid] = TERMINATED  # it went at the last moment, by itself
-        deadline = time.monotonic() + kill_wait_s
-        for pid, fd in survivors:
-            if pid not in outcome:
-                exited = _exited(fd, deadline - time.monotonic())
-                outcome[pid] = KILLED if exited else "stuck: alive after SIGKILL, needs a person"
+        _wait_then_kill(termed, checked.term_grace_s, kill_wait_s, outcome)
     finally:
         for _, fd in termed:
             os.close(fd)
     pids = dict.fromkeys(target.pid for target in checked.targets)
     return [{"pid": pid, "outcome": outcome[pid]} for pid in pids]
+
+
+def _sigterm(
+    target: Target, procs: ProcReader, *, dry: bool, min_uid: int
+) -> tuple[str, int | None]:
+    """SIGTERM the target: ("", its pidfd) when sent, else (the outcome that settles it, None)."""
+    found, fd = _pin(target, procs, min_uid)
+    if fd is None:
+        return found, None
+    if dry:
+        os.close(fd)
+        return WOULD, None
+    sent = _send(fd, signal.SIGTERM)
+    if sent is not None:
+        os.close(fd)
+        return sent, None
+    return "", fd
+
+
+def _wait_then_kill(
+    termed: list[tuple[int, int]], grace_s: float, kill_wait_s: float, outcome: dict[int, str]
+) -> None:
+    """Wait out the grace for what was sent SIGTERM, SIGKILL what is left and wait for that;
+    each pid's outcome lands in `outcome`."""
+    deadline = time.monotonic() + grace_s
+    survivors = []
+    for pid, fd in termed:
+        if _exited(fd, deadline - time.monotonic()):
+            outcome[pid] = TERMINATED
+        else:
+            survivors.append((pid, fd))
+    for pid, fd in survivors:
+        if _send(fd, signal.SIGKILL) == GONE:
+            outcome[pid] = TERMINATED  # it went at the last moment, by itself
+    deadline = time.monotonic() + kill_wait_s
+    for pid, fd in survivors:
+        if pid not in outcome:
+            exited = _exited(fd, deadline - time.monotonic())
+            outcome[pid] = KILLED if exited else "stuck: alive after SIGKILL, needs a person"
 
 
 def _pin(target: Target, procs: ProcReader, min_uid: int) -> tuple[str, int | None]:
@@ -195,23 +213,29 @@ def _pin(target: Target, procs: ProcReader, min_uid: int) -> tuple[str, int | No
     except BaseException:
         os.close(fd)
         raise
-    why = None
-    if owner.started is None or _exited(fd, 0.0):
-        why = GONE  # exited (a zombie waiting for its parent has exited too)
-    elif abs(owner.started - target.started) > _SAME_START_S:
-        why = REUSED
-    elif not owner.uids:
-        why = "refused: its owner cannot be read"
-    elif (low := min(owner.uids)) < min_uid:
-        why = f"refused: uid {low} is below {min_uid}"
-    elif system := [n for u in owner.uids if is_system_account(n := procs.user_name(u))]:
-        why = f"refused: runs as the system account {system[0]}"
-    elif owner.user != target.user:
-        why = f"refused: now owned by {owner.user}"
+    why = _why_not(target, owner, fd, procs, min_uid)
     if why is not None:
         os.close(fd)
         return why, None
     return "", fd
+
+
+def _why_not(target: Target, owner: Owner, fd: int, procs: ProcReader, min_uid: int) -> str | None:
+    """Why the pinned process may not be signalled (gone, another process now, a protected
+    owner); None when it may."""
+    if owner.started is None or _exited(fd, 0.0):
+        return GONE  # exited (a zombie waiting for its parent has exited too)
+    if abs(owner.started - target.started) > _SAME_START_S:
+        return REUSED
+    if not owner.uids:
+        return "refused: its owner cannot be read"
+    if (low := min(owner.uids)) < min_uid:
+        return f"refused: uid {low} is below {min_uid}"
+    if system := [n for u in owner.uids if is_system_account(n := procs.user_name(u))]:
+        return f"refused: runs as the system account {system[0]}"
+    if owner.user != target.user:
+        return f"refused: now owned by {owner.user}"
+    return None
 
 
 def _send(fd: int, sig: signal.Signals) -> str | None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from bot.telemetry.agent_push import load_tokens
 from bot.telemetry.errors import TokenFileError
-from bot.telemetry.ingest import load_tokens
 from bot.telemetry.model import order_signature, sign, to_json
 from tests.unit.telemetry.builders import NODE, START, TOKEN, IngestRig, a_sample, at
 

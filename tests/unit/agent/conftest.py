@@ -1,4 +1,4 @@
-"""Fixtures of the telemetry tests: the real /proc reader, and child processes reaped after."""
+"""Fixtures of the agent tests: the real /proc reader, and child processes reaped after."""
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.telemetry.fleet import load_fleet
+from bot.telemetry.fleet_file import load_fleet
 from bot.telemetry.sources import DEFAULT_FLEET
 from bot.workspace.clock import DemoClock
-from bot.workspace.seed import Holding, holdings
+from bot.workspace.opening import Holding, holdings
 from tests.builders import default_policy
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

@@ -1,5 +1,5 @@
 """The node agent end to end: `gpubot agent --once --simulated ...` pushes over real HTTP to the
-real ASGI app (uvicorn on loopback), and the samples land in Telemetry; wrong tokens and
+real ASGI app (uvicorn on loopback), and the samples land in the TelemetryWindow; wrong tokens and
 replayed requests are refused and reported; the bot's signed orders are carried out on real
 child processes, and unsigned, forged, expired, other-node and malformed ones never are."""
 
@@ -22,16 +22,17 @@ import pytest
 from slack_bolt import App
 from typer.testing import CliRunner
 
-from bot.agent import Agent, AgentError, run_agent
-from bot.cli import app as cli
+from bot.agent.run import Agent, AgentError, run_agent
+from bot.cli.app import app as cli
 from bot.server import Background, SlackAsgi, free_port
-from bot.telemetry.fleet import load_fleet
-from bot.telemetry.ingest import Ingest
+from bot.telemetry.agent_push import Ingest
+from bot.telemetry.fleet_file import load_fleet
 from bot.telemetry.model import sign, sign_order, to_json
 from bot.telemetry.procs import Owner, ProcReader
 from bot.telemetry.simulated import SimulatedSource
-from bot.telemetry.window import Telemetry
-from tests.unit.telemetry.builders import AGENT_MIN_UID, FLEETS, a_sample, sleeper
+from bot.telemetry.window import TelemetryWindow
+from tests.unit.agent.builders import AGENT_MIN_UID, sleeper
+from tests.unit.telemetry.builders import FLEETS, a_sample
 
 NODE = "a100-node-01"
 TOKEN = "9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a"  # noqa: S105 - a test fixture, not a credential
@@ -60,7 +61,7 @@ def slack_app() -> App:
 @dataclass
 class Served:
     url: str
-    telemetry: Telemetry
+    telemetry: TelemetryWindow
     ingest: Ingest
     refused: list[tuple[str, str]] = field(default_factory=list)
     results: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
@@ -79,7 +80,7 @@ class Served:
 
 @pytest.fixture
 def served() -> Iterator[Served]:
-    telemetry = Telemetry(stale_after=timedelta(minutes=3))
+    telemetry = TelemetryWindow(stale_after=timedelta(minutes=3))
     refused: list[tuple[str, str]] = []
     ingest = Ingest({NODE: TOKEN}, telemetry, on_refused=lambda n, r: refused.append((n, r)))
     served = Served("", telemetry, ingest, refused)
@@ -223,7 +224,7 @@ def test_without_an_ingest_the_agent_route_does_not_exist() -> None:
 
 
 def test_the_agent_route_answers_through_the_ingest() -> None:
-    ingest = Ingest({NODE: TOKEN}, Telemetry(stale_after=timedelta(minutes=3)))
+    ingest = Ingest({NODE: TOKEN}, TelemetryWindow(stale_after=timedelta(minutes=3)))
     asgi = SlackAsgi(slack_app(), lambda: {"ok": True}, ingest=ingest)
     assert 401 == asyncio.run(_asgi_post(asgi, "/agent/samples"))
 

@@ -1,6 +1,6 @@
 """The node agent (`gpubot agent`): polls this node's GPUs (NVML, or a simulated fleet) and
 pushes the samples to the bot's POST /agent/samples, signed with the node's token; carries out
-the enforcement orders the bot answers with (bot.enforce), once each and only when signed by
+the enforcement orders the bot answers with (bot.agent.enforcer), once each and only when signed by
 the bot for this node and not expired, and posts the results to /agent/results.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
-from bot.enforce import MIN_UID, carry_out, order_pids, refused
+from bot.agent.enforcer import MIN_UID, carry_out, order_pids, refused
 from bot.telemetry.errors import FleetError, SampleFormatError, TelemetryUnavailable
-from bot.telemetry.fleet import load_fleet
+from bot.telemetry.fleet_file import load_fleet
 from bot.telemetry.model import MAX_ID, GpuSource, load_document, order_signature, sign, to_json
 from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.procs import ProcReader

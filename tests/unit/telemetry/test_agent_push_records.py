@@ -11,9 +11,9 @@ import pytest
 from sqlmodel import col, select
 
 from bot.services import Services
-from bot.telemetry.ingest import Ingest
+from bot.telemetry.agent_push import Ingest
 from bot.telemetry.model import to_json
-from bot.telemetry.window import Telemetry
+from bot.telemetry.window import TelemetryWindow
 from storage import audit
 from storage.db import Database
 from storage.tables import AgentNonceRow, AuditRow
@@ -51,7 +51,7 @@ def an_ingest(services: Services) -> Ingest:
     """The bot's Ingest as `assemble` builds it."""
     return Ingest(
         TOKENS,
-        Telemetry(stale_after=timedelta(minutes=3), clock=services.ctx.now),
+        TelemetryWindow(stale_after=timedelta(minutes=3), clock=services.ctx.now),
         services.ctx.now,
         on_refused=services.record_refused_agent,
         spend=services.spend_nonce,

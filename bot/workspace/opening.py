@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from bot.services import BorrowAsk, Services
 from bot.services.views import BorrowResult, Refused
-from bot.telemetry.fleet import FleetNode, Segment
+from bot.telemetry.fleet_file import FleetNode, Segment
 from rules.domain import Outcome
 from rules.policy import Policy
 

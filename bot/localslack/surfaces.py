@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import secrets
 from copy import deepcopy
-from typing import TYPE_CHECKING
 
+from .core import WorkspaceCore
 from .model import JSON
-
-if TYPE_CHECKING:
-    from .workspace import Workspace
 
 MAX_STACK = 3
 
@@ -17,7 +14,7 @@ MAX_STACK = 3
 class Views:
     """The views the app opened, pushed, updated or published; guarded by the workspace lock."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: WorkspaceCore) -> None:
         self._ws = workspace
         self._views: dict[str, JSON] = {}
         self._owner: dict[str, str] = {}

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bot.enforce import carry_out
+from bot.agent.enforcer import carry_out
 from bot.telemetry.procs import ProcReader
-from tests.unit.telemetry.builders import AGENT_MIN_UID, AS_ROOT, CHILD_UID, sleeper, spawn
+from tests.unit.agent.builders import AGENT_MIN_UID, AS_ROOT, CHILD_UID, sleeper, spawn
 
 IGNORES_TERM = "trap '' TERM; echo ready; exec sleep 60"  # exec'd, sleep keeps SIGTERM ignored
 

@@ -1,0 +1,1 @@
+"""The `gpubot` command line: `app` puts the commands together, one module per subject."""

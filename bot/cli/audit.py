@@ -1,0 +1,82 @@
+"""`gpubot audit verify|export`: walk the hash chain; write the log as CSV or JSON lines."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+
+from bot.cli.common import (
+    EXIT_BROKEN,
+    DatabaseUrl,
+    fail,
+    migrated,
+    plural,
+    resolved_url,
+    since_option,
+)
+from storage import audit
+
+app = typer.Typer(help="The hash-chained audit log.", no_args_is_help=True)
+
+
+class ExportFormat(StrEnum):
+    CSV = "csv"
+    JSONL = "jsonl"
+
+
+@app.command("verify")
+def audit_verify(database_url: DatabaseUrl = None) -> None:
+    """Walk the hash chain; exit 1 naming the first row that does not hold up."""
+    url = resolved_url(database_url)
+    with migrated(url) as database, database.read() as session:
+        report = audit.verify(session)
+    if not report.ok:
+        typer.echo(
+            f"FAILED: {report.problem} (first bad row id {report.first_bad_id}; "
+            f"{plural(report.checked, 'row')} before it intact)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_BROKEN)
+    typer.echo(f"OK: {plural(report.checked, 'audit row')}, hash chain intact")
+
+
+@app.command("export")
+def audit_export(
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="csv or jsonl")],
+    since: Annotated[
+        str | None,
+        typer.Option(help="only rows at or after: an ISO date/time (UTC) or a duration like 2d"),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="file to write; default: stdout")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Write the audit log (or its rows since a time) as CSV or JSON lines."""
+    start = since_option(since)
+    url = resolved_url(database_url)
+    with migrated(url) as database, database.read() as session:
+        lines = audit.export(session, fmt.value, start)
+        if output is None:
+            _write(lines, sys.stdout)
+            return
+        try:
+            with output.open("w", encoding="utf-8", newline="") as stream:
+                rows = _write(lines, stream)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}")
+    header = 1 if fmt == ExportFormat.CSV else 0
+    typer.echo(f"wrote {plural(rows - header, 'audit row')} to {output}", err=True)
+
+
+def _write(lines: Iterable[str], stream: TextIO) -> int:
+    count = 0
+    for line in lines:
+        stream.write(line)
+        count += 1
+    return count
