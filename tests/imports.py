@@ -132,45 +132,51 @@ def graph(imports: Iterable[Import], kinds: Collection[Kind] = RUNTIME) -> dict[
     return dict(edges)
 
 
+class _Tarjan:
+    """Tarjan's strongly connected components over a graph of names."""
+
+    def __init__(self, edges: Mapping[str, Collection[str]]) -> None:
+        self.edges = edges
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.components: list[list[str]] = []
+
+    def visit(self, node: str) -> None:
+        self.index[node] = self.low[node] = len(self.index)
+        self.stack.append(node)
+        self.on_stack.add(node)
+        for target in sorted(self.edges.get(node, ())):
+            if target not in self.index:
+                self.visit(target)
+                self.low[node] = min(self.low[node], self.low[target])
+            elif target in self.on_stack:
+                self.low[node] = min(self.low[node], self.index[target])
+        if self.low[node] == self.index[node]:
+            self._pop_component(node)
+
+    def _pop_component(self, root: str) -> None:
+        component: list[str] = []
+        while not component or component[-1] != root:
+            component.append(self.stack.pop())
+            self.on_stack.discard(component[-1])
+        self.components.append(sorted(component))
+
+
 def cycles(edges: Mapping[str, Collection[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one member (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
+    """The strongly connected components with more than one member: the import cycles."""
     nodes = sorted(set(edges) | {t for targets in edges.values() for t in targets})
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for target in sorted(edges.get(node, ())):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component: list[str] = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
+    tarjan = _Tarjan(edges)
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 10 * len(nodes) + 100))
+    sys.setrecursionlimit(max(limit, 10 * len(nodes) + 100))  # one frame per node on a path
     try:
         for node in nodes:
-            if node not in index:
-                visit(node)
+            if node not in tarjan.index:
+                tarjan.visit(node)
     finally:
         sys.setrecursionlimit(limit)
-    return sorted(found)
+    return sorted(c for c in tarjan.components if len(c) > 1)
 
 
 def package_graph(
