@@ -7,13 +7,14 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 PORT ?= 8080
 
-.PHONY: help demo test check fmt lint typecheck bench screenshots system-deps clean
+.PHONY: help demo test check fmt lint typecheck bench imports screenshots system-deps clean
 
 help:
 	@echo "make demo    the local Slack workspace at http://127.0.0.1:$(PORT)/ (PORT=... to move it)"
 	@echo "make test    set up and run the whole test suite (SQLite and PostgreSQL)"
 	@echo "make check   format check, lint, mypy --strict, then the tests"
 	@echo "make bench   print the benchmark figures"
+	@echo "make imports print the import graph, its cycles and the module sizes"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +69,11 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.rules
 	$(BIN)/python -m tests.bench.ack
 	$(BIN)/python -m tests.bench.sweep
+
+# The package-level import graph, every cycle and each module's size (tests/imports.py);
+# tests/unit/test_architecture.py guards the same graph.
+imports: $(STAMP)
+	$(BIN)/python -m tests.imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .coverage

@@ -20,9 +20,9 @@ from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.jobs import INBOX, OUTBOX, POLL, RETENTION, SWEEP, Jobs
-from bot.rulesdir import read_rules_dir
 from bot.services import Services
 from bot.services.context import utcnow
+from bot.services.rule_files import read_rules_dir
 from bot.settings import Settings
 from bot.slack.app import BAD_TOKEN, Identity, build_app, web_client
 from bot.slack.delivery import Deliverer

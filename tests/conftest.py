@@ -1,12 +1,16 @@
-"""Fixtures every test layer may use: the suite's PostgreSQL server and a fresh `Database`."""
+"""Fixtures every test layer may use: the suite's PostgreSQL server and a fresh `Database`; and
+the skip, with its reason, of what needs durable-rules where it cannot be imported."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from storage.db import Database
+from tests.imports import imports_of, modules
 from tests.support import postgres
 
 
@@ -49,3 +53,63 @@ def database(request: pytest.FixtureRequest) -> Iterator[Database]:
     db = server.database_with_schema()
     yield db
     db.dispose()
+
+
+# durable-rules builds and imports on CPython 3.11 and 3.12 only (pyproject.toml installs it only
+# there). Elsewhere the reference engine decides, and what needs durable itself is skipped:
+# a test module that imports it, a test marked `durable`, and the durable case of a test
+# parametrized over the engines by one of these names.
+DURABLE_MODULES = frozenset({"durable", "durable_rules_engine"})
+DURABLE_WRAPPER = "rules.engine.durable"
+ENGINE_PARAMETERS = frozenset({"engine", "engine_name"})
+
+
+@functools.cache
+def durable_missing() -> str:
+    """Why durable-rules cannot be imported here, or "" when it can."""
+    try:
+        import rules.engine.durable  # noqa: F401 - only to learn whether it imports
+    except ImportError as problem:
+        if problem.name in DURABLE_MODULES:
+            return f"needs durable-rules, which cannot be imported here ({problem})"
+    return ""
+
+
+def durable_import_line(path: Path) -> int | None:
+    """The line on which a test module imports durable-rules or its wrapper at import time."""
+    return next(
+        (
+            found.line
+            for found in imports_of("tests", path.read_text(encoding="utf-8"), modules())
+            if found.kind == "module"
+            and (found.target == DURABLE_WRAPPER or found.target.split(".")[0] in DURABLE_MODULES)
+        ),
+        None,
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """A test module that imports durable-rules is skipped, with the reason, where it cannot be
+    imported (instead of failing to collect)."""
+    why = durable_missing()
+    if not why or not isinstance(collector, pytest.Module):
+        return None
+    line = durable_import_line(collector.path)
+    if line is None:
+        return None
+    return pytest.CollectReport(
+        collector.nodeid, "skipped", (str(collector.path), line, f"Skipped: {why}"), []
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `durable`, and durable cases of engine-parametrized tests, skip without it."""
+    why = durable_missing()
+    if not why:
+        return
+    for item in items:
+        params = getattr(item, "callspec", None)
+        engines = {params.params.get(name) for name in ENGINE_PARAMETERS} if params else set()
+        if item.get_closest_marker("durable") or "durable" in engines:
+            item.add_marker(pytest.mark.skip(reason=why))

@@ -10,7 +10,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from bot.cli.common import EXIT_FAILED, fail, plural, read_settings
-from bot.rulesdir import read_rules_dir
+from bot.services.rule_files import read_rules_dir
 from rules.domain import Subject
 from rules.engine.live import EngineName, build_engine, check
 from rules.errors import PolicyError, Problem, RulesError

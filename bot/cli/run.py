@@ -13,7 +13,7 @@ from slack_bolt.error import BoltError
 
 from bot import logs
 from bot.cli.common import database_errors, fail, read_settings
-from bot.rulesdir import RulesDirError
+from bot.services.rule_files import RulesDirError
 from bot.telemetry.errors import TelemetryError
 from rules.errors import PolicyError
 from rules.expr import parse_duration

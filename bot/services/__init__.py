@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.rulesdir import read_rules_dir
 from bot.services import (
     admin,
     agents,
@@ -34,7 +33,8 @@ from bot.services.context import SYSTEM, Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
 from bot.services.notice_views import Notice
 from bot.services.reads import lease_view, list_leases, list_requests, request_view
-from bot.services.sweep import SweepReport
+from bot.services.rule_files import read_rules_dir
+from bot.services.sweep_pass import SweepReport
 from bot.services.views import (
     ApprovalEffects,
     BorrowResult,
@@ -55,6 +55,7 @@ from rules.errors import PolicyError
 from rules.lease_facts import Readings
 from rules.policy import Policy
 from storage import outbox
+from storage.audit import AuditTag
 from storage.db import Database
 from storage.gpus import GpuLine, Place, gpu_lines
 from storage.tables import LeaseRow, OutboxRow, RequestRow
@@ -319,7 +320,7 @@ class Services:
                     session,
                     at=now,
                     actor=actor,
-                    tag="rules:rejected",
+                    tag=AuditTag.RULES_REJECTED,
                     subject="rules",
                     outcome="rejected",
                     detail={"in_force": before, "problems": [str(p) for p in exc.problems]},
@@ -330,7 +331,7 @@ class Services:
                 session,
                 at=now,
                 actor=actor,
-                tag="rules:reloaded",
+                tag=AuditTag.RULES_RELOADED,
                 subject="rules",
                 outcome="reloaded",
                 detail={"from": before, "to": policy.revision, "files": list(policy.files)},

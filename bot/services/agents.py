@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
 from bot.services.context import SYSTEM, Context, record
+from storage.audit import AuditTag
 from storage.db import Database
 from storage.tables import AgentNonceRow
 
@@ -95,7 +96,7 @@ def record_refused(ctx: Context, node: str, why: str) -> bool:
             at=now,
             # The bot, not the node: nothing the sender claimed was proven.
             actor=SYSTEM,
-            tag="agent:refused",
+            tag=AuditTag.AGENT_REFUSED,
             subject=f"node:{node}"[:64],
             outcome="refused",
             detail={

@@ -21,6 +21,7 @@ from rules.domain import Outcome, Priority, RequestKind, RequestState, Subject
 from rules.facts import request_facts
 from rules.policy import Policy
 from storage import leases, requests
+from storage.audit import AuditTag
 from storage.gpus import Place, claimable, free_for, gpu_lines
 from storage.pools import lock as lock_pool
 from storage.pools import pool_usage
@@ -108,7 +109,7 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
             session,
             at=now,
             actor=user,
-            tag=f"borrow:{_TAG_OF[outcome]}",
+            tag=AuditTag(f"borrow:{_TAG_OF[outcome]}"),
             subject=f"request:{request.id}",
             decision=decision,
             detail={"gpus": ask.gpus, "pool": ask.pool, "duration_s": request.duration_s},
@@ -218,7 +219,7 @@ def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:
             session,
             at=now,
             actor=user,
-            tag="request:cancelled",
+            tag=AuditTag.REQUEST_CANCELLED,
             subject=f"request:{request.id}",
             outcome="cancelled",
         )

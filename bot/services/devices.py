@@ -23,6 +23,7 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.device_records import new_event
 from rules.domain import Observed
 from rules.policy import Policy
+from storage.audit import AuditTag
 from storage.gpus import ObservedGpu, observed_gpus, set_reporting, update_gpus
 from storage.leases import held_gpus
 from storage.tables import DeviceEventRow, NodeRow, SettingRow
@@ -362,7 +363,7 @@ def _tell_swaps(
             session,
             at=now,
             actor=SYSTEM,
-            tag="gpu:swapped",
+            tag=AuditTag.GPU_SWAPPED,
             subject=subject,
             outcome="swapped",
             detail=ev.detail,

@@ -13,6 +13,7 @@ from sqlmodel import Session, col, select
 
 from bot.services.context import Context, record
 from rules.lease_facts import LeaseSnapshot, Reading
+from storage.audit import AuditTag
 from storage.db import lock_for_update
 from storage.tables import EnforcementRow
 
@@ -54,7 +55,7 @@ def order(
             session,
             at=now,
             actor=ENFORCER,
-            tag="enforce:ordered",
+            tag=AuditTag.ENFORCE_ORDERED,
             subject=f"lease:{lease.id}",
             outcome=f"{len(targets)} to signal" if targets else "nothing to signal",
             detail={
@@ -143,7 +144,7 @@ def record_results(
             session,
             at=now,
             actor=f"agent:{node}"[:64],
-            tag="enforce:done",
+            tag=AuditTag.ENFORCE_DONE,
             subject=f"lease:{row.lease_id}",
             outcome=(", ".join(outcomes) or "no targets")[:32],
             detail={"order": order_id, "node": node, "dry_run": row.dry_run, "results": results},

@@ -22,6 +22,7 @@ from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestStat
 from rules.facts import request_facts
 from storage import leases as storage_leases
 from storage import requests
+from storage.audit import AuditTag
 from storage.pools import pool_usage
 from storage.requests import ordered_queue
 from storage.tables import LeaseRow, RequestRow
@@ -94,7 +95,7 @@ def extend(
             session,
             at=now,
             actor=user,
-            tag=f"extend:{tag}",
+            tag=AuditTag(f"extend:{tag}"),
             subject=f"request:{request.id}",
             decision=decision,
             detail={"lease": lease.id, "by_s": request.duration_s},
@@ -187,7 +188,7 @@ def apply_extension(
         session,
         at=now,
         actor=actor,
-        tag="lease:extended",
+        tag=AuditTag.LEASE_EXTENDED,
         subject=f"lease:{lease.id}",
         outcome="active",
         detail={

@@ -20,6 +20,7 @@ from rules.domain import LeaseState, Priority, RequestKind
 from rules.engine import Decision
 from rules.facts import request_facts
 from rules.placement import place
+from storage.audit import AuditTag
 from storage.gpus import FreeGpus, claimable, free_for, gpu_ids
 from storage.pools import pool_usage
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
@@ -81,7 +82,7 @@ def grant(
         session,
         at=now,
         actor=actor,
-        tag="lease:granted",
+        tag=AuditTag.LEASE_GRANTED,
         subject=f"lease:{lease.id}",
         outcome="active",
         detail={

@@ -9,6 +9,7 @@ from sqlmodel import Session, select
 from bot.services import device_records
 from bot.services.context import record
 from rules.policy import Policy, Pool
+from storage.audit import AuditTag
 from storage.tables import GpuRow, NodeRow, PoolRow
 
 
@@ -36,7 +37,7 @@ def sync_inventory(session: Session, policy: Policy, *, at: datetime, actor: str
             session,
             at=at,
             actor=actor,
-            tag="inventory:synced",
+            tag=AuditTag.INVENTORY_SYNCED,
             subject="inventory",
             detail={"changes": changes, "revision": policy.revision},
         )

@@ -13,6 +13,7 @@ from bot.services.views import LeaseView, Refused, ReleaseResult, ended_how
 from rules.domain import LeaseState, RequestState
 from storage import leases as storage_leases
 from storage import requests as storage_requests
+from storage.audit import AuditTag
 from storage.requests import open_requests_for
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
 
@@ -95,7 +96,7 @@ def release(ctx: Context, user: str, lease_id: int | None = None) -> ReleaseResu
                 session,
                 at=now,
                 actor=user,
-                tag="request:cancelled",
+                tag=AuditTag.REQUEST_CANCELLED,
                 subject=f"request:{request.id}",
                 outcome="cancelled",
             )
@@ -119,7 +120,7 @@ def end_lease(
         session,
         at=now,
         actor=actor,
-        tag=f"lease:{state.value}",
+        tag=AuditTag(f"lease:{state.value}"),
         subject=f"lease:{lease.id}",
         outcome=state.value,
         detail={"why": why},
@@ -142,7 +143,7 @@ def _withdraw_extensions(session: Session, lease: LeaseRow, *, actor: str, now: 
             session,
             at=now,
             actor=actor,
-            tag="extend:withdrawn",
+            tag=AuditTag.EXTEND_WITHDRAWN,
             subject=f"request:{request.id}",
             outcome="cancelled",
             detail={"lease": lease.id, "why": why},
@@ -174,7 +175,7 @@ def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
             session,
             at=now,
             actor=user,
-            tag="lease:snoozed",
+            tag=AuditTag.LEASE_SNOOZED,
             subject=f"lease:{lease.id}",
             outcome="snoozed",
             detail={"until": lease.snoozed_until.isoformat(), "snoozes": lease.snoozes},

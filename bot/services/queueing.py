@@ -18,6 +18,7 @@ from rules.domain import (
     Subject,
     format_duration,
 )
+from storage.audit import AuditTag
 from storage.outbox import owe
 from storage.pools import lock as lock_pool
 from storage.requests import ordered_queue
@@ -68,7 +69,7 @@ def _time_out(ctx: Context, pool: str) -> None:
                 session,
                 at=now,
                 actor=SYSTEM,
-                tag="queue:timed-out",
+                tag=AuditTag.QUEUE_TIMED_OUT,
                 subject=f"request:{request.id}",
                 outcome="cancelled",
                 detail={"why": why},
@@ -96,7 +97,7 @@ def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseVi
             session,
             at=now,
             actor=SYSTEM,
-            tag="borrow:denied",
+            tag=AuditTag.BORROW_DENIED,
             subject=subject,
             decision=decision,
             detail={"from": "queue"},
@@ -115,7 +116,7 @@ def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseVi
             session,
             at=now,
             actor=SYSTEM,
-            tag="borrow:asked",
+            tag=AuditTag.BORROW_ASKED,
             subject=subject,
             decision=decision,
             detail={"from": "queue"},
@@ -136,7 +137,7 @@ def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseVi
         session,
         at=now,
         actor=SYSTEM,
-        tag="queue:granted",
+        tag=AuditTag.QUEUE_GRANTED,
         subject=subject,
         decision=decision,
         outcome="approve",

@@ -24,6 +24,7 @@ from rules import recall
 from rules.domain import Outcome, RequestKind, Subject
 from storage import leases as storage_leases
 from storage import requests
+from storage.audit import AuditTag
 from storage.gpus import free_gpus
 from storage.pools import lock as lock_pool
 from storage.requests import ordered_queue, pools_with_queue
@@ -150,7 +151,7 @@ def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime
         session,
         at=now,
         actor=RECALLER,
-        tag="lease:recalled",
+        tag=AuditTag.LEASE_RECALLED,
         subject=f"lease:{row.id}",
         outcome="recall",
         detail={
@@ -170,7 +171,7 @@ def _reassign(session: Session, row: LeaseRow, victim: recall.Victim, now: datet
         session,
         at=now,
         actor=RECALLER,
-        tag="lease:recall-reassigned",
+        tag=AuditTag.LEASE_RECALL_REASSIGNED,
         subject=f"lease:{row.id}",
         outcome="recall",
         detail={"request": victim.request, "for_team": victim.for_team, "because": victim.because},
@@ -188,7 +189,7 @@ def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
         session,
         at=now,
         actor=RECALLER,
-        tag="lease:recall-withdrawn",
+        tag=AuditTag.LEASE_RECALL_WITHDRAWN,
         subject=f"lease:{row.id}",
         outcome="keep",
         # A warning the holder had to heed counts for the cooldown, as a preemption would.

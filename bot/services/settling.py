@@ -22,6 +22,7 @@ from rules import approvals
 from rules.domain import Outcome, RequestKind, RequestState, Subject
 from rules.engine import Decision
 from storage import requests
+from storage.audit import AuditTag
 from storage.pools import lock as lock_pool
 from storage.tables import ApprovalRow, LeaseRow, RequestRow
 
@@ -49,7 +50,7 @@ def settle(
                     session,
                     at=now,
                     actor=user,
-                    tag="approval:refused",
+                    tag=AuditTag.APPROVAL_REFUSED,
                     subject=f"request:{request.id}",
                     outcome="refused",
                     detail={"verdict": verdict, "why": refusal},
@@ -113,7 +114,7 @@ def _deny(
         session,
         at=now,
         actor=user,
-        tag=f"{request.kind}:denied",
+        tag=AuditTag(f"{request.kind}:denied"),
         subject=f"request:{request.id}",
         outcome="deny",
         detail={"reason": reason, "by": user},
@@ -132,7 +133,7 @@ def _approve(
         if refused is not None:  # ended, recalled, or at its limits since it was asked
             detail = {"by": user, "why": refused}
             return _no_longer(
-                session, request, user, now, refused, detail=detail, tag="extend:denied"
+                session, request, user, now, refused, detail=detail, tag=AuditTag.EXTEND_DENIED
             )
         lease = apply_extension(ctx, session, request, actor=user, now=now)
         request.state = RequestState.APPROVED
@@ -151,7 +152,7 @@ def _approve(
         session,
         at=now,
         actor=user,
-        tag="borrow:approved",
+        tag=AuditTag.BORROW_APPROVED,
         subject=f"request:{request.id}",
         decision=decision,
         outcome="approve",

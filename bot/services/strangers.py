@@ -18,6 +18,7 @@ from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from rules.lease_facts import covers
 from rules.policy import Policy
+from storage.audit import AuditTag
 from storage.tables import DeviceEventRow, SettingRow
 
 _STRAY = "device:unknown-node:"  # setting key: a node that reported without being configured
@@ -111,7 +112,7 @@ def stray(ctx: Context, session: Session, node: str, count: int, now: datetime) 
         session,
         at=now,
         actor=SYSTEM,
-        tag="node:unknown",
+        tag=AuditTag.NODE_UNKNOWN,
         subject=f"node:{node}",
         outcome="flagged",
         detail={"gpus": count},
@@ -143,7 +144,7 @@ def intruded(ctx: Context, session: Session, intrusion: Intrusion, now: datetime
         session,
         at=now,
         actor=SYSTEM,
-        tag="lease:intruded",
+        tag=AuditTag.LEASE_INTRUDED,
         subject=subject,
         outcome="notify",
         detail={

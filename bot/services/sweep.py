@@ -14,21 +14,17 @@ shows (a warning sent, a notice given) returns without opening a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-
 from sqlmodel import Session
 
 from bot.services import admin, enforcement, notices, recall, sweep_gpus
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.sweep_gpus import act_on_gpu
+from bot.services.sweep_pass import Pass, SweepReport
 from rules.domain import LeaseState, Reason, Subject
 from rules.engine import Decision, Match
 from rules.lease_facts import (
     LeaseSnapshot,
-    Reading,
     Readings,
     Warned,
     expiry_stage,
@@ -38,59 +34,13 @@ from rules.lease_facts import (
 from rules.marks import notice_key, would_have_key
 from rules.reclaim import Do, lease_steps
 from storage import leases, outbox
+from storage.audit import AuditTag
 from storage.gpus import gpu_snapshots
-from storage.outbox import Owed
+from storage.outbox import OutboxKind, Owed
 from storage.requests import pools_with_queue
 from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"
-
-
-@dataclass
-class SweepReport:
-    warned: list[str] = field(default_factory=list)
-    reclaimed: list[str] = field(default_factory=list)
-    notified: list[str] = field(default_factory=list)
-    would_have: list[str] = field(default_factory=list)
-    held_back: list[str] = field(default_factory=list)  # reclaims the invariants refused
-    recalled: list[str] = field(default_factory=list)  # leases chosen for a lender recall
-    recall_withdrawn: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(
-            self.warned
-            or self.reclaimed
-            or self.notified
-            or self.would_have
-            or self.recalled
-            or self.recall_withdrawn
-        )
-
-
-@dataclass
-class Pass:
-    """One sweep: what it works with and what it did."""
-
-    ctx: Context
-    readings: Readings
-    now: datetime
-    paused: bool
-    report: SweepReport = field(default_factory=SweepReport)
-    # GPUs whose unreserved use was told, and to which Unix users (read with the snapshot).
-    unreserved: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    _seen: dict[tuple[str, int], Reading | None] = field(
-        default_factory=dict, init=False, repr=False
-    )
-
-    def reading(self, node: str, index: int) -> Reading | None:
-        """What telemetry says about one GPU at this pass's `now`; read once per pass."""
-        key = (node, index)
-        try:
-            return self._seen[key]
-        except KeyError:
-            found = self._seen[key] = self.readings.gpu(node, index, self.now)
-            return found
 
 
 def sweep(ctx: Context, readings: Readings) -> SweepReport:
@@ -183,7 +133,7 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
         if reason == Reason.PREEMPT:
             data["recall"] = row.warnings.recall
         owed = outbox.owe(
-            session, Owed("lease_warning", f"lease:{lease.id}", lease.holder, data), at=now
+            session, Owed(OutboxKind.LEASE_WARNING, f"lease:{lease.id}", lease.holder, data), at=now
         )
         row.warnings = row.warnings.with_warning(
             key, outbox=owed.id, owed_at=now, lead_min=stage or 0.0
@@ -193,7 +143,7 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
             session,
             at=now,
             actor=SWEEPER,
-            tag="lease:warned",
+            tag=AuditTag.LEASE_WARNED,
             subject=f"lease:{lease.id}",
             decision=decision,
             outcome=f"warn {key}",
@@ -214,7 +164,7 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
             session,
             at=now,
             actor=SWEEPER,
-            tag="sweep:reclaim",
+            tag=AuditTag.SWEEP_RECLAIM,
             subject=f"lease:{lease.id}",
             decision=decision,
             outcome=f"reclaim {reason}",
@@ -222,7 +172,7 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
         )
         end_lease(session, row, LeaseState.RECLAIMED, reason.value, actor=SWEEPER, now=now)
         data = {"lease": lease.id, "reason": reason.value, "because": decision.because}
-        owed = Owed("lease_reclaimed", f"lease:{lease.id}", lease.holder, data)
+        owed = Owed(OutboxKind.LEASE_RECLAIMED, f"lease:{lease.id}", lease.holder, data)
         outbox.owe(session, owed, at=now)
         if run.ctx.enforcer != "notify":  # the order stands or falls with the reclaim
             enforcement.order(session, run.ctx, lease, run.reading, now)
@@ -246,7 +196,7 @@ def _would_have(
             session,
             at=run.now,
             actor=SWEEPER,
-            tag="sweep:would-have",
+            tag=AuditTag.SWEEP_WOULD_HAVE,
             subject=f"lease:{lease.id}",
             decision=decision,
             outcome=f"would {match.verdict}",
@@ -274,7 +224,7 @@ def _notice_once(run: Pass, lease: LeaseSnapshot, key: str, text: str, decision:
             session,
             at=run.now,
             actor=SWEEPER,
-            tag="sweep:notified",
+            tag=AuditTag.SWEEP_NOTIFIED,
             subject=f"lease:{lease.id}",
             decision=decision,
             outcome="notify admins",

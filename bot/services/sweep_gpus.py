@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlmodel import Session, col, select
 
 from bot.services import device_records, notices
 from bot.services.context import Context, record
+from bot.services.sweep_pass import Pass
 from rules.domain import Reason
 from rules.engine import Decision, Match
 from rules.lease_facts import GpuSnapshot
 from storage import leases as storage_leases
 from storage import outbox
+from storage.audit import AuditTag
 from storage.db import lock_for_update
-from storage.outbox import Owed
+from storage.outbox import OutboxKind, Owed
 from storage.tables import GpuRow, SettingRow
-
-if TYPE_CHECKING:
-    from bot.services.sweep import Pass
 
 SWEEPER = "gpubot"
 
@@ -63,7 +60,7 @@ def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) ->
             session,
             at=run.now,
             actor=SWEEPER,
-            tag="gpu:unhealthy",
+            tag=AuditTag.GPU_UNHEALTHY,
             subject=subject,
             decision=decision,
             outcome="out of service",
@@ -106,7 +103,9 @@ def _unreserved(
                 not_offered.append(unix_user)
             elif slack_user:
                 data = {"node": gpu.node, "index": gpu.index, "pool": gpu.pool, "user": unix_user}
-                outbox.owe(session, Owed("unreserved_use", subject, slack_user, data), at=run.now)
+                outbox.owe(
+                    session, Owed(OutboxKind.UNRESERVED_USE, subject, slack_user, data), at=run.now
+                )
         who = ", ".join(users) or "a user we cannot name"
         text = f"{match.because} (Unix users: {who})."
         if not_offered:
@@ -124,7 +123,7 @@ def _unreserved(
             session,
             at=run.now,
             actor=SWEEPER,
-            tag="gpu:unreserved",
+            tag=AuditTag.GPU_UNRESERVED,
             subject=subject,
             decision=decision,
             outcome="notify",

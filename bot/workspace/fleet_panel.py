@@ -23,7 +23,7 @@ def fleet_panel(bot: Bot) -> dict[str, Any]:
     """Pools -> nodes -> GPUs as plain JSON; GPUs the telemetry sees outside every pool last.
     Where each GPU stands (free, leased, in use without a lease, not reporting, out of service)
     is the placement's own answer (gpus.gpu_lines); telemetry adds utilisation and memory."""
-    now = bot.services.ctx.now()
+    now = bot.services.now()
     readings = bot.telemetry.readings(now)
     held = {(s.node, s.index): lease for lease in bot.services.leases() for s in lease.gpus}
     lines = {(g.node, g.index): g for g in bot.services.fleet_lines()}

@@ -31,9 +31,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import col, select
 
-from bot.rulesdir import read_rules_dir
 from bot.services import Services
-from bot.services.sweep import SweepReport
+from bot.services.rule_files import read_rules_dir
+from bot.services.sweep_pass import SweepReport
 from bot.telemetry.model import ProcessInfo, Sample
 from bot.telemetry.window import TelemetryWindow
 from rules import expr

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from bot.localslack import LocalSlack
-from bot.rulesdir import read_rules_dir
 from bot.server import free_port
+from bot.services.rule_files import read_rules_dir
 from bot.settings import DEFAULT_RULES_DIR
 from bot.telemetry.nvml import nvml_available
 from rules.loader import load_policy

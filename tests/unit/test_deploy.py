@@ -15,7 +15,7 @@ import typer
 import yaml
 
 from bot.cli.app import app
-from bot.rulesdir import read_rules_dir
+from bot.services.rule_files import read_rules_dir
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from rules.engine.live import build_engine, check
 from rules.loader import load_policy

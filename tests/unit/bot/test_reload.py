@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.rulesdir import RulesDirError
 from bot.services import Services
+from bot.services.rule_files import RulesDirError
 from bot.settings import DEFAULT_RULES_DIR
 from rules.errors import PolicyError
 from storage import audit

@@ -52,44 +52,46 @@ MODAL = {
 }
 
 
+def _gpu(ack: Ack, command: dict[str, Any], client: WebClient) -> None:
+    if command["text"] == "card":
+        ack()
+        client.chat_postMessage(channel="C0VAPPROV", text="Alice wants 2 GPUs", blocks=[DECISION])
+    elif command["text"] == "form":
+        ack()
+        client.views_open(trigger_id=command["trigger_id"], view=MODAL)
+    elif command["text"] == "announce":
+        ack(text="Maintenance at 18:00", response_type="in_channel")
+    else:
+        ack(f"pong {command['text']}")
+
+
+def _borrow(ack: Ack, view: dict[str, Any]) -> None:
+    count = int(view["state"]["values"]["count"]["n"]["value"])
+    if count > 8:
+        ack(response_action="errors", errors={"count": "At most 8 GPUs"})
+    elif count == 0:
+        title = {"type": "plain_text", "text": "Are you sure?"}
+        ack(response_action="update", view={**MODAL, "title": title})
+    elif count == 1:
+        ack(response_action="clear")
+    else:
+        ack()
+
+
 def tiny_app(local: LocalSlack) -> App:
     """/gpu answers pong, posts a card, opens a modal or announces; buttons, views, Home."""
     app = App(
         client=WebClient(token=BOT_TOKEN, base_url=local.api_url), signing_secret=SIGNING_SECRET
     )
 
-    @app.command("/gpu")
-    def gpu(ack: Ack, command: dict[str, Any], client: WebClient) -> None:
-        if command["text"] == "card":
-            ack()
-            client.chat_postMessage(
-                channel="C0VAPPROV", text="Alice wants 2 GPUs", blocks=[DECISION]
-            )
-        elif command["text"] == "form":
-            ack()
-            client.views_open(trigger_id=command["trigger_id"], view=MODAL)
-        elif command["text"] == "announce":
-            ack(text="Maintenance at 18:00", response_type="in_channel")
-        else:
-            ack(f"pong {command['text']}")
+    app.command("/gpu")(_gpu)
 
     @app.action("approve")
     def approve(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
         ack()
         respond(text=f"Approved {body['actions'][0]['value']}", replace_original=True)
 
-    @app.view("borrow")
-    def borrow(ack: Ack, view: dict[str, Any]) -> None:
-        count = int(view["state"]["values"]["count"]["n"]["value"])
-        if count > 8:
-            ack(response_action="errors", errors={"count": "At most 8 GPUs"})
-        elif count == 0:
-            title = {"type": "plain_text", "text": "Are you sure?"}
-            ack(response_action="update", view={**MODAL, "title": title})
-        elif count == 1:
-            ack(response_action="clear")
-        else:
-            ack()
+    app.view("borrow")(_borrow)
 
     def publish_home(client: WebClient, user: str, text: str) -> None:
         section = {"type": "section", "text": {"type": "mrkdwn", "text": text}}

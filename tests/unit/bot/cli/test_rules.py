@@ -17,6 +17,7 @@ OK_LINE = (
 )
 
 
+@pytest.mark.durable
 def test_rules_check_passes_the_shipped_rules_with_a_one_line_summary() -> None:
     """The shipped policy loads, compiles on durable and passes every case."""
     result = gpubot("rules", "check", str(POLICIES))
@@ -92,6 +93,7 @@ def test_an_invalid_setting_in_the_environment_is_one_line_naming_the_variable(
     assert result.stderr.startswith("error: invalid settings: GPUBOT_RULES_ENGINE: ")
 
 
+@pytest.mark.durable
 def test_the_installed_script_checks_the_shipped_rules() -> None:
     """The real `gpubot` console script runs `rules check` and exits 0."""
     done = subprocess.run(  # noqa: S603  (our own console script, fixed arguments)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.rulesdir import RulesDirError, read_rules_dir
+from bot.services.rule_files import RulesDirError, read_rules_dir
 
 
 def test_a_configmap_mount_is_read_once(tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+"""One pass of the sweep: what it works with (readings read once per GPU) and what it did."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from bot.services.context import Context
+from rules.lease_facts import Reading, Readings
+
+
+@dataclass
+class SweepReport:
+    warned: list[str] = field(default_factory=list)
+    reclaimed: list[str] = field(default_factory=list)
+    notified: list[str] = field(default_factory=list)
+    would_have: list[str] = field(default_factory=list)
+    held_back: list[str] = field(default_factory=list)  # reclaims the invariants refused
+    recalled: list[str] = field(default_factory=list)  # leases chosen for a lender recall
+    recall_withdrawn: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(
+            self.warned
+            or self.reclaimed
+            or self.notified
+            or self.would_have
+            or self.recalled
+            or self.recall_withdrawn
+        )
+
+
+@dataclass
+class Pass:
+    """One sweep: what it works with and what it did."""
+
+    ctx: Context
+    readings: Readings
+    now: datetime
+    paused: bool
+    report: SweepReport = field(default_factory=SweepReport)
+    # GPUs whose unreserved use was told, and to which Unix users (read with the snapshot).
+    unreserved: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    _seen: dict[tuple[str, int], Reading | None] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def reading(self, node: str, index: int) -> Reading | None:
+        """What telemetry says about one GPU at this pass's `now`; read once per pass."""
+        key = (node, index)
+        try:
+            return self._seen[key]
+        except KeyError:
+            found = self._seen[key] = self.readings.gpu(node, index, self.now)
+            return found
