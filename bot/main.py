@@ -217,6 +217,12 @@ def assemble(
         clock=clock,
         enforcer=settings.enforcer,
     )
+    if services.engine_name != settings.rules_engine:
+        log.warning(
+            "rules: the %s engine cannot be imported on this Python; deciding with the %s engine",
+            settings.rules_engine,
+            services.engine_name,
+        )
     client = client or web_client(settings)
     jobs = Jobs()
     deliverer = Deliverer(db, client, renderer(services, People(client)), services.now)

@@ -4,6 +4,7 @@ the skip, with its reason, of what needs durable-rules where it cannot be import
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,23 @@ import pytest
 from storage.db import Database
 from tests.imports import imports_of, modules
 from tests.support import postgres
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A command run in-process sets the root logger up on the stream pytest captured; put the
+    handlers and levels back, so a later thread never writes to a closed stream."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    quiet = {
+        name: logging.getLogger(name).level
+        for name in ("apscheduler", "apscheduler.scheduler", "alembic")
+    }
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, at in quiet.items():
+        logging.getLogger(name).setLevel(at)
 
 
 @pytest.fixture(scope="session")

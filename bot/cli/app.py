@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from bot.cli import audit, db, leases, nodes, rules, run
+from bot.cli import audit, db, leases, nodes, processes, rules
 
 app = typer.Typer(
     help="gpubot: run the bot (serve), the local Slack workspace (demo), the node agent "
@@ -23,9 +23,9 @@ app.add_typer(db.app, name="db")
 app.add_typer(audit.app, name="audit")
 app.command("leases")(leases.leases)
 app.command("nodes")(nodes.nodes)
-app.command("serve")(run.serve)
-app.command("demo")(run.demo)
-app.command("agent")(run.agent)
+app.command("serve")(processes.serve)
+app.command("demo")(processes.demo)
+app.command("agent")(processes.agent)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from bot.cli.common import DatabaseUrl, migrated, resolved_url
 from bot.services.reads import list_leases
-from bot.services.views import LeaseView
+from bot.services.results import LeaseView
 from rules.domain import format_duration
 
 

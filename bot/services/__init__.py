@@ -33,9 +33,7 @@ from bot.services.context import SYSTEM, Context, Enforcer, record, utcnow
 from bot.services.inventory import sync_inventory
 from bot.services.notice_views import Notice
 from bot.services.reads import lease_view, list_leases, list_requests, request_view
-from bot.services.rule_files import read_rules_dir
-from bot.services.sweep_pass import SweepReport
-from bot.services.views import (
+from bot.services.results import (
     ApprovalEffects,
     BorrowResult,
     Explanation,
@@ -50,6 +48,8 @@ from bot.services.views import (
     RequestView,
     SettleResult,
 )
+from bot.services.rule_files import read_rules_dir
+from bot.services.sweep_pass import SweepReport
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.lease_facts import Readings

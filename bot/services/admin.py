@@ -6,7 +6,7 @@ from sqlmodel import Session, select
 
 from bot.services import device_records
 from bot.services.context import Context, record
-from bot.services.views import Refused
+from bot.services.results import Refused
 from storage.tables import GpuRow, NodeRow, SettingRow
 
 PAUSED = "automation.paused"

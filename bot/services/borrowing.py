@@ -14,7 +14,7 @@ from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.grants import grant
 from bot.services.reads import request_view
-from bot.services.views import BorrowResult, Refused, RequestView
+from bot.services.results import BorrowResult, Refused, RequestView
 from rules import approvals
 from rules.approvals import approvers_for, route_for
 from rules.domain import Outcome, Priority, RequestKind, RequestState, Subject

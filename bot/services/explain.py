@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from bot.services.context import Context
-from bot.services.views import Explanation, Refused
+from bot.services.results import Explanation, Refused
 from rules.domain import LeaseState, format_duration
 from rules.policy import show
 from storage import audit

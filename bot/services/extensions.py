@@ -16,7 +16,7 @@ from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.leases import to_change
 from bot.services.reads import lease_view, request_view
-from bot.services.views import ExtendResult, LeaseView, Refused
+from bot.services.results import ExtendResult, LeaseView, Refused
 from rules.approvals import approvers_for, route_for
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
 from rules.facts import request_facts

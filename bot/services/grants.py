@@ -15,7 +15,7 @@ from sqlmodel import Session
 from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.reads import lease_view
-from bot.services.views import LeaseView
+from bot.services.results import LeaseView
 from rules.domain import LeaseState, Priority, RequestKind
 from rules.engine import Decision
 from rules.facts import request_facts

@@ -9,7 +9,7 @@ from sqlmodel import Session, col, update
 from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.reads import lease_view, request_view
-from bot.services.views import LeaseView, Refused, ReleaseResult, ended_how
+from bot.services.results import LeaseView, Refused, ReleaseResult, ended_how
 from rules.domain import LeaseState, RequestState
 from storage import leases as storage_leases
 from storage import requests as storage_requests

@@ -19,7 +19,7 @@ from sqlmodel import Session
 from bot.services import overview, recall
 from bot.services.context import Context
 from bot.services.reads import lease_view, request_view
-from bot.services.views import ApprovalEffects, LeaseView, QuotaUse, RequestView
+from bot.services.results import ApprovalEffects, LeaseView, QuotaUse, RequestView
 from rules.domain import LeaseState, RequestState
 from storage import audit, outbox
 from storage.outbox import OutboxKind

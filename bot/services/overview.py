@@ -8,7 +8,7 @@ from sqlmodel import Session, select
 
 from bot.services.context import Context
 from bot.services.reads import list_leases, list_requests, request_view
-from bot.services.views import Home, ModelCount, PoolStatus, QuotaUse, RequestView
+from bot.services.results import Home, ModelCount, PoolStatus, QuotaUse, RequestView
 from rules.domain import RequestState
 from storage.gpus import Place, free_gpus, gpu_lines
 from storage.pools import pool_usage

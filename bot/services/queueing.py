@@ -10,7 +10,7 @@ from sqlmodel import Session, col, select
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.grants import facts_now, grant
-from bot.services.views import LeaseView
+from bot.services.results import LeaseView
 from rules.approvals import approvers_for, route_for
 from rules.domain import (
     Outcome,

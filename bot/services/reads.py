@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from sqlmodel import Session, col, select
 
-from bot.services.views import GpuSlot, LeaseView, RequestView
+from bot.services.results import GpuSlot, LeaseView, RequestView
 from rules.domain import LeaseState, RequestState
 from storage.leases import slots_of
 from storage.tables import LeaseRow, RequestRow

@@ -19,7 +19,7 @@ from bot.services import admin, notices
 from bot.services.context import Context, record
 from bot.services.grants import facts_now
 from bot.services.reads import request_view
-from bot.services.views import ApprovalEffects, QueueEntry, Recall, Recalled
+from bot.services.results import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import Outcome, RequestKind, Subject
 from storage import leases as storage_leases

@@ -17,7 +17,7 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.extensions import apply_extension, recheck_extension
 from bot.services.grants import facts_now, grant
 from bot.services.reads import lease_view, request_view
-from bot.services.views import Refused, SettleResult
+from bot.services.results import Refused, SettleResult
 from rules import approvals
 from rules.domain import Outcome, RequestKind, RequestState, Subject
 from rules.engine import Decision

@@ -14,7 +14,7 @@ from storage.tables import GpuRow, NodeRow
 
 if TYPE_CHECKING:
     from bot.main import Bot
-    from bot.services.views import LeaseView
+    from bot.services.results import LeaseView
 
 IDLE_BELOW_PCT = 5.0  # the telemetry's own idle threshold
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.services import BorrowAsk, Services
-from bot.services.views import BorrowResult, Refused
+from bot.services.results import BorrowResult, Refused
 from bot.telemetry.fleet_file import FleetNode, Segment
 from rules.domain import Outcome
 from rules.policy import Policy

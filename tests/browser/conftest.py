@@ -14,8 +14,8 @@ from playwright.sync_api import Browser, sync_playwright
 from bot.settings import Settings
 from bot.telemetry.sources import DEFAULT_FLEET
 from bot.workspace.demo import Demo, start
+from bot.workspace.launch import PROXY_VARIABLES
 from bot.workspace.page import PageServer
-from bot.workspace.run import PROXY_VARIABLES
 from tests.browser.workspace import SlackPage
 
 # Debian's package; GPUBOT_TEST_CHROMIUM names another Chromium binary (e.g. on a laptop).

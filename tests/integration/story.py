@@ -16,7 +16,7 @@ from freezegun.api import FrozenDateTimeFactory
 from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot
 from bot.services import BorrowAsk
-from bot.services.views import BorrowResult, GpuSlot
+from bot.services.results import BorrowResult, GpuSlot
 from bot.telemetry.model import Sample
 from bot.telemetry.window import TelemetryWindow
 from tests.builders import a_sample

@@ -11,7 +11,7 @@ from sqlmodel import select
 
 from bot.localslack import Message
 from bot.services.notices import CARD_NUMBERS_EVERY
-from bot.services.views import ExtendResult
+from bot.services.results import ExtendResult
 from rules.domain import RequestState
 from storage.tables import AuditRow, OutboxRow, RequestRow
 from tests.integration.story import ADA, ALICE, Story, busy, idle

@@ -14,7 +14,7 @@ import json
 from datetime import timedelta
 
 from bot.services import BorrowAsk
-from bot.services.views import BorrowResult, SettleResult
+from bot.services.results import BorrowResult, SettleResult
 from rules.domain import Outcome, Priority
 from storage import audit
 from tests.integration.story import ALICE, ERIN, Story, busy

@@ -4,7 +4,7 @@ and the reply to the manager who clicked.
 
 from __future__ import annotations
 
-from bot.services.views import ApprovalEffects, QuotaUse, RequestView, SettleResult
+from bot.services.results import ApprovalEffects, QuotaUse, RequestView, SettleResult
 from bot.slack.blocks.kit import (
     APPROVE_ACTION,
     DENY_ACTION,

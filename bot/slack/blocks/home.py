@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.services.views import Home
+from bot.services.results import Home
 from bot.slack.blocks.kit import (
     BORROW_OPEN_ACTION,
     MAX_VIEW_BLOCKS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.services.views import ExtendResult, LeaseView, ReleaseResult, RequestView
+from bot.services.results import ExtendResult, LeaseView, ReleaseResult, RequestView
 from bot.slack.blocks.kit import (
     EXTEND_ACTION,
     RELEASE_ACTION,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.services.views import LeaseView, PoolStatus, QueueEntry, QuotaUse, RequestView
+from bot.services.results import LeaseView, PoolStatus, QueueEntry, QuotaUse, RequestView
 from bot.slack.blocks.kit import (
     CANCEL_ACTION,
     Block,

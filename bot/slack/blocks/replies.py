@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from bot.services.views import BorrowResult, Explanation, QueueEntry, Refused
+from bot.services.results import BorrowResult, Explanation, QueueEntry, Refused
 from bot.slack.blocks.kit import (
     MAX_SECTION_TEXT,
     Block,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.services.views import LeaseView
+from bot.services.results import LeaseView
 from bot.slack.blocks.kit import (
     EXTEND_ACTION,
     RELEASE_ACTION,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt import Ack, App
 
 from bot.services import BorrowAsk, Refused
-from bot.services.views import LeaseView, RequestView
+from bot.services.results import LeaseView, RequestView
 from bot.slack.blocks import (
     APPROVE_ACTION,
     BORROW_OPEN_ACTION,

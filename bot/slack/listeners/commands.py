@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt import Ack, App
 
 from bot.services import Refused
+from bot.services.results import BorrowResult
 from bot.services.rule_files import RulesDirError
-from bot.services.views import BorrowResult
 from bot.slack import parse as p
 from bot.slack.blocks import (
     borrow_modal,

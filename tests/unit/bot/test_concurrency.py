@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import Session, col, select
 
 from bot.services import BorrowAsk, Services, borrowing, grants
-from bot.services.views import BorrowResult, SettleResult
+from bot.services.results import BorrowResult, SettleResult
 from rules.domain import Outcome
 from rules.facts import PoolUsage
 from storage import pools

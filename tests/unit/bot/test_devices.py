@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Refused, Services
-from bot.services.views import BorrowResult, LeaseView
+from bot.services.results import BorrowResult, LeaseView
 from bot.telemetry.model import ProcessInfo, Sample
 from bot.telemetry.window import TelemetryWindow
 from storage.gpus import Place

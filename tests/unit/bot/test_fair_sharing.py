@@ -10,7 +10,7 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
-from bot.services.views import BorrowResult, ExtendResult, Refused, SettleResult
+from bot.services.results import BorrowResult, ExtendResult, Refused, SettleResult
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome
 from storage import outbox

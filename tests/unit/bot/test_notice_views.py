@@ -15,7 +15,7 @@ from bot.services.notice_views import (
     RequestDecided,
     SettledCard,
 )
-from bot.services.views import BorrowResult
+from bot.services.results import BorrowResult
 from storage.outbox import OutboxKind
 from storage.tables import OutboxRow
 from tests.unit.bot.conftest import ALICE, BOB, VICTOR

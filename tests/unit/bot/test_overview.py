@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from bot.services import BorrowAsk, Refused, Services
-from bot.services.views import BorrowResult, Explanation
+from bot.services.results import BorrowResult, Explanation
 from rules.domain import Outcome, Priority
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, Clock
 

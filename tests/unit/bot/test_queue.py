@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Services
-from bot.services.views import BorrowResult, ExtendResult, SettleResult
+from bot.services.results import BorrowResult, ExtendResult, SettleResult
 from rules.domain import Outcome, Priority
 from storage.tables import AuditRow, OutboxRow
 from tests.unit.bot.conftest import ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock

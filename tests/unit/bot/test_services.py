@@ -8,7 +8,7 @@ import pytest
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Refused, Services
-from bot.services.views import BorrowResult, ExtendResult, ReleaseResult, SettleResult
+from bot.services.results import BorrowResult, ExtendResult, ReleaseResult, SettleResult
 from rules.domain import Outcome, Priority
 from storage import audit
 from storage.tables import AuditRow, GpuRow, NodeRow

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Refused, Services
-from bot.services.views import LeaseView, RequestView
+from bot.services.results import LeaseView, RequestView
 from bot.telemetry.model import Sample
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import LeaseState, Priority, RequestState

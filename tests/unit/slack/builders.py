@@ -9,7 +9,7 @@ from typing import Any
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
 
-from bot.services.views import (
+from bot.services.results import (
     GpuSlot,
     Home,
     LeaseView,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.services.views import (
+from bot.services.results import (
     ApprovalEffects,
     BorrowResult,
     Explanation,

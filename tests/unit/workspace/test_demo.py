@@ -23,9 +23,9 @@ from bot.cli.app import app
 from bot.settings import Settings
 from bot.telemetry.sources import DEFAULT_FLEET
 from bot.workspace.demo import Demo, start
+from bot.workspace.launch import PROXY_VARIABLES, run
 from bot.workspace.opening import REASON
 from bot.workspace.page import PageServer
-from bot.workspace.run import PROXY_VARIABLES, run
 
 SIMULATED = Settings(_env_file=None, telemetry="simulated", fleet=DEFAULT_FLEET)
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

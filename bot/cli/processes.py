@@ -52,7 +52,7 @@ def demo(
 ) -> None:
     """Run the local Slack workspace: the real bot and a Slack-like page, no Slack needed."""
     from bot.main import SetupError  # noqa: PLC0415 - the Slack stack loads only to serve
-    from bot.workspace.run import PortTakenError, run  # noqa: PLC0415
+    from bot.workspace.launch import PortTakenError, run  # noqa: PLC0415
 
     settings = read_settings()
     quiet = "WARNING" if "GPUBOT_LOG_LEVEL" not in os.environ else settings.log_level
@@ -108,7 +108,7 @@ def agent(
     ] = 1000,
 ) -> None:
     """Run the node agent: poll this node's GPUs and push the samples to the bot, signed."""
-    from bot.agent.run import AgentError, run_agent  # noqa: PLC0415 - NVML loads only for the agent
+    from bot.agent.loop import AgentError, run_agent  # noqa: PLC0415 - NVML loads only for the agent
 
     minutes = parse_duration(interval)
     if minutes is None or minutes <= 0:

@@ -22,7 +22,7 @@ import pytest
 from slack_bolt import App
 from typer.testing import CliRunner
 
-from bot.agent.run import Agent, AgentError, run_agent
+from bot.agent.loop import Agent, AgentError, run_agent
 from bot.cli.app import app as cli
 from bot.server import Background, SlackAsgi, free_port
 from bot.telemetry.agent_push import Ingest
