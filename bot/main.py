@@ -210,20 +210,33 @@ def assemble(
     if upgrade:
         migrate.upgrade(settings.database_url)
     db = Database(settings.database_url)
-    services = Services.open(
-        db,
-        read_rules_dir(settings.rules_dir),
-        engine=settings.rules_engine,
-        clock=clock,
-        enforcer=settings.enforcer,
-    )
+    try:
+        services = Services.open(
+            db,
+            read_rules_dir(settings.rules_dir),
+            engine=settings.rules_engine,
+            clock=clock,
+            enforcer=settings.enforcer,
+        )
+    except BaseException:
+        db.dispose()
+        raise
     if services.engine_name != settings.rules_engine:
         log.warning(
             "rules: the %s engine cannot be imported on this Python; deciding with the %s engine",
             settings.rules_engine,
             services.engine_name,
         )
-    client = client or web_client(settings)
+    try:
+        return _wire(settings, db, services, client or web_client(settings))
+    except BaseException:  # a fleet file or token file that cannot be read: nothing left open
+        services.close()
+        db.dispose()
+        raise
+
+
+def _wire(settings: Settings, db: Database, services: Services, client: WebClient) -> Bot:
+    """The Slack app, delivery, telemetry and the jobs around the use cases."""
     jobs = Jobs()
     deliverer = Deliverer(db, client, renderer(services, People(client)), services.now)
 

@@ -144,7 +144,7 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def evaluate(node: Node, facts: Mapping[str, Any]) -> bool:
-    """Evaluate the tree over complete, type-checked facts (see rules.facts.check)."""
+    """Evaluate the tree over complete, type-checked facts (see rules.engine.check_facts)."""
     if isinstance(node, Compare):
         return bool(_COMPARE[node.op](_value(node.left, facts), _value(node.right, facts)))
     if isinstance(node, In):

@@ -3,7 +3,7 @@
 
 Each fleet lives in its own SQLite file and its own rules directory (the shipped policies with
 a generated pools.yaml naming the fleet's nodes; the shipped rules and cases unchanged). The
-leases are inserted directly as active leases with their lease_gpu rows; a Telemetry gets a
+leases are inserted directly as active leases with their lease_gpu rows; a TelemetryWindow gets a
 realistic mix of readings: most GPUs busy, some idle for hours, some idle for a while, a few
 stale, failed or never seen, a few unhealthy, and some unreserved processes on free GPUs.
 The first pass writes the one-time warnings and notices; the delivery job is then played (every
@@ -372,7 +372,7 @@ def bench_fleet(gpus: int, *, profile: bool) -> Figures:
             shares = where_time_goes(lambda: services.sweep(telemetry)) if profile else {}
             distinct = distinct_facts(services, telemetry)
         finally:
-            services.ctx.live.close()
+            services.close()
             db.dispose()
     return Figures(
         gpus=gpus,

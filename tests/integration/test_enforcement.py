@@ -57,7 +57,7 @@ def samples(indexes: list[int]) -> list[Sample]:
 def signed(
     bot: Bot, body: bytes, nonce: str, *, node: str = NODE, token: str = TOKEN
 ) -> dict[str, str]:
-    stamp = str(int(bot.services.ctx.now().timestamp()))
+    stamp = str(int(bot.services.now().timestamp()))
     return {
         "X-Gpubot-Node": node,
         "X-Gpubot-Timestamp": stamp,
@@ -116,7 +116,7 @@ def test_a_reclaim_orders_the_holders_processes_signalled_through_the_agent(stor
         (o["id"], o["targets"], o["dry_run"]) for o in carried
     ]
     # Signed for this node with its token, and good for ten minutes: what the agent checks.
-    expires = int((story.bot.services.ctx.now() + timedelta(minutes=10)).timestamp())
+    expires = int((story.bot.services.now() + timedelta(minutes=10)).timestamp())
     assert [(NODE, expires, True)] == [
         (o["node"], o["expires"], o["signature"] == order_signature(TOKEN, o)) for o in carried
     ]
@@ -141,7 +141,7 @@ def durable_ingest(bot: Bot) -> Ingest:
     return Ingest(
         bot.ingest.tokens,
         TelemetryWindow(bot.services.policy.timing.stale_after),
-        bot.services.ctx.now,
+        bot.services.now,
         on_refused=bot.services.record_refused_agent,
         spend=bot.services.spend_nonce,
     )

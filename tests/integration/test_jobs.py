@@ -48,7 +48,7 @@ def test_unreserved_use_reaches_the_user_and_one_click_reserves_that_gpu(
     leases exactly that GPU; admins hear of it too."""
     bot, clock = served
     run_minutes(bot, clock, 20)
-    assert 28 == len(bot.telemetry.readings(bot.services.ctx.now()))
+    assert 28 == len(bot.telemetry.readings(bot.services.now()))
     dm = local.dm_channel(DAVE)
     notice = next(m for m in local.messages(dm) if "a100-node-02" in m.text and "GPU 6" in m.text)
     slack = SlackDriver(local, InProcessTransport(bot.app), SECRET)
@@ -89,7 +89,7 @@ def test_an_agent_with_a_wrong_token_is_refused_and_audited(
     bot = assemble(settings)
     try:
         assert bot.ingest is not None
-        now = str(int(bot.services.ctx.now().timestamp()))
+        now = str(int(bot.services.now().timestamp()))
         headers = {
             "X-Gpubot-Node": "a100-node-01",
             "X-Gpubot-Timestamp": now,

@@ -78,7 +78,7 @@ def test_without_telemetry_a_lease_is_never_idle_and_still_expires(blind: Story)
     for _ in range(6 * 60):
         blind.bot.poll()
         blind.run(blind.minute + 1, lambda minute: None, lease=lease)
-    assert {} == blind.bot.telemetry.readings(blind.bot.services.ctx.now())
+    assert {} == blind.bot.telemetry.readings(blind.bot.services.now())
     assert [(60, "warn expiry"), (110, "warn expiry"), (150, "reclaim expired")] == blind.events
     assert "reclaimed" == blind.state(lease)
 

@@ -133,8 +133,8 @@ DEMO_ROOTS = ("bot.workspace", "bot.cli")
 # with the HTTP server's own function, so a test sees exactly what the server would parse.
 LOCALSLACK_MAY_IMPORT = {"bot.server"}
 
-# The node agent: bot/agent.py with bot/enforce.py, or a bot/agent/ package.
-AGENT = ("bot.agent", "bot.enforce")
+# The node agent: the bot/agent/ package (its loop and its enforcer).
+AGENT = ("bot.agent",)
 
 
 def test_services_know_no_slack() -> None:

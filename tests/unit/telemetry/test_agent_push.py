@@ -1,6 +1,6 @@
-"""The bot's end of the agent: signed pushes land in Telemetry; unknown nodes, bad signatures,
-old timestamps, replays, bad bodies and samples for another node are refused, counted and (for
-known nodes) reported; orders leave signed; no bytes and no headers make it raise."""
+"""The bot's end of the agent: signed pushes land in the TelemetryWindow; unknown nodes, bad
+signatures, old timestamps, replays, bad bodies and samples for another node are refused, counted
+and (for known nodes) reported; orders leave signed; no bytes and no headers make it raise."""
 
 from __future__ import annotations
 

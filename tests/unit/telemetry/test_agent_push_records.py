@@ -44,15 +44,15 @@ def services_on(database: Database, clock: Clock) -> Services:
 def services(database: Database, clock: Clock) -> Iterator[Services]:
     svc = services_on(database, clock)
     yield svc
-    svc.ctx.live.close()
+    svc.close()
 
 
 def an_ingest(services: Services) -> Ingest:
     """The bot's Ingest as `assemble` builds it."""
     return Ingest(
         TOKENS,
-        TelemetryWindow(stale_after=timedelta(minutes=3), clock=services.ctx.now),
-        services.ctx.now,
+        TelemetryWindow(stale_after=timedelta(minutes=3), clock=services.now),
+        services.now,
         on_refused=services.record_refused_agent,
         spend=services.spend_nonce,
     )
@@ -78,7 +78,7 @@ def test_a_replay_is_refused_after_a_restart(
         status, message = an_ingest(restarted).handle(headers, body)
         assert (401, "replayed request (nonce already used)") == (status, message)
     finally:
-        restarted.ctx.live.close()
+        restarted.close()
 
 
 def test_the_same_nonce_from_another_node_is_not_a_replay(services: Services, clock: Clock) -> None:

@@ -242,7 +242,7 @@ FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 
 
 def on_clock(now_minutes: float) -> TelemetryWindow:
-    """A Telemetry whose clock stands at minute `now_minutes`."""
+    """A TelemetryWindow whose clock stands at minute `now_minutes`."""
     return TelemetryWindow(stale_after=STALE, clock=lambda: at(now_minutes))
 
 
