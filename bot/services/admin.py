@@ -7,15 +7,13 @@ from sqlmodel import Session, select
 from bot.services import device_records
 from bot.services.context import Context, record
 from bot.services.results import Refused
-from storage.tables import GpuRow, NodeRow, SettingRow
-
-PAUSED = "automation.paused"
+from storage import settings
+from storage.tables import GpuRow, NodeRow
 
 
 def is_paused(session: Session, ctx: Context) -> bool:
     """Paused by an admin in Slack, or by `automation: paused` in the rule files."""
-    row = session.get(SettingRow, PAUSED)
-    return ctx.policy.automation_paused or (row is not None and row.value == "true")
+    return ctx.policy.automation_paused or settings.paused(session)
 
 
 def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
@@ -23,13 +21,9 @@ def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
         return Refused("Only admins may pause or resume automation.", "not-admin")
     now = ctx.now()
     with ctx.db.write() as session:
-        row = session.get(SettingRow, PAUSED) or SettingRow(
-            key=PAUSED, value="false", updated_at=now, updated_by=user
-        )
-        row.value, row.updated_at, row.updated_by = ("true" if paused else "false"), now, user
-        session.add(row)
+        value = settings.set_paused(session, paused, at=now, by=user)
         tag = "automation:paused" if paused else "automation:resumed"
-        record(session, at=now, actor=user, tag=tag, subject="automation", outcome=row.value)
+        record(session, at=now, actor=user, tag=tag, subject="automation", outcome=value)
         if not paused and ctx.policy.automation_paused:
             return "Resumed here, but the rule files still say `automation: paused`."
     return (

@@ -23,10 +23,11 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.device_records import new_event
 from rules.domain import Observed
 from rules.policy import Policy
+from storage import settings
 from storage.audit import AuditTag
 from storage.gpus import ObservedGpu, observed_gpus, set_reporting, update_gpus
 from storage.leases import held_gpus
-from storage.tables import DeviceEventRow, NodeRow, SettingRow
+from storage.tables import DeviceEventRow, NodeRow
 
 # Temperature, power and memory in use are written this often (any other change at once).
 PROFILE_EVERY = timedelta(minutes=5)
@@ -262,9 +263,7 @@ def _tell_strangers(
         strangers.intruded(ctx, session, intrusion, now)
         report.intruders.append(f"L{intrusion.lease} {intrusion.gpu.node}:{intrusion.gpu.index}")
     for told_key in changes.gone:
-        told_row = session.get(SettingRow, told_key)
-        if told_row is not None:
-            session.delete(told_row)
+        settings.forget(session, told_key)
 
 
 def _compare(
