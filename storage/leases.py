@@ -80,6 +80,12 @@ def usable_gpus(session: Session, lease_ids: list[int]) -> dict[int, int]:
     return {int(lease_id): int(n) for lease_id, n in rows}
 
 
+def active_teams(session: Session) -> dict[int, str]:
+    """The team holding each active lease: {lease id: team}."""
+    stmt = select(LeaseRow.id, LeaseRow.team).where(LeaseRow.state == LeaseState.ACTIVE)
+    return {lease_id: team for lease_id, team in session.exec(stmt).all() if lease_id}
+
+
 def lock_active_of(session: Session, holder: str) -> list[LeaseRow]:
     """The holder's active leases, locked for a change."""
     stmt = select(LeaseRow).where(LeaseRow.holder == holder, LeaseRow.state == LeaseState.ACTIVE)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from bot.services import device_records
 from bot.services.context import Context, record
 from bot.services.results import Refused
-from storage import settings
-from storage.tables import GpuRow, NodeRow
+from storage import nodes, settings
 
 
 def is_paused(session: Session, ctx: Context) -> bool:
@@ -42,19 +41,17 @@ def set_drained(
         return Refused("Only admins may drain or undrain nodes.", "not-admin")
     now = ctx.now()
     with ctx.db.write() as session:
-        node = session.exec(select(NodeRow).where(NodeRow.name == node_name)).first()
+        node = nodes.named(session, node_name)
         if node is None:
             names = ", ".join(sorted(n for p in ctx.policy.pools.values() for n in p.nodes))
             return Refused(f"There is no node `{node_name}`. Nodes: {names}.", "no-node")
-        faulty = session.exec(
-            select(GpuRow).where(GpuRow.node_id == node.id, GpuRow.state == "unhealthy")
-        ).all()
+        faulty = nodes.unhealthy_gpus(session, node.id)
         if node.drained == drained and (drained or not faulty):
             return f"`{node_name}` is already {'drained' if drained else 'in service'}."
         node.drained = drained
         session.add(node)
         if not drained:  # an undrain also returns GPUs taken out by hand or as unhealthy
-            for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
+            for gpu in nodes.gpus_of(session, node.id):
                 if gpu.state in ("drained", "unhealthy"):
                     if gpu.state == "unhealthy":
                         device_records.event(

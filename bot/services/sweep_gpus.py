@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from sqlmodel import select
-
 from bot.services import device_records, notices
 from bot.services.context import Context, record
 from bot.services.sweep_pass import Pass
 from rules.domain import Reason
 from rules.engine import Decision, Match
 from rules.lease_facts import GpuSnapshot
+from storage import gpus, outbox, settings
 from storage import leases as storage_leases
-from storage import outbox, settings
 from storage.audit import AuditTag
-from storage.db import lock_for_update
 from storage.outbox import OutboxKind, Owed
-from storage.tables import GpuRow
 
 SWEEPER = "gpubot"
 
@@ -39,8 +35,7 @@ def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) ->
     if gpu.state == "unhealthy":
         return  # out of service already when this pass began
     with run.ctx.db.write() as session:
-        stmt = select(GpuRow).where(GpuRow.id == gpu.id)
-        row = session.exec(lock_for_update(session, stmt)).one()
+        row = gpus.lock(session, gpu.id)
         if row.state == "unhealthy":
             return
         row.state = "unhealthy"
