@@ -17,6 +17,23 @@ from storage.db import lock_for_update
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
 
 
+def get(session: Session, lease_id: int) -> LeaseRow | None:
+    """The lease (None: there is no such lease)."""
+    return session.get(LeaseRow, lease_id)
+
+
+def listed(
+    session: Session, *, active_only: bool = True, holder: str | None = None
+) -> list[LeaseRow]:
+    """Leases, newest first; by default only the active ones."""
+    stmt = select(LeaseRow).order_by(col(LeaseRow.id).desc())
+    if active_only:
+        stmt = stmt.where(LeaseRow.state == LeaseState.ACTIVE)
+    if holder is not None:
+        stmt = stmt.where(LeaseRow.holder == holder)
+    return list(session.exec(stmt).all())
+
+
 def held_by_team(session: Session, pool: str) -> dict[str, int]:
     """GPUs held per team in active leases of one pool."""
     rows = session.exec(

@@ -118,6 +118,11 @@ def owe(
     return row
 
 
+def get(session: Session, row_id: int) -> OutboxRow | None:
+    """One owed message (None: there is no such row)."""
+    return session.get(OutboxRow, row_id)
+
+
 def owed_in(session: Session) -> list[int]:
     """The rows owed so far in this session's transaction, in the order they were owed."""
     return list(session.info.get(_OWED, []))

@@ -15,6 +15,23 @@ from storage.leases import held_by_team
 from storage.tables import RequestRow
 
 
+def get(session: Session, request_id: int) -> RequestRow | None:
+    """The request (None: there is no such request)."""
+    return session.get(RequestRow, request_id)
+
+
+def listed(
+    session: Session, *, open_only: bool = True, requester: str | None = None
+) -> list[RequestRow]:
+    """Requests, oldest first; by default only the open ones (pending or queued)."""
+    stmt = select(RequestRow).order_by(col(RequestRow.id))
+    if open_only:
+        stmt = stmt.where(col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]))
+    if requester is not None:
+        stmt = stmt.where(RequestRow.requester == requester)
+    return list(session.exec(stmt).all())
+
+
 def lock(session: Session, request_id: int) -> RequestRow | None:
     """The request, locked for a decision (None: there is no such request)."""
     stmt = select(RequestRow).where(RequestRow.id == request_id)

@@ -13,6 +13,8 @@ from bot.services.results import Explanation, Refused
 from rules.domain import LeaseState, format_duration
 from rules.policy import show
 from storage import audit
+from storage import leases as storage_leases
+from storage import requests as storage_requests
 from storage.tables import AuditRow, LeaseRow, RequestRow
 
 _REF = re.compile(r"^\s*(?:(?P<kind>[RrLlAa#])\s*)?(?P<id>\d{1,9})\s*$", re.ASCII)
@@ -78,7 +80,7 @@ def may_see(ctx: Context, user: str, owner: str, team: str) -> bool:
 
 
 def _request(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
-    request = session.get(RequestRow, number)
+    request = storage_requests.get(session, number)
     if request is None:
         return Refused(f"There is no request R{number}.", "no-request")
     if not may_see(ctx, user, request.requester, request.team):
@@ -124,7 +126,7 @@ def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
 
 
 def _lease(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
-    lease = session.get(LeaseRow, number)
+    lease = storage_leases.get(session, number)
     if lease is None:
         return Refused(f"There is no lease L{number}.", "no-lease")
     if not may_see(ctx, user, lease.holder, lease.team):

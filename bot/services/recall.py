@@ -23,7 +23,7 @@ from bot.services.results import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import Outcome, RequestKind, Subject
 from storage import leases as storage_leases
-from storage import requests
+from storage import outbox, requests
 from storage.audit import AuditTag
 from storage.gpus import free_gpus
 from storage.pools import lock as lock_pool
@@ -31,7 +31,6 @@ from storage.requests import ordered_queue, pools_with_queue
 from storage.tables import (
     AuditRow,
     LeaseRow,
-    OutboxRow,
     RequestRow,
 )
 
@@ -325,5 +324,5 @@ def _delivered(session: Session, outbox_id: int | None) -> datetime | None:
     """When the warning owed in outbox row `outbox_id` reached its holder."""
     if outbox_id is None:
         return None
-    owed = session.get(OutboxRow, outbox_id)
+    owed = outbox.get(session, outbox_id)
     return owed.delivered_at if owed is not None else None
