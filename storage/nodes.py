@@ -18,6 +18,16 @@ def named(session: Session, name: str) -> NodeRow | None:
     return session.exec(select(NodeRow).where(NodeRow.name == name)).first()
 
 
+def node(session: Session, name: str) -> NodeRow:
+    """The node called `name`, which the caller knows is stored (raises when it is not)."""
+    return session.exec(select(NodeRow).where(NodeRow.name == name)).one()
+
+
+def every_node(session: Session) -> list[NodeRow]:
+    """Every stored node, in the order the database keeps them."""
+    return list(session.exec(select(NodeRow)).all())
+
+
 def nodes(session: Session, name: str | None = None) -> list[NodeRow]:
     """Every node (or the one called `name`), by name."""
     stmt = select(NodeRow).order_by(col(NodeRow.name))
