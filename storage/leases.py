@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, select, update
 
 from rules.domain import GpuState, LeaseState
 from rules.lease_facts import LeaseSnapshot, Warned
@@ -32,6 +32,22 @@ def listed(
     if holder is not None:
         stmt = stmt.where(LeaseRow.holder == holder)
     return list(session.exec(stmt).all())
+
+
+def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
+    """The pool's leases that are active or ended preempted (those a recall may have chosen)."""
+    stmt = select(LeaseRow).where(
+        LeaseRow.pool == pool,
+        sa.or_(col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.end_reason) == "preempted"),
+    )
+    return list(session.exec(stmt).all())
+
+
+def let_go(session: Session, lease_id: int | None) -> None:
+    """The lease's GPUs are no longer held (its ledger rows stay, inactive)."""
+    session.exec(
+        update(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == lease_id).values(active=False)
+    )
 
 
 def held_by_team(session: Session, pool: str) -> dict[str, int]:
