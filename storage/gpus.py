@@ -1,5 +1,5 @@
-"""GPUs and nodes: where each GPU stands, which are free and for whom, and the history of
-what they did.
+"""GPUs: where each GPU stands, which are free and for whom, and the history of what they
+did (nodes and their lifecycle events are `storage.nodes`).
 
 Reads, and the lock of one GPU; callers own the session (and so the transaction). Where a GPU
 stands (`Place`) has one definition, used by placement, status, Home, the fleet panel and the

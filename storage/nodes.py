@@ -41,7 +41,7 @@ def pools_of_nodes(session: Session) -> dict[str, str]:
     return dict(session.exec(select(NodeRow.name, NodeRow.pool)).all())
 
 
-def gpus_on(session: Session, node_id: int | None) -> list[GpuRow]:
+def gpus_by_index(session: Session, node_id: int | None) -> list[GpuRow]:
     """The node's GPUs, by index."""
     stmt = select(GpuRow).where(GpuRow.node_id == node_id).order_by(col(GpuRow.index))
     return list(session.exec(stmt).all())

@@ -93,7 +93,7 @@ def profiles(session: Session, name: str | None = None) -> list[NodeProfile]:
     out = []
     for node in nodes.nodes(session, name):
         gpus = []
-        for gpu in nodes.gpus_on(session, node.id):
+        for gpu in nodes.gpus_by_index(session, node.id):
             line = lines.get((node.name, gpu.index))
             lease_id = line.lease_id if line else None
             gpus.append(

@@ -33,7 +33,7 @@ def test_nodes_come_by_name_with_their_gpus_by_index(database: Database) -> None
         assert n1 is not None
         assert (["n1", "n2"], [0, 1], [1]) == (
             [n.name for n in found],
-            [g.index for g in nodes.gpus_on(session, n1.id)],
+            [g.index for g in nodes.gpus_by_index(session, n1.id)],
             [g.index for g in nodes.unhealthy_gpus(session, n1.id)],
         )
         assert (None, {"n1": "a100", "n2": "a100"}) == (
