@@ -322,5 +322,11 @@ def history(session: Session, subject: str) -> list[AuditRow]:
     return list(session.exec(query))
 
 
+def details_since(session: Session, tag: str, since: datetime) -> list[Mapping[Any, Any]]:
+    """The details of the rows tagged `tag` written at `since` or later."""
+    stmt = select(AuditRow.detail).where(AuditRow.tag == tag, col(AuditRow.at) >= since)
+    return list(session.exec(stmt).all())
+
+
 def get(session: Session, audit_id: int) -> AuditRow | None:
     return session.get(AuditRow, audit_id)

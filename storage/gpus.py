@@ -1,8 +1,9 @@
-"""GPUs and nodes: where each GPU stands, which are free and for whom, and the history of
-what they did.
+"""GPUs: where each GPU stands, which are free and for whom, and the history of what they
+did (nodes and their lifecycle events are `storage.nodes`).
 
-Reads only; callers own the session (and so the transaction). Where a GPU stands (`Place`)
-has one definition, used by placement, status, Home, the fleet panel and the rules' `pool.free`.
+Reads, and the lock of one GPU; callers own the session (and so the transaction). Where a GPU
+stands (`Place`) has one definition, used by placement, status, Home, the fleet panel and the
+rules' `pool.free`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlmodel import Session, col, select
 from rules.domain import GpuState, Observed
 from rules.lease_facts import GpuSnapshot
 from rules.policy import Policy
+from storage.db import lock_for_update
 from storage.tables import GpuMinuteRow, GpuRow, LeaseGpuRow, NodeRow
 
 
@@ -176,6 +178,11 @@ def gpu_ids(session: Session, slots: list[tuple[str, int]]) -> list[int]:
         assert gpu_id is not None
         ids.append(gpu_id)
     return ids
+
+
+def lock(session: Session, gpu_id: int) -> GpuRow:
+    """The GPU, locked for a change."""
+    return session.exec(lock_for_update(session, select(GpuRow).where(GpuRow.id == gpu_id))).one()
 
 
 def gpu_snapshots(session: Session) -> list[GpuSnapshot]:

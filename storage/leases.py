@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, select, update
 
 from rules.domain import GpuState, LeaseState
 from rules.lease_facts import LeaseSnapshot, Warned
@@ -15,6 +15,39 @@ from rules.marks import Marks
 from storage import outbox
 from storage.db import lock_for_update
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
+
+
+def get(session: Session, lease_id: int) -> LeaseRow | None:
+    """The lease (None: there is no such lease)."""
+    return session.get(LeaseRow, lease_id)
+
+
+def listed(
+    session: Session, *, active_only: bool = True, holder: str | None = None
+) -> list[LeaseRow]:
+    """Leases, newest first; by default only the active ones."""
+    stmt = select(LeaseRow).order_by(col(LeaseRow.id).desc())
+    if active_only:
+        stmt = stmt.where(LeaseRow.state == LeaseState.ACTIVE)
+    if holder is not None:
+        stmt = stmt.where(LeaseRow.holder == holder)
+    return list(session.exec(stmt).all())
+
+
+def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
+    """The pool's leases that are active or ended preempted (those a recall may have chosen)."""
+    stmt = select(LeaseRow).where(
+        LeaseRow.pool == pool,
+        sa.or_(col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.end_reason) == "preempted"),
+    )
+    return list(session.exec(stmt).all())
+
+
+def let_go(session: Session, lease_id: int | None) -> None:
+    """The lease's GPUs are no longer held (its ledger rows stay, inactive)."""
+    session.exec(
+        update(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == lease_id).values(active=False)
+    )
 
 
 def held_by_team(session: Session, pool: str) -> dict[str, int]:
@@ -78,6 +111,12 @@ def usable_gpus(session: Session, lease_ids: list[int]) -> dict[int, int]:
         .group_by(col(LeaseGpuRow.lease_id))
     ).all()
     return {int(lease_id): int(n) for lease_id, n in rows}
+
+
+def active_teams(session: Session) -> dict[int, str]:
+    """The team holding each active lease: {lease id: team}."""
+    stmt = select(LeaseRow.id, LeaseRow.team).where(LeaseRow.state == LeaseState.ACTIVE)
+    return {lease_id: team for lease_id, team in session.exec(stmt).all() if lease_id}
 
 
 def lock_active_of(session: Session, holder: str) -> list[LeaseRow]:

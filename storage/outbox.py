@@ -118,6 +118,19 @@ def owe(
     return row
 
 
+def get(session: Session, row_id: int) -> OutboxRow | None:
+    """One owed message (None: there is no such row)."""
+    return session.get(OutboxRow, row_id)
+
+
+def any_about(session: Session, subject: str, kind: str, states: Sequence[str]) -> bool:
+    """Whether a message of `kind` about `subject` is in one of `states`."""
+    stmt = select(OutboxRow.id).where(
+        OutboxRow.subject == subject, OutboxRow.kind == kind, col(OutboxRow.state).in_(states)
+    )
+    return session.exec(stmt).first() is not None
+
+
 def owed_in(session: Session) -> list[int]:
     """The rows owed so far in this session's transaction, in the order they were owed."""
     return list(session.info.get(_OWED, []))

@@ -14,6 +14,11 @@ from storage.requests import queued_count
 from storage.tables import PoolRow
 
 
+def every_pool(session: Session) -> list[PoolRow]:
+    """Every stored pool, in the order the database keeps them."""
+    return list(session.exec(select(PoolRow)).all())
+
+
 def lock(session: Session, pool: str) -> None:
     """Serialise decisions in one pool: quota and free GPUs are read, then changed.
 

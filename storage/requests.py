@@ -4,6 +4,8 @@ request locked for a decision. Callers own the session (and so the transaction).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
@@ -13,6 +15,55 @@ from rules.recall import Queued, queue_order
 from storage.db import lock_for_update
 from storage.leases import held_by_team
 from storage.tables import RequestRow
+
+
+def get(session: Session, request_id: int) -> RequestRow | None:
+    """The request (None: there is no such request)."""
+    return session.get(RequestRow, request_id)
+
+
+def listed(
+    session: Session, *, open_only: bool = True, requester: str | None = None
+) -> list[RequestRow]:
+    """Requests, oldest first; by default only the open ones (pending or queued)."""
+    stmt = select(RequestRow).order_by(col(RequestRow.id))
+    if open_only:
+        stmt = stmt.where(col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]))
+    if requester is not None:
+        stmt = stmt.where(RequestRow.requester == requester)
+    return list(session.exec(stmt).all())
+
+
+def ids_for_lease(session: Session, lease_id: int) -> list[int]:
+    """The requests that made or extended a lease."""
+    stmt = select(RequestRow.id).where(RequestRow.lease_id == lease_id)
+    return [request_id for request_id in session.exec(stmt).all() if request_id is not None]
+
+
+def pending(session: Session) -> list[RequestRow]:
+    """Every request waiting for a person's decision."""
+    return list(session.exec(select(RequestRow).where(RequestRow.state == RequestState.PENDING)))
+
+
+def pending_with_card(session: Session, pool: str) -> list[RequestRow]:
+    """The pool's pending requests whose approval card was sent to someone."""
+    stmt = select(RequestRow).where(
+        RequestRow.pool == pool,
+        RequestRow.state == RequestState.PENDING,
+        RequestRow.approval_route != "",
+    )
+    return list(session.exec(stmt).all())
+
+
+def queued_since(session: Session, pool: str, at_most: datetime) -> list[RequestRow]:
+    """The pool's requests queued at `at_most` or earlier (queued when made, or when a person
+    approved them)."""
+    stmt = select(RequestRow).where(
+        RequestRow.pool == pool,
+        RequestRow.state == RequestState.QUEUED,
+        sa.func.coalesce(col(RequestRow.decided_at), col(RequestRow.created_at)) <= at_most,
+    )
+    return list(session.exec(stmt).all())
 
 
 def lock(session: Session, request_id: int) -> RequestRow | None:

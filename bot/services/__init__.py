@@ -54,11 +54,12 @@ from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.lease_facts import Readings
 from rules.policy import Policy
+from storage import leases as storage_leases
 from storage import outbox
+from storage import requests as storage_requests
 from storage.audit import AuditTag
 from storage.db import Database
 from storage.gpus import GpuLine, Place, gpu_lines
-from storage.tables import LeaseRow, OutboxRow, RequestRow
 
 __all__ = ["BorrowAsk", "Refused", "Services"]
 
@@ -145,16 +146,11 @@ class Services:
 
     def approval_effects(self, request_id: int) -> ApprovalEffects | None:
         with self.db.read() as session:
-            row = session.get(RequestRow, request_id)
+            row = storage_requests.get(session, request_id)
             return recall.effects_of_approval(self.ctx, session, row) if row else None
 
     def snooze(self, user: str, lease_id: int) -> LeaseView | Refused:
         return leases.snooze(self.ctx, user, lease_id)
-
-    def landed(self, subject: str, kinds: tuple[str, ...]) -> list[OutboxRow]:
-        """Where the messages of these kinds about `subject` were delivered."""
-        with self.db.read() as session:
-            return outbox.landed(session, subject, kinds)
 
     def record_refused_agent(self, node: str, why: str) -> None:
         """A known node's agent request was refused: at most one aggregated `agent:refused`
@@ -218,19 +214,13 @@ class Services:
 
     def request(self, request_id: int) -> RequestView | None:
         with self.db.read() as session:
-            row = session.get(RequestRow, request_id)
+            row = storage_requests.get(session, request_id)
             return request_view(row) if row else None
 
     def lease(self, lease_id: int) -> LeaseView | None:
         with self.db.read() as session:
-            row = session.get(LeaseRow, lease_id)
+            row = storage_leases.get(session, lease_id)
             return lease_view(session, row) if row else None
-
-    def quota_of(self, team: str, pool: str) -> QuotaUse | None:
-        with self.db.read() as session:
-            return next(
-                (q for q in overview.quota_use(session, self.ctx, team) if q.pool == pool), None
-            )
 
     def audit(self, user: str, ref: str) -> Explanation | Refused:
         return explain.audit_trail(self.ctx, user, ref)
@@ -342,7 +332,7 @@ class Services:
     def notice(self, outbox_id: int) -> Notice | None:
         """What an owed message says as its subject stands now (None: nothing left to say)."""
         with self.db.read() as session:
-            row = session.get(OutboxRow, outbox_id)
+            row = outbox.get(session, outbox_id)
             return notice_views.notice(session, self.ctx, row) if row else None
 
     def reload_rules_dir(self, actor: str, directory: Path) -> Policy:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from bot.services import device_records
 from bot.services.context import Context, record
 from bot.services.results import Refused
-from storage.tables import GpuRow, NodeRow, SettingRow
-
-PAUSED = "automation.paused"
+from storage import nodes, settings
 
 
 def is_paused(session: Session, ctx: Context) -> bool:
     """Paused by an admin in Slack, or by `automation: paused` in the rule files."""
-    row = session.get(SettingRow, PAUSED)
-    return ctx.policy.automation_paused or (row is not None and row.value == "true")
+    return ctx.policy.automation_paused or settings.paused(session)
 
 
 def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
@@ -23,13 +20,9 @@ def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
         return Refused("Only admins may pause or resume automation.", "not-admin")
     now = ctx.now()
     with ctx.db.write() as session:
-        row = session.get(SettingRow, PAUSED) or SettingRow(
-            key=PAUSED, value="false", updated_at=now, updated_by=user
-        )
-        row.value, row.updated_at, row.updated_by = ("true" if paused else "false"), now, user
-        session.add(row)
+        value = settings.set_paused(session, paused, at=now, by=user)
         tag = "automation:paused" if paused else "automation:resumed"
-        record(session, at=now, actor=user, tag=tag, subject="automation", outcome=row.value)
+        record(session, at=now, actor=user, tag=tag, subject="automation", outcome=value)
         if not paused and ctx.policy.automation_paused:
             return "Resumed here, but the rule files still say `automation: paused`."
     return (
@@ -48,19 +41,17 @@ def set_drained(
         return Refused("Only admins may drain or undrain nodes.", "not-admin")
     now = ctx.now()
     with ctx.db.write() as session:
-        node = session.exec(select(NodeRow).where(NodeRow.name == node_name)).first()
+        node = nodes.named(session, node_name)
         if node is None:
             names = ", ".join(sorted(n for p in ctx.policy.pools.values() for n in p.nodes))
             return Refused(f"There is no node `{node_name}`. Nodes: {names}.", "no-node")
-        faulty = session.exec(
-            select(GpuRow).where(GpuRow.node_id == node.id, GpuRow.state == "unhealthy")
-        ).all()
+        faulty = nodes.unhealthy_gpus(session, node.id)
         if node.drained == drained and (drained or not faulty):
             return f"`{node_name}` is already {'drained' if drained else 'in service'}."
         node.drained = drained
         session.add(node)
         if not drained:  # an undrain also returns GPUs taken out by hand or as unhealthy
-            for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
+            for gpu in nodes.gpus_of(session, node.id):
                 if gpu.state in ("drained", "unhealthy"):
                     if gpu.state == "unhealthy":
                         device_records.event(

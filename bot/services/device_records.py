@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services.context import SYSTEM
+from storage import leases, nodes
 from storage.gpus import gpu_lines
-from storage.tables import DeviceEventRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow
+from storage.tables import DeviceEventRow
 
 
 def new_event(
@@ -88,19 +89,11 @@ class DeviceEvent:
 def profiles(session: Session, name: str | None = None) -> list[NodeProfile]:
     """Every node (or one) with its GPUs' profile and where each stands."""
     lines = {(g.node, g.index): g for g in gpu_lines(session)}
-    teams = dict(
-        session.exec(select(LeaseRow.id, LeaseRow.team).where(LeaseRow.state == "active")).all()
-    )
-    stmt = select(NodeRow).order_by(col(NodeRow.name))
-    if name is not None:
-        stmt = stmt.where(NodeRow.name == name)
+    teams = leases.active_teams(session)
     out = []
-    for node in session.exec(stmt).all():
-        rows = session.exec(
-            select(GpuRow).where(GpuRow.node_id == node.id).order_by(col(GpuRow.index))
-        ).all()
+    for node in nodes.nodes(session, name):
         gpus = []
-        for gpu in rows:
+        for gpu in nodes.gpus_by_index(session, node.id):
             line = lines.get((node.name, gpu.index))
             lease_id = line.lease_id if line else None
             gpus.append(
@@ -144,17 +137,8 @@ def history(
     limit: int | None = None,
 ) -> list[DeviceEvent]:
     """Lifecycle events, oldest first (the newest `limit` when given)."""
-    stmt = select(DeviceEventRow).order_by(col(DeviceEventRow.id).desc())
-    if name is not None:
-        stmt = stmt.where(DeviceEventRow.node == name)
-    if since is not None:
-        stmt = stmt.where(DeviceEventRow.at >= since)
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    rows = session.exec(stmt).all()
-    return [
-        DeviceEvent(r.at, r.node, r.gpu, r.kind, r.actor, dict(r.detail)) for r in reversed(rows)
-    ]
+    rows = nodes.events(session, name, since, limit)
+    return [DeviceEvent(r.at, r.node, r.gpu, r.kind, r.actor, dict(r.detail)) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -176,7 +160,7 @@ class Interval:
 
 def intervals(session: Session, since: datetime | None = None) -> list[Interval]:
     """Every device's lifecycle and lease intervals that reach past `since`, by device."""
-    pools = dict(session.exec(select(NodeRow.name, NodeRow.pool)).all())
+    pools = nodes.pools_of_nodes(session)
     out: list[Interval] = []
     following: dict[tuple[str, int | None], datetime] = {}  # the next event's time, per device
     for ev in reversed(history(session)):
@@ -186,13 +170,7 @@ def intervals(session: Session, since: datetime | None = None) -> list[Interval]
         out.append(
             Interval(ev.node, ev.gpu, pool, ev.kind, "", "", ev.at, end, ev.actor, ev.detail)
         )
-    held = session.exec(
-        select(NodeRow.name, GpuRow.index, GpuRow.pool, LeaseRow)
-        .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
-        .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
-        .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
-    ).all()
-    for node, index, pool, lease in held:
+    for node, index, pool, lease in nodes.holdings(session):
         detail = {"holder": lease.holder}
         if lease.state != "active":
             detail["ended"] = lease.end_reason or lease.state

@@ -16,17 +16,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from bot.services import node_reporting, notices, strangers
 from bot.services.context import SYSTEM, Context, record
 from bot.services.device_records import new_event
 from rules.domain import Observed
 from rules.policy import Policy
+from storage import nodes, settings
 from storage.audit import AuditTag
 from storage.gpus import ObservedGpu, observed_gpus, set_reporting, update_gpus
 from storage.leases import held_gpus
-from storage.tables import DeviceEventRow, NodeRow, SettingRow
+from storage.tables import DeviceEventRow
 
 # Temperature, power and memory in use are written this often (any other change at once).
 PROFILE_EVERY = timedelta(minutes=5)
@@ -152,7 +153,7 @@ class _Stored:
 
 
 def _stored(session: Session) -> _Stored:
-    rows = session.exec(select(NodeRow)).all()
+    rows = nodes.every_node(session)
     return _Stored(
         observed_gpus(session),
         {n.name: n.reporting for n in rows},
@@ -262,9 +263,7 @@ def _tell_strangers(
         strangers.intruded(ctx, session, intrusion, now)
         report.intruders.append(f"L{intrusion.lease} {intrusion.gpu.node}:{intrusion.gpu.index}")
     for told_key in changes.gone:
-        told_row = session.get(SettingRow, told_key)
-        if told_row is not None:
-            session.delete(told_row)
+        settings.forget(session, told_key)
 
 
 def _compare(
@@ -343,7 +342,7 @@ def _write_drivers(
 ) -> None:
     """Each node's driver and CUDA versions; a driver that changed is a lifecycle event."""
     for name, (driver, cuda) in drivers.items():
-        found = session.exec(select(NodeRow).where(NodeRow.name == name)).one()
+        found = nodes.node(session, name)
         if found.driver and found.driver != driver:
             events.append(
                 new_event(now, name, None, "driver", {"was": found.driver, "now": driver})

@@ -9,12 +9,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services.context import Context, record
 from rules.lease_facts import LeaseSnapshot, Reading
+from storage import enforcement as orders
 from storage.audit import AuditTag
-from storage.db import lock_for_update
 from storage.tables import EnforcementRow
 
 ENFORCER = "gpubot"
@@ -103,12 +103,7 @@ def take_orders(ctx: Context, node: str) -> list[dict[str, Any]]:
     """The node's pending orders as the agent reads them, marked sent in the same transaction."""
     now = ctx.now()
     with ctx.db.write() as session:
-        stmt = (
-            select(EnforcementRow)
-            .where(EnforcementRow.node == node, EnforcementRow.state == PENDING)
-            .order_by(col(EnforcementRow.id))
-        )
-        rows = list(session.exec(lock_for_update(session, stmt)).all())
+        rows = orders.lock_waiting_for(session, node, PENDING)
         out = []
         for row in rows:
             row.state, row.sent_at = SENT, now
@@ -131,8 +126,7 @@ def record_results(
     """Mark an order done with what the agent reports; None, or why it was not recorded."""
     now = ctx.now()
     with ctx.db.write() as session:
-        stmt = select(EnforcementRow).where(EnforcementRow.id == order_id)
-        row = session.exec(lock_for_update(session, stmt)).first()
+        row = orders.lock(session, order_id)
         if row is None or row.node != node:
             return f"no order {order_id} for {node}"
         if row.state == DONE:

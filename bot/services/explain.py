@@ -5,15 +5,16 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services.context import Context
 from bot.services.results import Explanation, Refused
-from rules.domain import LeaseState, format_duration
+from rules.domain import format_duration
 from rules.policy import show
 from storage import audit
-from storage.tables import AuditRow, LeaseRow, RequestRow
+from storage import leases as storage_leases
+from storage import requests as storage_requests
+from storage.tables import AuditRow, RequestRow
 
 _REF = re.compile(r"^\s*(?:(?P<kind>[RrLlAa#])\s*)?(?P<id>\d{1,9})\s*$", re.ASCII)
 # The facts worth showing a person; the audit row keeps them all.
@@ -78,7 +79,7 @@ def may_see(ctx: Context, user: str, owner: str, team: str) -> bool:
 
 
 def _request(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
-    request = session.get(RequestRow, number)
+    request = storage_requests.get(session, number)
     if request is None:
         return Refused(f"There is no request R{number}.", "no-request")
     if not may_see(ctx, user, request.requester, request.team):
@@ -102,14 +103,7 @@ def _request(ctx: Context, session: Session, user: str, number: int) -> Explanat
 
 def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
     """The recalls made for a request: how the borrowed leases for it were chosen."""
-    leases = session.exec(
-        select(LeaseRow).where(
-            LeaseRow.pool == request.pool,
-            sa.or_(
-                col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.end_reason) == "preempted"
-            ),
-        )
-    ).all()
+    leases = storage_leases.in_pool_active_or_preempted(session, request.pool)
     found = []
     for lease in leases:
         mark = lease.warnings.recall
@@ -124,7 +118,7 @@ def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
 
 
 def _lease(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
-    lease = session.get(LeaseRow, number)
+    lease = storage_leases.get(session, number)
     if lease is None:
         return Refused(f"There is no lease L{number}.", "no-lease")
     if not may_see(ctx, user, lease.holder, lease.team):
@@ -136,8 +130,7 @@ def _lease(ctx: Context, session: Session, user: str, number: int) -> Explanatio
         f"L{number}: {lease.gpus} {lease.pool} GPUs held by <@{lease.holder}>; it is {lease.state}."
     )
     rows = audit.history(session, f"lease:{number}")
-    requests = session.exec(select(RequestRow.id).where(RequestRow.lease_id == number)).all()
-    for request_id in requests:
+    for request_id in storage_requests.ids_for_lease(session, number):
         rows += audit.history(session, f"request:{request_id}")
     return Explanation(f"L{number}", summary, tuple(_lines(sorted(rows, key=_order))))
 

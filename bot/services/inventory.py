@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from bot.services import device_records
 from bot.services.context import record
 from rules.policy import Policy, Pool
+from storage import nodes as storage_nodes
+from storage import pools as storage_pools
 from storage.audit import AuditTag
 from storage.tables import GpuRow, NodeRow, PoolRow
 
@@ -20,7 +22,7 @@ def sync_inventory(session: Session, policy: Policy, *, at: datetime, actor: str
     """
     changes = _sync_pools(session, policy)
     session.flush()  # nodes refer to pools; no relationships order the inserts for us
-    nodes = {n.name: n for n in session.exec(select(NodeRow)).all()}
+    nodes = {n.name: n for n in storage_nodes.every_node(session)}
     wanted = {node: pool for pool in policy.pools.values() for node in pool.nodes}
     for name, pool in wanted.items():
         node = _sync_node(session, nodes.get(name), name, pool, changes)
@@ -46,7 +48,7 @@ def sync_inventory(session: Session, policy: Policy, *, at: datetime, actor: str
 
 def _sync_pools(session: Session, policy: Policy) -> list[str]:
     changes = []
-    pools = {p.name: p for p in session.exec(select(PoolRow)).all()}
+    pools = {p.name: p for p in storage_pools.every_pool(session)}
     for pool in policy.pools.values():
         row = pools.get(pool.name)
         if row is None:
@@ -80,7 +82,7 @@ def _sync_gpus(
 ) -> None:
     """The node's GPUs as the policy counts them: the missing ones join, all in its pool."""
     assert node.id is not None
-    have = {g.index: g for g in session.exec(select(GpuRow).where(GpuRow.node_id == node.id))}
+    have = {g.index: g for g in storage_nodes.gpus_of(session, node.id)}
     for index in range(pool.nodes[node.name]):
         gpu = have.get(index)
         if gpu is None:

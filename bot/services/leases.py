@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlmodel import Session, col, update
+from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import Context, record
@@ -15,7 +15,7 @@ from storage import leases as storage_leases
 from storage import requests as storage_requests
 from storage.audit import AuditTag
 from storage.requests import open_requests_for
-from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
+from storage.tables import LeaseRow, RequestRow
 
 
 def to_change(ctx: Context, session: Session, user: str, lease_id: int) -> LeaseRow | Refused:
@@ -112,9 +112,7 @@ def end_lease(
     still waiting for a manager is withdrawn: there is nothing left to extend."""
     lease.state, lease.ended_at, lease.end_reason = state, now, why
     session.add(lease)
-    session.exec(
-        update(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == lease.id).values(active=False)
-    )
+    storage_leases.let_go(session, lease.id)
     session.flush()
     record(
         session,

@@ -21,7 +21,7 @@ from bot.services.context import Context
 from bot.services.reads import lease_view, request_view
 from bot.services.results import ApprovalEffects, LeaseView, QuotaUse, RequestView
 from rules.domain import LeaseState, RequestState
-from storage import audit, outbox
+from storage import audit, leases, outbox, requests
 from storage.outbox import OutboxKind
 from storage.tables import AuditRow, LeaseRow, OutboxRow, RequestRow
 
@@ -181,10 +181,10 @@ def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
     """What the outbox row `owed` says as its subject stands now; None: nothing left to say."""
     data = owed.data
     if owed.kind in _REQUEST_KINDS:
-        request = session.get(RequestRow, int(data["request"]))
+        request = requests.get(session, int(data["request"]))
         return _about_request(session, ctx, owed, request) if request else None
     if owed.kind in (*_LEASE_KINDS, OutboxKind.RECALL_WITHDRAWN, OutboxKind.LEASE_CLOSED):
-        lease = session.get(LeaseRow, int(data["lease"]))
+        lease = leases.get(session, int(data["lease"]))
         return _about_lease(session, ctx, owed, lease) if lease else None
     if owed.kind == OutboxKind.UNRESERVED_USE:
         return UnreservedUse(

@@ -21,12 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from rules.domain import RequestState
-from storage import outbox
+from storage import outbox, requests
 from storage.outbox import OutboxKind, Owed, owe
-from storage.tables import LeaseRow, OutboxRow, RequestRow
+from storage.tables import LeaseRow, RequestRow
 
 CARDS = "cards"  # the recipient of card_settled: wherever the request's cards landed
 
@@ -103,12 +102,7 @@ def redraw(
     already on its way, or (unless `again`) done: a button pressed on a message its subject
     has moved past, or numbers on a waiting card that moved."""
     states = [outbox.PENDING, outbox.SENDING] + ([] if again else [outbox.DELIVERED])
-    stmt = select(OutboxRow.id).where(
-        OutboxRow.subject == message.subject,
-        OutboxRow.kind == message.kind,
-        col(OutboxRow.state).in_(states),
-    )
-    if session.exec(stmt).first() is None:
+    if not outbox.any_about(session, message.subject, message.kind, states):
         owe(session, message, at=at, after=after)
 
 
@@ -121,12 +115,7 @@ CARD_NUMBERS_EVERY = timedelta(seconds=30)
 def waiting_cards(session: Session, pool: str, *, at: datetime, besides: int | None) -> None:
     """GPUs in `pool` were taken or given back: the quota and queue numbers on its waiting
     approval cards moved, so they are drawn again (buttons and all)."""
-    stmt = select(RequestRow).where(
-        RequestRow.pool == pool,
-        RequestRow.state == RequestState.PENDING,
-        RequestRow.approval_route != "",
-    )
-    for request in session.exec(stmt).all():
+    for request in requests.pending_with_card(session, pool):
         if request.id != besides:
             redraw(
                 session,

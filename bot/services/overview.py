@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from bot.services.context import Context
 from bot.services.reads import list_leases, list_requests, request_view
 from bot.services.results import Home, ModelCount, PoolStatus, QuotaUse, RequestView
-from rules.domain import RequestState
 from storage.gpus import Place, free_gpus, gpu_lines
 from storage.pools import pool_usage
-from storage.requests import ordered_queue, pools_with_queue, queued_sizes
+from storage.requests import ordered_queue, pending, pools_with_queue, queued_sizes
 from storage.tables import RequestRow
 
 
@@ -90,5 +89,4 @@ def home(session: Session, ctx: Context, user: str, *, paused: bool) -> Home:
 
 def pending_for(session: Session, user: str) -> list[RequestRow]:
     """Requests waiting for this person's decision."""
-    rows = session.exec(select(RequestRow).where(RequestRow.state == RequestState.PENDING)).all()
-    return [r for r in rows if user in r.approvers]
+    return [r for r in pending(session) if user in r.approvers]

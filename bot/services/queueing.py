@@ -4,8 +4,7 @@ pool's queue is never overtaken."""
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
@@ -21,7 +20,7 @@ from rules.domain import (
 from storage.audit import AuditTag
 from storage.outbox import owe
 from storage.pools import lock as lock_pool
-from storage.requests import ordered_queue
+from storage.requests import ordered_queue, queued_since
 from storage.tables import RequestRow
 
 
@@ -51,15 +50,7 @@ def _time_out(ctx: Context, pool: str) -> None:
     limit = ctx.policy.pools[pool].limits.max_queue_wait
     now = ctx.now()
     with ctx.db.write() as session:
-        stale = session.exec(
-            select(RequestRow).where(
-                RequestRow.pool == pool,
-                RequestRow.state == RequestState.QUEUED,
-                # It queued when made, or when a person approved it (decided_at).
-                sa.func.coalesce(col(RequestRow.decided_at), col(RequestRow.created_at))
-                <= now - limit,
-            )
-        ).all()
+        stale = queued_since(session, pool, now - limit)
         for request in stale:
             request.state, request.decided_at = RequestState.CANCELLED, now
             request.decided_by = SYSTEM

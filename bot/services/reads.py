@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services.results import GpuSlot, LeaseView, RequestView
-from rules.domain import LeaseState, RequestState
+from rules.domain import LeaseState
+from storage import leases, requests
 from storage.leases import slots_of
 from storage.tables import LeaseRow, RequestRow
 
@@ -70,20 +71,12 @@ def list_leases(
     session: Session, *, active_only: bool = True, holder: str | None = None
 ) -> list[LeaseView]:
     """Leases, newest first; by default only the active ones."""
-    stmt = select(LeaseRow).order_by(col(LeaseRow.id).desc())
-    if active_only:
-        stmt = stmt.where(LeaseRow.state == LeaseState.ACTIVE)
-    if holder is not None:
-        stmt = stmt.where(LeaseRow.holder == holder)
-    return [lease_view(session, row) for row in session.exec(stmt).all()]
+    rows = leases.listed(session, active_only=active_only, holder=holder)
+    return [lease_view(session, row) for row in rows]
 
 
 def list_requests(
     session: Session, *, open_only: bool = True, requester: str | None = None
 ) -> list[RequestView]:
-    stmt = select(RequestRow).order_by(col(RequestRow.id))
-    if open_only:
-        stmt = stmt.where(col(RequestRow.state).in_([RequestState.PENDING, RequestState.QUEUED]))
-    if requester is not None:
-        stmt = stmt.where(RequestRow.requester == requester)
-    return [request_view(row) for row in session.exec(stmt).all()]
+    rows = requests.listed(session, open_only=open_only, requester=requester)
+    return [request_view(row) for row in rows]

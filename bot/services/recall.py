@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services import admin, notices
 from bot.services.context import Context, record
@@ -22,16 +22,14 @@ from bot.services.reads import request_view
 from bot.services.results import ApprovalEffects, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import Outcome, RequestKind, Subject
+from storage import audit, outbox, requests
 from storage import leases as storage_leases
-from storage import requests
 from storage.audit import AuditTag
 from storage.gpus import free_gpus
 from storage.pools import lock as lock_pool
 from storage.requests import ordered_queue, pools_with_queue
 from storage.tables import (
-    AuditRow,
     LeaseRow,
-    OutboxRow,
     RequestRow,
 )
 
@@ -80,11 +78,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
     since = now - ctx.policy.recall.cooldown
     cooled = storage_leases.preempted_since(session, since)
     # Holders warned of a preemption that was then withdrawn count too, in every pool.
-    withdrawn = session.exec(
-        select(AuditRow.detail).where(
-            AuditRow.tag == "lease:recall-withdrawn", col(AuditRow.at) >= since
-        )
-    ).all()
+    withdrawn = audit.details_since(session, "lease:recall-withdrawn", since)
     cooled |= {str(d["holder"]) for d in withdrawn if d.get("warned") and d.get("holder")}
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
@@ -325,5 +319,5 @@ def _delivered(session: Session, outbox_id: int | None) -> datetime | None:
     """When the warning owed in outbox row `outbox_id` reached its holder."""
     if outbox_id is None:
         return None
-    owed = session.get(OutboxRow, outbox_id)
+    owed = outbox.get(session, outbox_id)
     return owed.delivered_at if owed is not None else None

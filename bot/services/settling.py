@@ -21,10 +21,10 @@ from bot.services.results import Refused, SettleResult
 from rules import approvals
 from rules.domain import Outcome, RequestKind, RequestState, Subject
 from rules.engine import Decision
-from storage import requests
+from storage import leases, requests
 from storage.audit import AuditTag
 from storage.pools import lock as lock_pool
-from storage.tables import ApprovalRow, LeaseRow, RequestRow
+from storage.tables import ApprovalRow, RequestRow
 
 
 def settle(
@@ -68,7 +68,7 @@ def settle(
             return _approve(ctx, session, request, user, reason, now=now)
     except IntegrityError:
         with ctx.db.read() as session:
-            request = session.get(RequestRow, request_id)
+            request = requests.get(session, request_id)
             assert request is not None
             return _already(session, request)
 
@@ -76,7 +76,7 @@ def settle(
 def may_settle(ctx: Context, user: str, request_id: int) -> Refused | None:
     """Why `user` cannot settle this request now (None: they can); records nothing."""
     with ctx.db.read() as session:
-        request = session.get(RequestRow, request_id)
+        request = requests.get(session, request_id)
         if request is None:
             return Refused(f"There is no request R{request_id}.", "no-request")
         why = _may_settle(user, request)
@@ -96,7 +96,7 @@ def _may_settle(user: str, request: RequestRow) -> str | None:
 def _already(session: Session, request: RequestRow) -> SettleResult:
     lease = None
     if request.lease_id is not None:
-        row = session.get(LeaseRow, request.lease_id)
+        row = leases.get(session, request.lease_id)
         lease = lease_view(session, row) if row else None
     by = f" by <@{request.decided_by}>" if request.decided_by not in (None, SYSTEM) else ""
     when = f" at {request.decided_at:%Y-%m-%d %H:%M} UTC" if request.decided_at else ""

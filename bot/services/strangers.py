@@ -12,17 +12,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from rules.lease_facts import covers
 from rules.policy import Policy
+from storage import settings
 from storage.audit import AuditTag
-from storage.tables import DeviceEventRow, SettingRow
-
-_STRAY = "device:unknown-node:"  # setting key: a node that reported without being configured
-_INTRUDER = "intruder:"  # setting key: intruder:<lease>:<node>:<index> -> the users told
+from storage.tables import DeviceEventRow
 
 
 class Slot(Protocol):
@@ -43,15 +41,7 @@ class Told:
 
 
 def told(session: Session) -> Told:
-    rows = session.exec(
-        select(SettingRow.key, SettingRow.value).where(
-            col(SettingRow.key).startswith(_INTRUDER) | col(SettingRow.key).startswith(_STRAY)
-        )
-    ).all()
-    return Told(
-        {key: frozenset(value.split(",")) for key, value in rows if key.startswith(_INTRUDER)},
-        frozenset(key.removeprefix(_STRAY) for key, _ in rows if key.startswith(_STRAY)),
-    )
+    return Told(settings.told_intruders(session), frozenset(settings.stray_nodes(session)))
 
 
 @dataclass(frozen=True)
@@ -87,7 +77,7 @@ def intrusions_in(
         ]
         if not strangers:
             continue
-        key = f"{_INTRUDER}{lease_id}:{gpu.node}:{gpu.index}"
+        key = settings.intruder_key(lease_id, gpu.node, gpu.index)
         users = {p["user"] for p in strangers}
         new = [] if key in told and users <= told[key] else strangers
         before = [p.get("started") for p in strangers]
@@ -101,9 +91,7 @@ def stray(ctx: Context, session: Session, node: str, count: int, now: datetime) 
     configured = [n for pool in ctx.policy.pools.values() for n in pool.nodes]
     close = difflib.get_close_matches(node, configured, n=1, cutoff=0.8)
     hint = f" Is it `{close[0]}` in pools.yaml, misspelt?" if close else ""
-    session.add(
-        SettingRow(key=f"{_STRAY}{node}", value=str(count), updated_at=now, updated_by=SYSTEM)
-    )
+    settings.flag_stray(session, node, count, at=now, by=SYSTEM)
     event = DeviceEventRow(
         at=now, node=node, gpu=None, kind="unknown-node", actor=SYSTEM, detail={"gpus": count}
     )
@@ -131,8 +119,7 @@ def intruded(ctx: Context, session: Session, intrusion: Intrusion, now: datetime
     """Tell the holder, the process owners and the admins once; audit it."""
     key, lease_id, holder = intrusion.key, intrusion.lease, intrusion.holder
     gpu, strangers = intrusion.gpu, intrusion.strangers
-    row = session.get(SettingRow, key)
-    told = set(row.value.split(",")) if row and row.value else set()
+    told = set(settings.users_told(session, key) or ())
     users = sorted({p["user"] for p in strangers})
     what = "; ".join(
         f"pid {p['pid']} of {p['user']}" + (f" ({p['memory_mib']} MiB)" if p["memory_mib"] else "")
@@ -184,28 +171,15 @@ def intruded(ctx: Context, session: Session, intrusion: Intrusion, now: datetime
         f"L{lease_id}: {what} on {where}, not the holder's.",
         at=now,
     )
-    value = ",".join(sorted(told | set(users)))
-    if row is None:
-        row = SettingRow(key=key, value=value, updated_at=now, updated_by=SYSTEM)
-    row.value, row.updated_at = value, now
-    session.add(row)
+    settings.set_users_told(session, key, told | set(users), at=now, by=SYSTEM)
 
 
 def strays(session: Session) -> dict[str, int]:
     """Nodes that sent telemetry without being in any pool: {name: GPUs reported}."""
-    rows = session.exec(
-        select(SettingRow.key, SettingRow.value).where(col(SettingRow.key).startswith(_STRAY))
-    ).all()
-    return {key.removeprefix(_STRAY): int(value or 0) for key, value in rows}
+    return settings.stray_nodes(session)
 
 
 def intrusions(session: Session) -> list[str]:
     """What `/gpu status` shows admins: "L8 a100-node-02:6 by dave"."""
-    rows = session.exec(
-        select(SettingRow.key, SettingRow.value).where(col(SettingRow.key).startswith(_INTRUDER))
-    ).all()
-    out = []
-    for key, value in rows:
-        lease, node, index = key.removeprefix(_INTRUDER).split(":")
-        out.append(f"L{lease} {node}:{index} by {value}")
-    return sorted(out)
+    told = settings.intrusions_told(session)
+    return sorted(f"L{lease} {node}:{index} by {users}" for lease, node, index, users in told)

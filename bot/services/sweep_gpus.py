@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from sqlmodel import Session, col, select
-
 from bot.services import device_records, notices
 from bot.services.context import Context, record
 from bot.services.sweep_pass import Pass
 from rules.domain import Reason
 from rules.engine import Decision, Match
 from rules.lease_facts import GpuSnapshot
+from storage import gpus, outbox, settings
 from storage import leases as storage_leases
-from storage import outbox
 from storage.audit import AuditTag
-from storage.db import lock_for_update
 from storage.outbox import OutboxKind, Owed
-from storage.tables import GpuRow, SettingRow
 
 SWEEPER = "gpubot"
 
@@ -29,7 +25,7 @@ def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
             _unreserved(run, gpu, users, match, decision.for_action(match))
-    key = f"unreserved:{gpu.node}:{gpu.index}"
+    key = settings.unreserved_key(gpu.node, gpu.index)
     if not decision.facts["gpu.unreserved"] and key in run.unreserved:
         _clear(run.ctx, key)
 
@@ -39,8 +35,7 @@ def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) ->
     if gpu.state == "unhealthy":
         return  # out of service already when this pass began
     with run.ctx.db.write() as session:
-        stmt = select(GpuRow).where(GpuRow.id == gpu.id)
-        row = session.exec(lock_for_update(session, stmt)).one()
+        row = gpus.lock(session, gpu.id)
         if row.state == "unhealthy":
             return
         row.state = "unhealthy"
@@ -80,15 +75,15 @@ def _unreserved(
     run: Pass, gpu: GpuSnapshot, users: list[str], match: Match, decision: Decision
 ) -> None:
     """Tell each Unix user we can map to Slack once per episode, and the admins."""
-    key = f"unreserved:{gpu.node}:{gpu.index}"
+    key = settings.unreserved_key(gpu.node, gpu.index)
     told_before = run.unreserved.get(key)
     if told_before is not None and all(u in told_before for u in users):
         return  # everyone was told before this pass began
     with run.ctx.db.write() as session:
-        row = session.get(SettingRow, key)
-        told = set(row.value.split(",")) if row and row.value else set()
+        told_so_far = settings.users_told(session, key)
+        told = set(told_so_far or ())
         new = [u for u in users if u not in told]
-        if row is not None and not new:
+        if told_so_far is not None and not new:
             return
         subject = f"gpu:{gpu.node}:{gpu.index}"
         # Whose lease on this GPU was just reclaimed: the reclaim DM told them; inviting
@@ -114,11 +109,7 @@ def _unreserved(
                 "just reclaimed."
             )
         notices.tell_admins(session, run.ctx.policy.admins, subject, text, at=run.now)
-        value = ",".join(sorted(told | set(new))) or "?"
-        if row is None:
-            row = SettingRow(key=key, value=value, updated_at=run.now, updated_by=SWEEPER)
-        row.value, row.updated_at = value, run.now
-        session.add(row)
+        settings.set_users_told(session, key, told | set(new), at=run.now, by=SWEEPER, empty="?")
         record(
             session,
             at=run.now,
@@ -134,17 +125,7 @@ def _unreserved(
 
 def _clear(ctx: Context, key: str) -> None:
     with ctx.db.read() as session:
-        if session.get(SettingRow, key) is None:
+        if settings.users_told(session, key) is None:
             return
     with ctx.db.write() as session:
-        row = session.get(SettingRow, key)
-        if row is not None:
-            session.delete(row)
-
-
-def told(session: Session) -> dict[str, frozenset[str]]:
-    """The GPUs whose unreserved use was told, each with the Unix users told about it."""
-    stmt = select(SettingRow.key, SettingRow.value).where(
-        col(SettingRow.key).startswith("unreserved:")
-    )
-    return {key: frozenset(value.split(",")) for key, value in session.exec(stmt).all()}
+        settings.forget(session, key)

@@ -1,0 +1,110 @@
+"""Settings: the key-value rows the bot keeps between passes, one named read and write per use.
+
+The keys, as stored:
+    automation.paused                      "true" / "false": the kill switch set from Slack
+    device:unknown-node:<node>             GPUs a node reported without being in any pool
+    intruder:<lease>:<node>:<index>        the Unix users told they run on another's lease
+    unreserved:<node>:<index>              the Unix users told they run on a GPU without a lease
+
+Callers own the session (and so the transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from storage.tables import SettingRow
+
+PAUSED = "automation.paused"
+_STRAY = "device:unknown-node:"
+_INTRUDER = "intruder:"
+_UNRESERVED = "unreserved:"
+
+
+def paused(session: Session) -> bool:
+    """Whether an admin paused automation from Slack."""
+    row = session.get(SettingRow, PAUSED)
+    return row is not None and row.value == "true"
+
+
+def set_paused(session: Session, paused: bool, *, at: datetime, by: str) -> str:
+    """Set the kill switch; returns the value stored ("true" or "false")."""
+    row = session.get(SettingRow, PAUSED) or SettingRow(
+        key=PAUSED, value="false", updated_at=at, updated_by=by
+    )
+    row.value, row.updated_at, row.updated_by = ("true" if paused else "false"), at, by
+    session.add(row)
+    return row.value
+
+
+def stray_nodes(session: Session) -> dict[str, int]:
+    """Nodes that sent telemetry without being in any pool: {name: GPUs reported}."""
+    return {key.removeprefix(_STRAY): int(value or 0) for key, value in _under(session, _STRAY)}
+
+
+def flag_stray(session: Session, node: str, count: int, *, at: datetime, by: str) -> None:
+    """Note that `node` reported `count` GPUs without being configured."""
+    session.add(SettingRow(key=f"{_STRAY}{node}", value=str(count), updated_at=at, updated_by=by))
+
+
+def intruder_key(lease: int, node: str, index: int) -> str:
+    return f"{_INTRUDER}{lease}:{node}:{index}"
+
+
+def told_intruders(session: Session) -> dict[str, frozenset[str]]:
+    """Every intrusion told, by intruder key, with the Unix users told about."""
+    return {key: frozenset(value.split(",")) for key, value in _under(session, _INTRUDER)}
+
+
+def intrusions_told(session: Session) -> list[tuple[str, str, str, str]]:
+    """Every intrusion told, as stored: (lease, node, index, the users told)."""
+    out = []
+    for key, value in _under(session, _INTRUDER):
+        lease, node, index = key.removeprefix(_INTRUDER).split(":")
+        out.append((lease, node, index, value))
+    return out
+
+
+def unreserved_key(node: str, index: int) -> str:
+    return f"{_UNRESERVED}{node}:{index}"
+
+
+def told_unreserved(session: Session) -> dict[str, frozenset[str]]:
+    """The GPUs whose unreserved use was told, by unreserved key, each with the users told."""
+    return {key: frozenset(value.split(",")) for key, value in _under(session, _UNRESERVED)}
+
+
+def users_told(session: Session, key: str) -> frozenset[str] | None:
+    """The Unix users told under one intruder or unreserved key; None: never told."""
+    row = session.get(SettingRow, key)
+    if row is None:
+        return None
+    return frozenset(row.value.split(",")) if row.value else frozenset()
+
+
+def set_users_told(
+    session: Session, key: str, users: Iterable[str], *, at: datetime, by: str, empty: str = ""
+) -> None:
+    """Store the users told under `key` (sorted; `empty` when there are none). `by` is kept
+    from the first write."""
+    value = ",".join(sorted(users)) or empty
+    row = session.get(SettingRow, key)
+    if row is None:
+        row = SettingRow(key=key, value=value, updated_at=at, updated_by=by)
+    row.value, row.updated_at = value, at
+    session.add(row)
+
+
+def forget(session: Session, key: str) -> None:
+    """Drop what was told under `key` (the episode is over); nothing when none was."""
+    row = session.get(SettingRow, key)
+    if row is not None:
+        session.delete(row)
+
+
+def _under(session: Session, prefix: str) -> list[tuple[str, str]]:
+    stmt = select(SettingRow.key, SettingRow.value).where(col(SettingRow.key).startswith(prefix))
+    return list(session.exec(stmt).all())
