@@ -35,9 +35,8 @@ from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
 from bot.telemetry.sources import Feed, choose
 from bot.telemetry.window import TelemetryWindow
-from storage import gpus, inbox, migrate, outbox
+from storage import gpus, inbox, keyvalue, migrate, outbox
 from storage.db import Database, one_line
-from storage.tables import SettingRow
 
 log = logging.getLogger(__name__)
 OUTBOX_EVERY = timedelta(seconds=2)
@@ -46,9 +45,6 @@ POLL_EVERY = timedelta(seconds=30)
 SWEEP_EVERY = timedelta(minutes=1)
 RETENTION_EVERY = timedelta(hours=1)
 HISTORY_KEPT = timedelta(days=30)
-
-
-HEALTH_PROBE = "health:probe"  # the setting /healthz writes to prove the database takes writes
 
 
 class SetupError(RuntimeError):
@@ -137,12 +133,7 @@ class Bot:
         at most a couple of seconds.)"""
         try:
             with self.db.brief() as session:
-                probe = session.get(SettingRow, HEALTH_PROBE) or SettingRow(
-                    key=HEALTH_PROBE, value="", updated_by="gpubot"
-                )
-                now = self.services.now()
-                probe.value, probe.updated_at = now.isoformat(), now
-                session.add(probe)
+                keyvalue.probe(session, at=self.services.now(), by="gpubot")
         except SQLAlchemyError as exc:
             log.warning("health: the database cannot be written (%s)", one_line(exc))
             return False

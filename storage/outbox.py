@@ -92,7 +92,7 @@ _DELIVERED = (
 class Owed:
     """One message someone is owed: its kind, what it is about, and to whom."""
 
-    kind: OutboxKind | str
+    kind: OutboxKind
     subject: str
     recipient: str
     data: Mapping[str, Any]

@@ -338,7 +338,9 @@ class InboxRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     key: str = Field(max_length=96, unique=True)
     received_at: datetime = _ts(index=True)
-    kind: str = Field(max_length=32)  # command, action, view, event (bot.slack.inbox.Kind)
+    kind: str = Field(
+        max_length=32
+    )  # command, action, view or event (the kinds bot.slack.inbox takes)
     actor: str = Field(max_length=32)  # the Slack user: their requests run in arrival order
     payload: dict[str, Any] = _json()
     # pending | done | failed (failed: gave up; the person was told with a reference)

@@ -7,12 +7,13 @@ from sqlmodel import Session
 from bot.services import device_records
 from bot.services.context import Context, record
 from bot.services.results import Refused
-from storage import nodes, settings
+from storage import keyvalue, nodes
+from storage.audit import AuditTag
 
 
 def is_paused(session: Session, ctx: Context) -> bool:
     """Paused by an admin in Slack, or by `automation: paused` in the rule files."""
-    return ctx.policy.automation_paused or settings.paused(session)
+    return ctx.policy.automation_paused or keyvalue.paused(session)
 
 
 def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
@@ -20,8 +21,8 @@ def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
         return Refused("Only admins may pause or resume automation.", "not-admin")
     now = ctx.now()
     with ctx.db.write() as session:
-        value = settings.set_paused(session, paused, at=now, by=user)
-        tag = "automation:paused" if paused else "automation:resumed"
+        value = keyvalue.set_paused(session, paused, at=now, by=user)
+        tag = AuditTag.AUTOMATION_PAUSED if paused else AuditTag.AUTOMATION_RESUMED
         record(session, at=now, actor=user, tag=tag, subject="automation", outcome=value)
         if not paused and ctx.policy.automation_paused:
             return "Resumed here, but the rule files still say `automation: paused`."
@@ -59,7 +60,7 @@ def set_drained(
                         )
                     gpu.state = "ok"
                     session.add(gpu)
-        tag = "node:drained" if drained else "node:undrained"
+        tag = AuditTag.NODE_DRAINED if drained else AuditTag.NODE_UNDRAINED
         detail = {"reason": reason} if reason else {}
         record(session, at=now, actor=user, tag=tag, subject=f"node:{node_name}", detail=detail)
         kind = "drained" if drained else "undrained"

@@ -48,7 +48,7 @@ def record(
     *,
     at: datetime,
     actor: str,
-    tag: AuditTag | str,
+    tag: AuditTag,
     subject: str,
     decision: Decision | None = None,
     outcome: str = "",

@@ -23,7 +23,7 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.device_records import new_event
 from rules.domain import Observed
 from rules.policy import Policy
-from storage import nodes, settings
+from storage import keyvalue, nodes
 from storage.audit import AuditTag
 from storage.gpus import ObservedGpu, observed_gpus, set_reporting, update_gpus
 from storage.leases import held_gpus
@@ -77,7 +77,7 @@ class Reading(Protocol):
 
 
 class Fleet(Protocol):
-    """What telemetry knows (bot.telemetry.window.Telemetry)."""
+    """What telemetry knows (bot.telemetry.window.TelemetryWindow)."""
 
     def gpu(self, node: str, index: int, now: datetime) -> Reading: ...
     def latest(self) -> Mapping[tuple[str, int], Seen]: ...
@@ -263,7 +263,7 @@ def _tell_strangers(
         strangers.intruded(ctx, session, intrusion, now)
         report.intruders.append(f"L{intrusion.lease} {intrusion.gpu.node}:{intrusion.gpu.index}")
     for told_key in changes.gone:
-        settings.forget(session, told_key)
+        keyvalue.forget(session, told_key)
 
 
 def _compare(

@@ -14,6 +14,7 @@ from rules.policy import show
 from storage import audit
 from storage import leases as storage_leases
 from storage import requests as storage_requests
+from storage.audit import AuditTag
 from storage.tables import AuditRow, RequestRow
 
 _REF = re.compile(r"^\s*(?:(?P<kind>[RrLlAa#])\s*)?(?P<id>\d{1,9})\s*$", re.ASCII)
@@ -111,7 +112,7 @@ def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
             found += [
                 r
                 for r in audit.history(session, f"lease:{lease.id}")
-                if r.tag in ("lease:recalled", "lease:recall-reassigned")
+                if r.tag in (AuditTag.LEASE_RECALLED, AuditTag.LEASE_RECALL_REASSIGNED)
                 and r.detail.get("request") == request.id
             ]
     return found
@@ -182,18 +183,18 @@ def _decided(row: AuditRow) -> str:
 
 def _done(row: AuditRow) -> str:
     """A state change: what a recall did, or the reason given."""
-    if row.tag == "lease:recalled":
+    if row.tag == AuditTag.LEASE_RECALLED:
         return (
             f": recalled for R{row.detail.get('request')} of team "
             f"{row.detail.get('for_team')}, which needs its nominal GPUs back; "
             f"chosen because {row.detail.get('because')}"
         )
-    if row.tag == "lease:recall-reassigned":
+    if row.tag == AuditTag.LEASE_RECALL_REASSIGNED:
         return (
             f": the recall stands, now for R{row.detail.get('request')} of team "
             f"{row.detail.get('for_team')}"
         )
-    if row.tag == "lease:recall-withdrawn":
+    if row.tag == AuditTag.LEASE_RECALL_WITHDRAWN:
         return f": recall withdrawn, as {row.detail.get('why')}"
     if row.detail.get("reason"):
         return f": {row.detail['reason']}"

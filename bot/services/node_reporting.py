@@ -15,6 +15,7 @@ from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.device_records import new_event
 from rules.domain import Observed, Reporting
+from storage.audit import AuditTag
 from storage.gpus import ObservedGpu
 from storage.tables import DeviceEventRow
 
@@ -70,13 +71,13 @@ def tell(
     after = ctx.policy.fleet.not_reporting_after
     for node, (before, state) in sorted(changes.items()):
         if state == Reporting.SILENT:
-            tag = "node:not-reporting"
+            tag = AuditTag.NODE_NOT_REPORTING
             text = (
                 f"{node} has sent no telemetry for {_words(after)}: its GPUs are out of service "
                 "until it reports again. Check its agent (or NVML), and its name in pools.yaml."
             )
         elif before == Reporting.SILENT and state == Reporting.REPORTING:
-            tag, text = "node:back", f"{node} reports again: its GPUs are back in service."
+            tag, text = AuditTag.NODE_BACK, f"{node} reports again: its GPUs are back in service."
         else:
             continue
         record(session, at=now, actor=SYSTEM, tag=tag, subject=f"node:{node}", outcome=state)

@@ -78,7 +78,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
     since = now - ctx.policy.recall.cooldown
     cooled = storage_leases.preempted_since(session, since)
     # Holders warned of a preemption that was then withdrawn count too, in every pool.
-    withdrawn = audit.details_since(session, "lease:recall-withdrawn", since)
+    withdrawn = audit.details_since(session, AuditTag.LEASE_RECALL_WITHDRAWN, since)
     cooled |= {str(d["holder"]) for d in withdrawn if d.get("warned") and d.get("holder")}
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(

@@ -190,7 +190,7 @@ def _no_longer(
     why: str,
     *,
     detail: dict[str, str],
-    tag: str = "borrow:denied",
+    tag: AuditTag = AuditTag.BORROW_DENIED,
     decision: Decision | None = None,
 ) -> SettleResult:
     """An approval that comes too late: the request is denied, with why, and its cards say so."""

@@ -18,7 +18,7 @@ from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from rules.lease_facts import covers
 from rules.policy import Policy
-from storage import settings
+from storage import keyvalue
 from storage.audit import AuditTag
 from storage.tables import DeviceEventRow
 
@@ -41,7 +41,7 @@ class Told:
 
 
 def told(session: Session) -> Told:
-    return Told(settings.told_intruders(session), frozenset(settings.stray_nodes(session)))
+    return Told(keyvalue.told_intruders(session), frozenset(keyvalue.stray_nodes(session)))
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def intrusions_in(
         ]
         if not strangers:
             continue
-        key = settings.intruder_key(lease_id, gpu.node, gpu.index)
+        key = keyvalue.intruder_key(lease_id, gpu.node, gpu.index)
         users = {p["user"] for p in strangers}
         new = [] if key in told and users <= told[key] else strangers
         before = [p.get("started") for p in strangers]
@@ -91,7 +91,7 @@ def stray(ctx: Context, session: Session, node: str, count: int, now: datetime) 
     configured = [n for pool in ctx.policy.pools.values() for n in pool.nodes]
     close = difflib.get_close_matches(node, configured, n=1, cutoff=0.8)
     hint = f" Is it `{close[0]}` in pools.yaml, misspelt?" if close else ""
-    settings.flag_stray(session, node, count, at=now, by=SYSTEM)
+    keyvalue.flag_stray(session, node, count, at=now, by=SYSTEM)
     event = DeviceEventRow(
         at=now, node=node, gpu=None, kind="unknown-node", actor=SYSTEM, detail={"gpus": count}
     )
@@ -119,7 +119,7 @@ def intruded(ctx: Context, session: Session, intrusion: Intrusion, now: datetime
     """Tell the holder, the process owners and the admins once; audit it."""
     key, lease_id, holder = intrusion.key, intrusion.lease, intrusion.holder
     gpu, strangers = intrusion.gpu, intrusion.strangers
-    told = set(settings.users_told(session, key) or ())
+    told = set(keyvalue.users_told(session, key) or ())
     users = sorted({p["user"] for p in strangers})
     what = "; ".join(
         f"pid {p['pid']} of {p['user']}" + (f" ({p['memory_mib']} MiB)" if p["memory_mib"] else "")
@@ -171,15 +171,15 @@ def intruded(ctx: Context, session: Session, intrusion: Intrusion, now: datetime
         f"L{lease_id}: {what} on {where}, not the holder's.",
         at=now,
     )
-    settings.set_users_told(session, key, told | set(users), at=now, by=SYSTEM)
+    keyvalue.set_users_told(session, key, told | set(users), at=now, by=SYSTEM)
 
 
 def strays(session: Session) -> dict[str, int]:
     """Nodes that sent telemetry without being in any pool: {name: GPUs reported}."""
-    return settings.stray_nodes(session)
+    return keyvalue.stray_nodes(session)
 
 
 def intrusions(session: Session) -> list[str]:
     """What `/gpu status` shows admins: "L8 a100-node-02:6 by dave"."""
-    told = settings.intrusions_told(session)
+    told = keyvalue.intrusions_told(session)
     return sorted(f"L{lease} {node}:{index} by {users}" for lease, node, index, users in told)

@@ -33,7 +33,7 @@ from rules.lease_facts import (
 )
 from rules.marks import notice_key, would_have_key
 from rules.reclaim import Do, lease_steps
-from storage import leases, outbox, settings
+from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
 from storage.gpus import gpu_snapshots
 from storage.outbox import OutboxKind, Owed
@@ -49,7 +49,7 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         active, warned = leases.active_snapshots(session)
         gpus = gpu_snapshots(session)
         paused = admin.is_paused(session, ctx)
-        told = settings.told_unreserved(session)
+        told = keyvalue.told_unreserved(session)
         waiting = pools_with_queue(session)
     run = Pass(ctx, readings, now, paused, unreserved=told)
     policy, decide, reading = ctx.policy, ctx.live.decide, run.reading

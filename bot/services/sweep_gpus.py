@@ -8,7 +8,7 @@ from bot.services.sweep_pass import Pass
 from rules.domain import Reason
 from rules.engine import Decision, Match
 from rules.lease_facts import GpuSnapshot
-from storage import gpus, outbox, settings
+from storage import gpus, keyvalue, outbox
 from storage import leases as storage_leases
 from storage.audit import AuditTag
 from storage.outbox import OutboxKind, Owed
@@ -25,7 +25,7 @@ def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
             _unreserved(run, gpu, users, match, decision.for_action(match))
-    key = settings.unreserved_key(gpu.node, gpu.index)
+    key = keyvalue.unreserved_key(gpu.node, gpu.index)
     if not decision.facts["gpu.unreserved"] and key in run.unreserved:
         _clear(run.ctx, key)
 
@@ -75,12 +75,12 @@ def _unreserved(
     run: Pass, gpu: GpuSnapshot, users: list[str], match: Match, decision: Decision
 ) -> None:
     """Tell each Unix user we can map to Slack once per episode, and the admins."""
-    key = settings.unreserved_key(gpu.node, gpu.index)
+    key = keyvalue.unreserved_key(gpu.node, gpu.index)
     told_before = run.unreserved.get(key)
     if told_before is not None and all(u in told_before for u in users):
         return  # everyone was told before this pass began
     with run.ctx.db.write() as session:
-        told_so_far = settings.users_told(session, key)
+        told_so_far = keyvalue.users_told(session, key)
         told = set(told_so_far or ())
         new = [u for u in users if u not in told]
         if told_so_far is not None and not new:
@@ -109,7 +109,7 @@ def _unreserved(
                 "just reclaimed."
             )
         notices.tell_admins(session, run.ctx.policy.admins, subject, text, at=run.now)
-        settings.set_users_told(session, key, told | set(new), at=run.now, by=SWEEPER, empty="?")
+        keyvalue.set_users_told(session, key, told | set(new), at=run.now, by=SWEEPER, empty="?")
         record(
             session,
             at=run.now,
@@ -125,7 +125,7 @@ def _unreserved(
 
 def _clear(ctx: Context, key: str) -> None:
     with ctx.db.read() as session:
-        if settings.users_told(session, key) is None:
+        if keyvalue.users_told(session, key) is None:
             return
     with ctx.db.write() as session:
-        settings.forget(session, key)
+        keyvalue.forget(session, key)

@@ -400,7 +400,7 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("storage/leases.py", "active_snapshots"),
             ("storage/gpus.py", "gpu_snapshots"),
             ("services/sweep.py", "read_snapshot"),
-            ("storage/settings.py", "told_unreserved"),
+            ("storage/keyvalue.py", "told_unreserved"),
             ("services/admin.py", "is_paused"),
         ),
     ),

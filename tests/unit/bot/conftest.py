@@ -44,4 +44,4 @@ def services(database: Database, clock: Clock) -> Iterator[Services]:
     """The use cases on the shipped rules, on SQLite and on PostgreSQL."""
     svc = Services.open(database, default_sources(), clock=clock)
     yield svc
-    svc.ctx.live.close()
+    svc.close()

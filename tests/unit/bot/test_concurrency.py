@@ -112,4 +112,4 @@ def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(
         assert gpus <= quotas[team].nominal + quotas[team].borrowing_limit, (team, gpus)
     granted = [r for r in results if r.lease is not None]
     assert len(granted) == len(active) > 0
-    services.ctx.live.close()
+    services.close()

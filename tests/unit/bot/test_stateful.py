@@ -84,7 +84,7 @@ class Governance(RuleBasedStateMachine):
             event(f"preempted: {ends['preempted'] > 0}")
             event(f"recall withdrawn: {tags['lease:recall-withdrawn'] > 0}")
         finally:
-            self.services.ctx.live.close()
+            self.services.close()
             self.db.dispose()
 
     # ---- helpers ------------------------------------------------------------------------

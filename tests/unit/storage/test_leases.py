@@ -9,7 +9,7 @@ from sqlmodel import Session
 from rules.marks import Marks
 from storage import leases, outbox
 from storage.db import Database
-from storage.outbox import Owed
+from storage.outbox import OutboxKind, Owed
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, PoolRow
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -96,8 +96,8 @@ def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(database: Datab
     """A warning counts as delivered only once its outbox row is."""
     with database.write() as session:
         gpus = a_fleet(session)
-        sent = outbox.owe(session, Owed("lease_warning", "lease:1", "U1", {}), at=NOW)
-        waiting = outbox.owe(session, Owed("lease_warning", "lease:1", "U1", {}), at=NOW)
+        sent = outbox.owe(session, Owed(OutboxKind.LEASE_WARNING, "lease:1", "U1", {}), at=NOW)
+        waiting = outbox.owe(session, Owed(OutboxKind.LEASE_WARNING, "lease:1", "U1", {}), at=NOW)
         assert sent.id is not None
         assert waiting.id is not None
         marks = (

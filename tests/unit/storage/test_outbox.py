@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from storage import outbox
 from storage.db import Database
-from storage.outbox import Owed
+from storage.outbox import OutboxKind, Owed
 from storage.tables import OutboxRow
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -15,8 +15,10 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 def test_due_rows_come_oldest_first_and_delivered_ones_leave(database: Database) -> None:
     """Delivery order is the order the decisions owed the messages."""
     with database.write() as session:
-        first = outbox.owe(session, Owed("lease_granted", "lease:1", "U1", {"lease": 1}), at=T0)
-        outbox.owe(session, Owed("lease_granted", "lease:2", "U2", {"lease": 2}), at=T0)
+        first = outbox.owe(
+            session, Owed(OutboxKind.LEASE_GRANTED, "lease:1", "U1", {"lease": 1}), at=T0
+        )
+        outbox.owe(session, Owed(OutboxKind.LEASE_GRANTED, "lease:2", "U2", {"lease": 2}), at=T0)
     with database.write() as session:
         assert ["lease:1", "lease:2"] == [r.subject for r in outbox.due(session, T0)]
         assert first.id is not None
@@ -30,7 +32,7 @@ def test_due_rows_come_oldest_first_and_delivered_ones_leave(database: Database)
 def test_a_failed_delivery_stays_owed_and_backs_off(database: Database) -> None:
     """Failures never drop a message; each claim doubles the wait, up to five minutes."""
     with database.write() as session:
-        row = outbox.owe(session, Owed("approval_card", "request:1", "C1", {}), at=T0)
+        row = outbox.owe(session, Owed(OutboxKind.APPROVAL_CARD, "request:1", "C1", {}), at=T0)
     assert row.id is not None
     waits = []
     for _ in range(12):
@@ -65,7 +67,7 @@ def test_a_claimed_row_waits_its_backoff_even_if_its_outcome_is_never_recorded(
 ) -> None:
     """The claim commits the next attempt before the send: a lost outcome cannot loop."""
     with database.write() as session:
-        row = outbox.owe(session, Owed("lease_granted", "lease:1", "U1", {}), at=T0)
+        row = outbox.owe(session, Owed(OutboxKind.LEASE_GRANTED, "lease:1", "U1", {}), at=T0)
     with database.write() as session:
         assert outbox.claim(session, row, at=T0, by="me")
     with database.read() as session:
@@ -78,7 +80,7 @@ def test_a_claimed_row_waits_its_backoff_even_if_its_outcome_is_never_recorded(
 def test_one_claim_wins_when_two_deliverers_race_for_a_row(database: Database) -> None:
     """Both read the row; only the first claim takes it."""
     with database.write() as session:
-        row = outbox.owe(session, Owed("lease_granted", "lease:1", "U1", {}), at=T0)
+        row = outbox.owe(session, Owed(OutboxKind.LEASE_GRANTED, "lease:1", "U1", {}), at=T0)
     with database.read() as session:
         seen_by_a = session.get(OutboxRow, row.id)
         seen_by_b = session.get(OutboxRow, row.id)
@@ -93,7 +95,7 @@ def test_one_claim_wins_when_two_deliverers_race_for_a_row(database: Database) -
 def test_a_row_is_given_up_after_the_attempt_limit(database: Database) -> None:
     """Past max_attempts the row is failed, not retried forever."""
     with database.write() as session:
-        row = outbox.owe(session, Owed("lease_granted", "lease:1", "U1", {}), at=T0)
+        row = outbox.owe(session, Owed(OutboxKind.LEASE_GRANTED, "lease:1", "U1", {}), at=T0)
     with database.write() as session:
         assert outbox.claim(session, row, at=T0, by="me")
     with database.write() as session:
@@ -108,10 +110,10 @@ def test_a_deferred_row_waits_and_is_not_sent_with_what_the_request_owed(
 ) -> None:
     """`after`: a cosmetic redraw is due later and stays out of the express claim."""
     with database.write() as session:
-        now = outbox.owe(session, Owed("reply", "request:1", "U1", {}), at=T0)
+        now = outbox.owe(session, Owed(OutboxKind.REPLY, "request:1", "U1", {}), at=T0)
         later = outbox.owe(
             session,
-            Owed("card_settled", "request:2", "cards", {}),
+            Owed(OutboxKind.CARD_SETTLED, "request:2", "cards", {}),
             at=T0,
             after=timedelta(seconds=30),
         )

@@ -1,10 +1,12 @@
-"""Settings: the key-value rows the bot keeps between passes, one named read and write per use.
+"""The key-value rows (table `setting`) the bot keeps between passes: a named read and write
+per use.
 
 The keys, as stored:
     automation.paused                      "true" / "false": the kill switch set from Slack
     device:unknown-node:<node>             GPUs a node reported without being in any pool
     intruder:<lease>:<node>:<index>        the Unix users told they run on another's lease
     unreserved:<node>:<index>              the Unix users told they run on a GPU without a lease
+    health:probe                           when /healthz last proved the database takes writes
 
 Callers own the session (and so the transaction).
 """
@@ -22,6 +24,7 @@ PAUSED = "automation.paused"
 _STRAY = "device:unknown-node:"
 _INTRUDER = "intruder:"
 _UNRESERVED = "unreserved:"
+HEALTH_PROBE = "health:probe"
 
 
 def paused(session: Session) -> bool:
@@ -95,6 +98,15 @@ def set_users_told(
     if row is None:
         row = SettingRow(key=key, value=value, updated_at=at, updated_by=by)
     row.value, row.updated_at = value, at
+    session.add(row)
+
+
+def probe(session: Session, *, at: datetime, by: str) -> None:
+    """Write the health probe's row: proves the database takes writes now."""
+    row = session.get(SettingRow, HEALTH_PROBE) or SettingRow(
+        key=HEALTH_PROBE, value="", updated_by=by
+    )
+    row.value, row.updated_at = at.isoformat(), at
     session.add(row)
 
 
