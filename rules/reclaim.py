@@ -16,8 +16,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from rules.decision import Decision, Match
 from rules.domain import Action, Reason
-from rules.engine import Decision, Match
 from rules.lease_facts import LeaseSnapshot, Warned
 from rules.policy import Policy
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from sqlmodel import Session
 
-from rules.engine import Decision
+from rules.decision import Decision
 from rules.engine.live import LivePolicy
 from rules.policy import Policy
 from storage import audit

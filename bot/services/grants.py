@@ -16,8 +16,8 @@ from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.reads import lease_view
 from bot.services.results import LeaseView
+from rules.decision import Decision
 from rules.domain import LeaseState, Priority, RequestKind
-from rules.engine import Decision
 from rules.facts import request_facts
 from rules.placement import place
 from storage.audit import AuditTag

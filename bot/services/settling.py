@@ -19,8 +19,8 @@ from bot.services.grants import facts_now, grant
 from bot.services.reads import lease_view, request_view
 from bot.services.results import Refused, SettleResult
 from rules import approvals
+from rules.decision import Decision
 from rules.domain import Outcome, RequestKind, RequestState, Subject
-from rules.engine import Decision
 from storage import leases, requests
 from storage.audit import AuditTag
 from storage.pools import lock as lock_pool

@@ -21,8 +21,8 @@ from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.sweep_gpus import act_on_gpu
 from bot.services.sweep_pass import Pass, SweepReport
+from rules.decision import Decision, Match
 from rules.domain import LeaseState, Reason, Subject
-from rules.engine import Decision, Match
 from rules.lease_facts import (
     LeaseSnapshot,
     Readings,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from bot.services import device_records, notices
 from bot.services.context import Context, record
 from bot.services.sweep_pass import Pass
+from rules.decision import Decision, Match
 from rules.domain import Reason
-from rules.engine import Decision, Match
 from rules.lease_facts import GpuSnapshot
 from storage import gpus, keyvalue, outbox
 from storage import leases as storage_leases

@@ -8,8 +8,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from rules.decision import Decision
 from rules.domain import Subject
-from rules.engine import Decision, RevisionRetiredError, RuleEngine, decide, run_cases
+from rules.engine import RevisionRetiredError, RuleEngine, decide, run_cases
 from rules.engine.reference import ReferenceEngine
 from rules.errors import PolicyError, Problem
 from rules.loader import load_policy

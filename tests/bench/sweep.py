@@ -37,8 +37,8 @@ from bot.services.sweep_pass import SweepReport
 from bot.telemetry.model import ProcessInfo, Sample
 from bot.telemetry.window import TelemetryWindow
 from rules import expr
+from rules.decision import Decision
 from rules.domain import LeaseState, Subject
-from rules.engine import Decision
 from storage import migrate, outbox
 from storage.db import Database
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from rules.decision import Decision, Match
 from rules.domain import Action, Reason, Subject
-from rules.engine import Decision, Match
 from rules.lease_facts import LeaseSnapshot, Warned
 from rules.marks import Marks
 from rules.policy import Verdict
