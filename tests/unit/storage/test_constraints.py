@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
@@ -13,11 +13,11 @@ from storage.tables import (
     ApprovalRow,
     GpuRow,
     LeaseGpuRow,
-    LeaseRow,
     NodeRow,
     PoolRow,
     RequestRow,
 )
+from tests.unit.storage.builders import a_lease
 
 NOW = datetime(2025, 3, 14, 9, 30, tzinfo=UTC)
 
@@ -37,29 +37,13 @@ def a_gpu(session: Session) -> int:
     return gpu.id
 
 
-def a_lease(session: Session, holder: str = "U1") -> int:
-    lease = LeaseRow(
-        holder=holder,
-        team="vision",
-        pool="a100",
-        gpus=1,
-        state="active",
-        granted_at=NOW,
-        expires_at=NOW + timedelta(hours=6),
-    )
-    session.add(lease)
-    session.flush()
-    assert lease.id is not None
-    return lease.id
-
-
 def test_a_gpu_cannot_be_in_two_active_leases(database: Database) -> None:
     """The partial unique index refuses a second active lease on the same GPU."""
     with database.write() as session:
         gpu = a_gpu(session)
-        session.add(LeaseGpuRow(lease_id=a_lease(session, "U1"), gpu_id=gpu))
+        session.add(LeaseGpuRow(lease_id=a_lease(session, at=NOW, holder="U1"), gpu_id=gpu))
     with pytest.raises(sa.exc.IntegrityError), database.write() as session:
-        session.add(LeaseGpuRow(lease_id=a_lease(session, "U2"), gpu_id=gpu))
+        session.add(LeaseGpuRow(lease_id=a_lease(session, at=NOW, holder="U2"), gpu_id=gpu))
     with database.read() as session:
         assert 1 == len(session.exec(select(LeaseGpuRow)).all())
 
@@ -68,13 +52,13 @@ def test_a_gpu_can_be_leased_again_once_the_first_lease_is_inactive(database: Da
     """Clearing `active` on the first lease's GPU row frees the GPU for the next lease."""
     with database.write() as session:
         gpu = a_gpu(session)
-        first = a_lease(session, "U1")
+        first = a_lease(session, at=NOW, holder="U1")
         session.add(LeaseGpuRow(lease_id=first, gpu_id=gpu))
     with database.write() as session:
         ended = session.get(LeaseGpuRow, (first, gpu))
         assert ended is not None
         ended.active = False
-        session.add(LeaseGpuRow(lease_id=a_lease(session, "U2"), gpu_id=gpu))
+        session.add(LeaseGpuRow(lease_id=a_lease(session, at=NOW, holder="U2"), gpu_id=gpu))
     with database.read() as session:
         rows = session.exec(select(LeaseGpuRow).order_by(sa.text("lease_id"))).all()
     assert [False, True] == [row.active for row in rows]

@@ -10,9 +10,11 @@ from rules.marks import Marks
 from storage import leases, outbox
 from storage.db import Database
 from storage.outbox import OutboxKind, Owed
-from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, PoolRow
+from storage.tables import GpuRow, NodeRow, PoolRow
+from tests.unit.storage.builders import a_lease
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+START = NOW - timedelta(hours=1)  # the leases were granted an hour ago, for six hours
 
 
 def a_fleet(session: Session) -> list[int]:
@@ -29,41 +31,13 @@ def a_fleet(session: Session) -> list[int]:
     return [g.id for g in gpus if g.id is not None]
 
 
-def a_lease(
-    session: Session,
-    gpu_ids: list[int],
-    *,
-    holder: str = "U1",
-    team: str = "vision",
-    state: str = "active",
-    marks: Marks | None = None,
-) -> int:
-    lease = LeaseRow(
-        holder=holder,
-        team=team,
-        pool="a100",
-        gpus=len(gpu_ids),
-        state=state,
-        granted_at=NOW - timedelta(hours=1),
-        expires_at=NOW + timedelta(hours=5),
-        warnings=marks or Marks(),
-    )
-    session.add(lease)
-    session.flush()
-    assert lease.id is not None
-    for gpu_id in gpu_ids:
-        session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=state == "active"))
-    session.flush()
-    return lease.id
-
-
 def test_what_active_leases_hold(database: Database) -> None:
     """GPUs per team, per GPU, and each lease's slots; ended leases hold nothing."""
     with database.write() as session:
         gpus = a_fleet(session)
-        first = a_lease(session, gpus[:2])
-        second = a_lease(session, gpus[2:3], holder="U2", team="nlp")
-        a_lease(session, gpus[3:], holder="U3", team="nlp", state="released")
+        first = a_lease(session, at=START, gpu_ids=gpus[:2])
+        second = a_lease(session, at=START, gpu_ids=gpus[2:3], holder="U2", team="nlp")
+        a_lease(session, at=START, gpu_ids=gpus[3:], holder="U3", team="nlp", state="released")
     with database.read() as session:
         assert {"vision": 2, "nlp": 1} == leases.held_by_team(session, "a100")
         assert {gpus[0]: first, gpus[1]: first, gpus[2]: second} == {
@@ -78,7 +52,7 @@ def test_what_active_leases_hold(database: Database) -> None:
 def test_a_lease_locked_only_while_it_is_the_one_read(database: Database) -> None:
     """`lock_active` gives nothing once the lease was extended or ended since it was read."""
     with database.write() as session:
-        lease_id = a_lease(session, a_fleet(session)[:1])
+        lease_id = a_lease(session, at=START, gpu_ids=a_fleet(session)[:1])
     expires = NOW + timedelta(hours=5)
     with database.write() as session:
         assert leases.lock_active(session, lease_id, expires) is not None
@@ -106,7 +80,7 @@ def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(database: Datab
             .with_warning("idle", outbox=waiting.id, owed_at=NOW, lead_min=0.0)
             .with_recall(at=NOW, request=4, team="nlp", because="b")
         )
-        lease_id = a_lease(session, gpus[:2], marks=marks)
+        lease_id = a_lease(session, at=START, gpu_ids=gpus[:2], marks=marks)
         sent.state, sent.delivered_at = outbox.DELIVERED, NOW
         session.add(sent)
     with database.read() as session:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from sqlmodel import col, select
@@ -11,6 +11,7 @@ from sqlmodel import col, select
 from rules.marks import Marks
 from storage.db import Database
 from storage.tables import LeaseRow, PoolRow
+from tests.unit.storage.builders import a_lease
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 STORED = {
@@ -19,29 +20,16 @@ STORED = {
 }
 
 
-def a_lease(database: Database, marks: Marks) -> int:
+def a_marked_lease(database: Database, marks: Marks) -> int:
     with database.write() as session:
         session.add(PoolRow(name="a100"))
         session.flush()
-        lease = LeaseRow(
-            holder="U1",
-            team="vision",
-            pool="a100",
-            gpus=1,
-            state="active",
-            granted_at=NOW,
-            expires_at=NOW,
-            warnings=marks,
-        )
-        session.add(lease)
-        session.flush()
-        assert lease.id is not None
-        return lease.id
+        return a_lease(session, at=NOW, lasts=timedelta(0), marks=marks)
 
 
 def test_marks_round_trip_through_the_same_json(database: Database) -> None:
     """What is written is the plain JSON object; what is read is `Marks` again."""
-    lease_id = a_lease(database, Marks.of(STORED))
+    lease_id = a_marked_lease(database, Marks.of(STORED))
     with database.read() as session:
         raw = session.connection().execute(sa.text("SELECT warnings FROM lease")).scalar_one()
         row = session.get(LeaseRow, lease_id)
@@ -54,7 +42,7 @@ def test_marks_round_trip_through_the_same_json(database: Database) -> None:
 
 def test_a_change_is_written(database: Database) -> None:
     """Assigning changed marks updates the row."""
-    lease_id = a_lease(database, Marks())
+    lease_id = a_marked_lease(database, Marks())
     with database.write() as session:
         row = session.get(LeaseRow, lease_id)
         assert row is not None

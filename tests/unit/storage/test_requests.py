@@ -9,8 +9,9 @@ from sqlmodel import Session
 from rules.domain import RequestKind, RequestState
 from storage import requests
 from storage.db import Database
-from storage.tables import LeaseRow, PoolRow, RequestRow
+from storage.tables import PoolRow, RequestRow
 from tests.builders import default_policy
+from tests.unit.storage.builders import a_lease
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
@@ -79,22 +80,10 @@ def test_pending_extensions_of_a_lease(database: Database) -> None:
     with database.write() as session:
         session.add(PoolRow(name="a100"))
         session.flush()
-        lease = LeaseRow(
-            holder="U1",
-            team="vision",
-            pool="a100",
-            gpus=1,
-            state="active",
-            granted_at=NOW,
-            expires_at=NOW + timedelta(hours=1),
-        )
-        session.add(lease)
-        session.flush()
-        assert lease.id is not None
+        lease_id = a_lease(session, at=NOW, lasts=timedelta(hours=1))
         ext = a_request(
-            session, kind=RequestKind.EXTEND, state=RequestState.PENDING, lease_id=lease.id
+            session, kind=RequestKind.EXTEND, state=RequestState.PENDING, lease_id=lease_id
         )
-        lease_id = lease.id
     with database.write() as session:
         assert ext == requests.pending_extension(session, lease_id)
         assert [ext] == [r.id for r in requests.lock_pending_extensions(session, lease_id)]
