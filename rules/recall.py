@@ -8,10 +8,11 @@ need beyond the free GPUs, and covers that shortfall with recalls:
 
 1. recalls already under way stand, oldest first, as long as they are needed; the rest are
    withdrawn (the GPUs came free some other way, or the request went);
-2. a team's leases fill its nominal in the order they were granted, and what lies beyond is
-   borrowed; new victims are leases holding borrowed GPUs, lowest priority first, then the most
-   recently granted: first those holding only borrowed GPUs, and a lease that holds some of its
-   team's nominal as well only when nothing else covers the need;
+2. a team's nominal covers its highest-priority leases, the earliest granted first among
+   equals, and what lies beyond is borrowed; new victims are leases holding borrowed GPUs,
+   lowest priority first, then the most recently granted: first those holding only borrowed
+   GPUs, and a lease that holds some of its team's nominal as well only when nothing else
+   covers the need;
 3. never a protected lease, never one younger than `min_runtime`, never a holder preempted (or
    warned of a preemption) within `cooldown`.
 
@@ -147,11 +148,12 @@ def _inside_nominal(
 
 
 def borrowed_parts(holdings: Sequence[Holding], quotas: Mapping[str, Quota]) -> dict[int, int]:
-    """How many of each lease's GPUs are borrowed. A team's leases fill its nominal in the
-    order they were granted; whatever lies beyond the nominal is borrowed."""
+    """How many of each lease's GPUs are borrowed. A team's nominal covers its highest-priority
+    leases first, the earliest granted first among equals; whatever lies beyond is borrowed, so
+    the borrowed share falls on the lowest priority, most recently granted leases."""
     out: dict[int, int] = {}
     held: dict[str, int] = {}
-    for h in sorted(holdings, key=lambda h: (h.granted_at, h.lease)):
+    for h in sorted(holdings, key=lambda h: (-_rank(h.priority), h.granted_at, h.lease)):
         quota = quotas.get(h.team)
         nominal = quota.nominal if quota is not None else 0
         before = held.get(h.team, 0)
@@ -315,9 +317,10 @@ class _Recruit:
         nominal = quota.nominal if quota is not None else 0
         because = (
             f"team {h.team} holds {used[h.team]} GPUs against a nominal of {nominal}, so "
-            f"{used[h.team] - nominal} are borrowed; L{h.lease} holds {self.borrowed[h.lease]} "
-            "of them and comes first among the borrowed leases that may be recalled "
-            f"(lowest priority, here {h.priority}, then the most recently granted)"
+            f"{used[h.team] - nominal} are borrowed (the nominal covers the team's highest-"
+            f"priority leases); L{h.lease} holds {self.borrowed[h.lease]} of them and comes "
+            "first among the borrowed leases that may be recalled (lowest priority, here "
+            f"{h.priority}, then the most recently granted)"
         )
         owed = self.claims.take(h.returns)
         self.start.append(

@@ -12,7 +12,7 @@ from sqlmodel import select
 from bot.services import BorrowAsk, Services, recall
 from bot.services.results import BorrowResult, ExtendResult, Refused, SettleResult
 from bot.telemetry.window import TelemetryWindow
-from rules.domain import Outcome
+from rules.domain import Outcome, Priority
 from storage import outbox
 from storage.tables import OutboxRow
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
@@ -109,6 +109,23 @@ def test_an_extension_approved_after_a_recall_is_denied(services: Services, cloc
     assert isinstance(settled, SettleResult)
     assert settled.lease is None
     assert f"L{dave} is being recalled" in settled.message
+
+
+def test_a_later_high_priority_lease_survives_while_an_earlier_low_priority_one_is_recalled(
+    services: Services, clock: Clock
+) -> None:
+    """l40s: Carol took nlp's 3 at low priority, then Dave 2 more at high priority. nlp's
+    nominal covers its high-priority lease first, so Carol's holds the borrowed share and is
+    recalled for Alice's guarantee, although Dave's was granted later."""
+    low, high = Priority.LOW, Priority.HIGH
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY, priority=low))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY, priority=high)))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(timedelta(minutes=61))
+    alice = borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY))
+    assert Outcome.QUEUE == alice.outcome
+    assert f"vision (R{alice.request.id})" == services.leases(CAROL)[0].recalled_for
+    assert "" == services.leases(DAVE)[0].recalled_for
 
 
 def test_withdrawing_the_request_by_releasing_everything_withdraws_its_recall(

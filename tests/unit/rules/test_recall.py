@@ -102,6 +102,101 @@ def test_a_lease_holding_nominal_gpus_too_goes_only_when_nothing_else_covers() -
     assert 0 == result.short
 
 
+PLATFORM = held(4, "platform", 2)  # platform at its nominal: nothing of it is borrowed
+
+
+@pytest.mark.parametrize(
+    ("case", "nlp", "need", "victims", "passed"),
+    [
+        (
+            "a later high-priority lease survives; the earlier low-priority one goes",
+            [held(1, "nlp", 3, hours_ago=5, priority="low"), held(2, "nlp", 3, priority="high")],
+            2,
+            [1],
+            [],
+        ),
+        (
+            "equal priorities: the most recently granted goes first",
+            [held(1, "nlp", 3, hours_ago=5), held(2, "nlp", 1), held(3, "nlp", 1, hours_ago=2)],
+            1,
+            [3],
+            [],
+        ),
+        (
+            "the nominal covers the high-priority lease granted last; low before normal",
+            [
+                held(1, "nlp", 1, hours_ago=5, priority="low"),
+                held(2, "nlp", 1, hours_ago=4),
+                held(3, "nlp", 3, hours_ago=1.5, priority="high"),
+            ],
+            2,
+            [1, 2],
+            [],
+        ),
+        (
+            "a lease straddling the nominal goes only after the wholly borrowed ones",
+            [
+                held(1, "nlp", 2, hours_ago=5),
+                held(2, "nlp", 2, priority="high"),
+                held(3, "nlp", 1, hours_ago=2, priority="low"),
+            ],
+            2,
+            [3, 1],
+            [],
+        ),
+        (
+            "a protected low-priority lease is passed over for the next lowest",
+            [
+                held(1, "nlp", 1, priority="low", protected=True),
+                held(2, "nlp", 1, hours_ago=4),
+                held(3, "nlp", 3, priority="high"),
+            ],
+            1,
+            [2],
+            [1],
+        ),
+        (
+            "a too young low-priority lease is passed over",
+            [
+                held(1, "nlp", 1, hours_ago=0.5, priority="low"),
+                held(2, "nlp", 1, hours_ago=4),
+                held(3, "nlp", 3, priority="high"),
+            ],
+            1,
+            [2],
+            [1],
+        ),
+        (
+            "an unhealthy low-priority lease is passed over",
+            [
+                held(1, "nlp", 1, priority="low", usable=0),
+                held(2, "nlp", 1, hours_ago=4),
+                held(3, "nlp", 3, priority="high"),
+            ],
+            1,
+            [2],
+            [1],
+        ),
+        (
+            "a cooled-down holder's lease is passed over; nothing else is borrowed",
+            [held(1, "nlp", 2, holder="U0DAVE001", priority="low"), held(3, "nlp", 3)],
+            2,
+            [],
+            [1],
+        ),
+    ],
+)
+def test_victims_are_the_lowest_priority_then_the_most_recent_of_the_borrowed_share(
+    case: str, nlp: list[Holding], need: int, victims: list[int], passed: list[int]
+) -> None:
+    """nlp borrows 2 beyond its nominal 3 of l40s; vision waits for `need` with nothing free.
+    The nominal covers nlp's highest-priority leases, so the borrowed share, and the victims,
+    are its lowest-priority, most recently granted leases; exempt ones are passed over."""
+    result = planned([*nlp, PLATFORM], [Waiting(10, "vision", need)], free=0, cooled=("U0DAVE001",))
+    assert victims == [v.lease for v in result.start], case
+    assert passed == sorted(result.passed_over), case
+
+
 @pytest.mark.parametrize(
     ("why", "victim", "expected"),
     [
