@@ -338,7 +338,8 @@ def _why_not(h: Holding, now: datetime, recall: Recall, cooled: Collection[str])
     if age < recall.min_runtime:
         left = format_duration(recall.min_runtime - age)
         minimum = format_duration(recall.min_runtime)
-        return f"younger than the minimum runtime of {minimum} (for {left} more)"
+        return f"too young to recall for another {left} (minimum runtime {minimum})"
     if h.holder in cooled:
-        return f"its holder was preempted within the last {format_duration(recall.cooldown)}"
+        cooldown = format_duration(recall.cooldown)
+        return f"its holder was preempted or warned within the last {cooldown} (cooldown)"
     return ""

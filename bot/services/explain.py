@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from sqlmodel import Session
 
+from bot.services import recall
 from bot.services.context import Context
 from bot.services.results import Explanation, Refused
 from rules.domain import format_duration
@@ -99,7 +100,9 @@ def _request(ctx: Context, session: Session, user: str, number: int) -> Explanat
     if request.lease_id is not None:
         rows += audit.history(session, f"lease:{request.lease_id}")
     rows += _recalls_for(session, request)
-    return Explanation(f"R{number}", summary, tuple(_lines(sorted(rows, key=_order))))
+    lines = tuple(_lines(sorted(rows, key=_order)))
+    passed = recall.waiting_guarantee(ctx, session, request)
+    return Explanation(f"R{number}", summary, lines, passed_over=passed or ())
 
 
 def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:

@@ -19,9 +19,9 @@ from bot.services import admin, notices
 from bot.services.context import Context, record
 from bot.services.grants import facts_now
 from bot.services.reads import request_view
-from bot.services.results import ApprovalEffects, QueueEntry, Recall, Recalled
+from bot.services.results import ApprovalEffects, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
-from rules.domain import Outcome, RequestKind, Subject
+from rules.domain import Outcome, RequestKind, RequestState, Subject
 from storage import audit, outbox, requests
 from storage import leases as storage_leases
 from storage.audit import AuditTag
@@ -276,6 +276,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
             for h in sorted(seen.holdings, key=lambda h: h.lease)
             if h.recalled_at is not None
         )
+        passed = passed_over(seen, plan)
         head = f"R{seen.queue[0].request}" if seen.queue else ""
         wait = ctx.policy.pools[pool].limits.max_queue_wait
         for position, waiting in enumerate(seen.queue, start=1):
@@ -291,9 +292,34 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
                     guaranteed=guaranteed,
                     recalls=tuple(r for r in under_way if r.request == row.id),
                     withdrawn_at=(row.decided_at or row.created_at) + wait,
+                    passed_over=passed if guaranteed else (),
                 )
             )
     return out
+
+
+def passed_over(seen: PoolPicture, plan: recall.Plan) -> tuple[PassedOver, ...]:
+    """The borrowed leases the plan could not recall, with why, by lease id."""
+    by_id = {h.lease: h for h in seen.holdings}
+    return tuple(
+        PassedOver(Recalled(h.lease, h.holder, h.gpus, h.team), plan.passed_over[h.lease])
+        for h in (by_id[lease] for lease in sorted(plan.passed_over))
+    )
+
+
+def waiting_guarantee(
+    ctx: Context, session: Session, request: RequestRow
+) -> tuple[PassedOver, ...] | None:
+    """For a queued request inside its team's nominal: the borrowed leases recall passes over
+    for it now (maybe none). None when it is not such a request."""
+    if request.state != RequestState.QUEUED or request.pool not in ctx.policy.pools:
+        return None
+    now = ctx.now()
+    seen = picture(ctx, session, request.pool, now)
+    plan = plan_for(ctx, seen, request.pool, now)
+    if request.id not in plan.guaranteed:
+        return None
+    return passed_over(seen, plan)
 
 
 def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> str:

@@ -149,6 +149,8 @@ class Explanation:
     subject: str
     summary: str
     lines: tuple[str, ...] = field(default=())
+    # A waiting guarantee: the borrowed leases that cannot be recalled for it now, and why.
+    passed_over: tuple[PassedOver, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,14 @@ class ApprovalEffects:
 
 
 @dataclass(frozen=True)
+class PassedOver:
+    """A borrowed lease recall may not take now, and why (protected, too young, cooldown)."""
+
+    lease: Recalled
+    why: str
+
+
+@dataclass(frozen=True)
 class Recall:
     """A recall under way: the lease, and when its GPUs are taken (None: not warned yet)."""
 
@@ -268,3 +278,4 @@ class QueueEntry:
     guaranteed: bool  # inside its team's nominal: borrowed GPUs are recalled for it
     recalls: tuple[Recall, ...]  # recalls under way in its pool (guaranteed requests only)
     withdrawn_at: datetime  # when it times out if still waiting
+    passed_over: tuple[PassedOver, ...] = ()  # borrowed leases recall may not take now (guaranteed)

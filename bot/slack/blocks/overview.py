@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.services.results import LeaseView, PoolStatus, QueueEntry, QuotaUse, RequestView
+from bot.services.results import (
+    LeaseView,
+    PassedOver,
+    PoolStatus,
+    QueueEntry,
+    QuotaUse,
+    RequestView,
+)
 from bot.slack.blocks.kit import (
     CANCEL_ACTION,
     Block,
@@ -176,6 +183,11 @@ def recall_lines(entry: QueueEntry) -> list[str]:
     if not entry.guaranteed:
         return []
     if not entry.recalls:
+        if entry.passed_over:
+            return [
+                "It is inside its team's nominal quota, but no borrowed lease can be recalled "
+                "for it now: " + passed_over_text(entry.passed_over)
+            ]
         return ["It is inside its team's nominal quota; nothing borrowed can be recalled yet."]
     shown = []
     for recall in entry.recalls[:6]:
@@ -189,4 +201,19 @@ def recall_lines(entry: QueueEntry) -> list[str]:
             f"L{lease.lease} ({mention(lease.holder)}, {plural(lease.gpus, 'GPU')}, "
             f"team {escape(lease.team)}): {when}"
         )
-    return ["Inside its team's nominal quota, so borrowed GPUs are recalled: " + "; ".join(shown)]
+    lines = ["Inside its team's nominal quota, so borrowed GPUs are recalled: " + "; ".join(shown)]
+    if entry.passed_over:
+        lines.append("Passed over: " + passed_over_text(entry.passed_over))
+    return lines
+
+
+def passed_over_text(passed: Sequence[PassedOver], most: int = 3) -> str:
+    """The borrowed leases recall may not take, each with why; the first `most` of them."""
+    shown = [
+        f"L{p.lease.lease} ({mention(p.lease.holder)}, {plural(p.lease.gpus, 'GPU')}, "
+        f"team {escape(p.lease.team)}): {clip(escape(p.why), 120)}"
+        for p in passed[:most]
+    ]
+    if len(passed) > most:
+        shown.append(f"and {plural(len(passed) - most, 'more lease')} passed over")
+    return "; ".join(shown) + "."

@@ -22,7 +22,7 @@ from bot.slack.blocks.kit import (
     utc_text,
 )
 from bot.slack.blocks.leases import lease_buttons, placement_lines, unvouched
-from bot.slack.blocks.overview import recall_lines
+from bot.slack.blocks.overview import passed_over_text, recall_lines
 from bot.slack.parse import ParseProblem
 from bot.slack.texts import COMMANDS, FOOTER, OVERVIEW
 from rules.domain import Outcome, format_duration
@@ -99,6 +99,13 @@ def problem_message(problem: ParseProblem) -> Message:
 def explanation_message(explanation: Explanation) -> Message:
     """`why` and `audit`: the summary, then the recorded decisions, oldest first."""
     blocks = [header(f"Why {explanation.subject}"), section(defang(explanation.summary))]
+    if explanation.passed_over:
+        blocks.append(
+            section(
+                "It waits inside its team's nominal quota; these borrowed leases cannot be "
+                "recalled for it now: " + passed_over_text(explanation.passed_over)
+            )
+        )
     chunk: list[str] = []
     for raw in explanation.lines:
         item = f"• {clip(defang(raw), MAX_SECTION_TEXT // 2)}"

@@ -163,6 +163,34 @@ def test_the_queue_says_why_each_request_waits_as_things_are_now(
     assert "only 0 of 8 GPUs are free in l40s right now" == entry.waits_for
 
 
+def test_the_queue_and_why_explain_a_borrowed_lease_too_young_to_recall(
+    services: Services, clock: Clock
+) -> None:
+    """Alice asks for vision's nominal 30 minutes after Dave borrowed: his lease, the only
+    borrowed one, is too young, and the queue and `why` say so instead of a bare "nothing can
+    be recalled"; once it is old enough, it is recalled."""
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(timedelta(minutes=30))
+    alice = borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY))
+    dave = services.leases(DAVE)[0].id
+    (entry,) = services.queue_explained()
+    assert (entry.guaranteed, entry.recalls) == (True, ())
+    ((lease, reason),) = [(p.lease, p.why) for p in entry.passed_over]
+    assert (dave, DAVE, 2, "nlp") == (lease.lease, lease.holder, lease.gpus, lease.team)
+    assert "too young to recall for another 30m (minimum runtime 1h)" == reason
+    why = services.why(ADA, f"R{alice.request.id}")
+    assert not isinstance(why, Refused)
+    assert entry.passed_over == why.passed_over
+    clock.advance(timedelta(minutes=31))
+    services.serve_queue(["l40s"])
+    assert f"vision (R{alice.request.id})" == services.lease(dave).recalled_for  # type: ignore[union-attr]
+    why = services.why(ADA, f"R{alice.request.id}")
+    assert not isinstance(why, Refused)
+    assert () == why.passed_over
+
+
 def test_a_recall_whose_request_went_stands_for_the_next_one_that_needs_it(
     services: Services, clock: Clock
 ) -> None:

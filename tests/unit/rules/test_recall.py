@@ -201,8 +201,8 @@ def test_victims_are_the_lowest_priority_then_the_most_recent_of_the_borrowed_sh
     ("why", "victim", "expected"),
     [
         ("protected", held(3, "nlp", 1, protected=True), "protected leases are never recalled"),
-        ("too young", held(3, "nlp", 1, hours_ago=0.5), "younger than the minimum runtime"),
-        ("cooled down", held(3, "nlp", 1, holder="U0DAVE001"), "preempted within the last 1d"),
+        ("too young", held(3, "nlp", 1, hours_ago=0.5), "too young to recall for another 30m"),
+        ("cooled down", held(3, "nlp", 1, holder="U0DAVE001"), "within the last 1d (cooldown)"),
         ("drained", held(3, "nlp", 1, usable=0), "would not come back usable"),
     ],
 )

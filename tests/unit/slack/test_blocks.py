@@ -19,6 +19,7 @@ from bot.services.results import (
     Explanation,
     ExtendResult,
     GpuSlot,
+    PassedOver,
     QueueEntry,
     Recall,
     Recalled,
@@ -76,8 +77,20 @@ RECALLING = ApprovalEffects(
 )
 
 
-def _entry(position: int, *, recalls: int = 0, guaranteed: bool = True) -> QueueEntry:
-    """The request at `position` in the a100 queue, with `recalls` leases recalled for it."""
+PASSED = (
+    PassedOver(Recalled(12, BOB, 2, "nlp"), "protected leases are never recalled"),
+    PassedOver(Recalled(14, BOB, 1, "nlp"), "too young to recall for another 25m (minimum 1h)"),
+    PassedOver(Recalled(9, ALICE, 1, "vision"), "its holder was preempted or warned (cooldown)"),
+    PassedOver(Recalled(15, ALICE, 1, "vision"), "protected leases are never recalled"),
+    PassedOver(Recalled(16, ALICE, 1, "vision"), "protected leases are never recalled"),
+)
+
+
+def _entry(
+    position: int, *, recalls: int = 0, guaranteed: bool = True, passed: int = 0
+) -> QueueEntry:
+    """The request at `position` in the a100 queue, with `recalls` leases recalled for it
+    and `passed` borrowed leases passed over."""
     return QueueEntry(
         request=a_request(id=position, state="queued"),
         position=position,
@@ -90,6 +103,7 @@ def _entry(position: int, *, recalls: int = 0, guaranteed: bool = True) -> Queue
             for n in range(recalls)
         ),
         withdrawn_at=T0 + timedelta(days=1),
+        passed_over=PASSED[:passed],
     )
 
 
@@ -140,6 +154,9 @@ MESSAGES: dict[str, Callable[[], Message]] = {
     "quota": lambda: kit.quota_message([a_quota(), a_quota(pool="l40s", used=6)], "vision"),
     "quota, none": lambda: kit.quota_message([], "nlp"),
     "queue": lambda: kit.queue_message([_entry(n, recalls=9) for n in range(1, 61)]),
+    "queue, passed over": lambda: kit.queue_message(
+        [_entry(n, recalls=n % 2 * 9, passed=5) for n in range(1, 61)]
+    ),
     "queue, empty": lambda: kit.queue_message([]),
 }
 VIEWS: dict[str, Callable[[], dict[str, Any]]] = {
@@ -281,6 +298,31 @@ def test_the_queue_says_where_each_request_stands_and_why() -> None:
     recalling = texts_of(kit.queue_message([_entry(1, recalls=2)]))
     assert "L7 (<@U0BOB0001>, 2 GPUs, team nlp): taken <!date^" in recalling
     assert "L8 (<@U0BOB0001>, 2 GPUs, team nlp): warned now, taken after the notice" in recalling
+
+
+def test_the_queue_explains_each_borrowed_lease_recall_passes_over_briefly() -> None:
+    stuck = texts_of(kit.queue_message([_entry(1, passed=2)]))
+    assert "nothing borrowed can be recalled yet" not in stuck
+    assert (
+        "no borrowed lease can be recalled for it now: L12 (<@U0BOB0001>, 2 GPUs, team nlp): "
+        "protected leases are never recalled; L14 (<@U0BOB0001>, 1 GPU, team nlp): too young "
+        "to recall for another 25m (minimum 1h)."
+    ) in stuck
+    many = texts_of(kit.queue_message([_entry(1, recalls=1, passed=5)]))
+    assert "borrowed GPUs are recalled: L7" in many
+    assert "Passed over: L12 " in many
+    assert "L9 (<@U0ALICE01>, 1 GPU, team vision): its holder was preempted" in many
+    assert "and 2 more leases passed over." in many
+    assert "L15" not in many
+
+
+def test_why_shows_what_a_waiting_guarantee_cannot_recall() -> None:
+    why = texts_of(kit.explanation_message(Explanation("R3", "R3", (), passed_over=PASSED[:1])))
+    assert (
+        "It waits inside its team's nominal quota; these borrowed leases cannot be recalled for "
+        "it now: L12 (<@U0BOB0001>, 2 GPUs, team nlp): protected leases are never recalled."
+    ) in why
+    assert "cannot be recalled" not in texts_of(kit.explanation_message(Explanation("R3", "R")))
 
 
 def test_home_with_forty_leases_stays_within_a_hundred_blocks() -> None:
