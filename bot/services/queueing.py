@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from bot.services import notices
+from bot.services import admin, notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.grants import facts_now, grant
 from bot.services.results import LeaseView
@@ -47,15 +47,31 @@ def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]
 
 
 def _time_out(ctx: Context, pool: str) -> None:
+    """Withdraw what waited too long; while automation is paused, only record that it would
+    have (the request keeps its place and is withdrawn at the first pass after resume)."""
     limit = ctx.policy.pools[pool].limits.max_queue_wait
     now = ctx.now()
     with ctx.db.write() as session:
         stale = queued_since(session, pool, now - limit)
+        paused = bool(stale) and admin.is_paused(session, ctx)
         for request in stale:
+            why = f"it waited longer than {format_duration(limit)} for free GPUs"
+            if paused:
+                text = f"R{request.id} would have been withdrawn from the {pool} queue: {why}."
+                tag, subject = AuditTag.QUEUE_WOULD_HAVE, f"request:{request.id}"
+                admin.would_have(
+                    session,
+                    ctx,
+                    tag=tag,
+                    subject=subject,
+                    outcome="would cancel",
+                    text=text,
+                    at=now,
+                )
+                continue
             request.state, request.decided_at = RequestState.CANCELLED, now
             request.decided_by = SYSTEM
             session.add(request)
-            why = f"it waited longer than {format_duration(limit)} for free GPUs"
             record(
                 session,
                 at=now,
