@@ -92,6 +92,7 @@ class AuditTag(StrEnum):
     QUEUE_GRANTED = "queue:granted"
     QUEUE_TIMED_OUT = "queue:timed-out"
     QUEUE_WOULD_HAVE = "queue:would-have"
+    QUOTA_REFUSED = "quota:refused"
     RECALL_WOULD_HAVE = "recall:would-have"
     REQUEST_CANCELLED = "request:cancelled"
     RULES_RELOADED = "rules:reloaded"

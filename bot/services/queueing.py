@@ -8,13 +8,12 @@ from sqlmodel import Session
 
 from bot.services import admin, notices
 from bot.services.context import SYSTEM, Context, record
-from bot.services.grants import facts_now, grant
+from bot.services.grants import decide, facts_now, grant
 from bot.services.results import LeaseView
 from rules.approvals import approvers_for, route_for
 from rules.domain import (
     Outcome,
     RequestState,
-    Subject,
     format_duration,
 )
 from storage.audit import AuditTag
@@ -92,7 +91,7 @@ def _head(ctx: Context, session: Session, pool: str) -> RequestRow | None:
 def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseView | None, bool]:
     """Settle the head if the rules allow it now; (lease granted, whether the queue moved)."""
     now = ctx.now()
-    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, request))
+    decision = decide(ctx, facts_now(ctx, session, request))
     assert decision.verdict is not None
     outcome = decision.verdict.outcome
     person = request.decided_by not in (None, SYSTEM)  # a manager already said yes
