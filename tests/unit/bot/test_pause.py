@@ -12,7 +12,9 @@ from sqlmodel import col, select
 from bot.services import BorrowAsk, Services
 from bot.services.results import BorrowResult, SettleResult
 from rules.domain import Outcome
+from storage.db import Database
 from storage.tables import AuditRow, OutboxRow
+from tests.builders import default_sources
 from tests.unit.bot.conftest import ADA, ALICE, CAROL, ERIN, NADIA, Clock
 
 pytestmark = pytest.mark.usefixtures("services")
@@ -106,3 +108,26 @@ def test_a_paused_recall_is_recorded_once_and_warns_nobody(
     assert isinstance(services.resume(ADA), str)
     services.serve_queue(["l40s"])
     assert services.leases(DAVE)[0].recalled_for.startswith("vision")
+
+
+def test_paused_by_the_rule_files_a_timeout_waits_for_the_rules_to_resume(
+    database: Database, clock: Clock
+) -> None:
+    """`automation: paused` in the rule files: recorded once; a reload to `active` resumes."""
+    sources = default_sources()
+    sources["limits.yaml"] = sources["limits.yaml"].replace(
+        "automation: active", "automation: paused"
+    )
+    services = Services.open(database, sources, clock=clock)
+    try:
+        request = waiting_in_full_a100(services)
+        clock.advance(timedelta(hours=25))
+        services.serve_queue()
+        services.serve_queue()
+        assert "queued" == services.request(request).state  # type: ignore[union-attr]
+        assert 1 == len(rows(services, "queue:would-have"))
+        services.reload_rules(ADA, default_sources())
+        services.serve_queue()
+        assert "cancelled" == services.request(request).state  # type: ignore[union-attr]
+    finally:
+        services.close()
