@@ -91,6 +91,9 @@ class AuditTag(StrEnum):
     NODE_UNDRAINED = "node:undrained"
     QUEUE_GRANTED = "queue:granted"
     QUEUE_TIMED_OUT = "queue:timed-out"
+    QUEUE_WOULD_HAVE = "queue:would-have"
+    QUOTA_REFUSED = "quota:refused"
+    RECALL_WOULD_HAVE = "recall:would-have"
     REQUEST_CANCELLED = "request:cancelled"
     RULES_RELOADED = "rules:reloaded"
     RULES_REJECTED = "rules:rejected"
@@ -326,6 +329,19 @@ def details_since(session: Session, tag: str, since: datetime) -> list[Mapping[A
     """The details of the rows tagged `tag` written at `since` or later."""
     stmt = select(AuditRow.detail).where(AuditRow.tag == tag, col(AuditRow.at) >= since)
     return list(session.exec(stmt).all())
+
+
+def recorded_since(
+    session: Session, tag: str, subject: str, outcome: str, since: datetime | None
+) -> bool:
+    """Whether a row tagged `tag` about `subject` with `outcome` was written at `since` or
+    later (ever, when `since` is None)."""
+    stmt = select(AuditRow.id).where(
+        AuditRow.tag == tag, AuditRow.subject == subject, AuditRow.outcome == outcome
+    )
+    if since is not None:
+        stmt = stmt.where(col(AuditRow.at) >= since)
+    return session.exec(stmt.limit(1)).first() is not None
 
 
 def get(session: Session, audit_id: int) -> AuditRow | None:

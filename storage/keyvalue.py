@@ -33,6 +33,12 @@ def paused(session: Session) -> bool:
     return row is not None and row.value == "true"
 
 
+def paused_since(session: Session) -> datetime | None:
+    """When an admin last paused automation from Slack; None when it is not paused there."""
+    row = session.get(SettingRow, PAUSED)
+    return row.updated_at if row is not None and row.value == "true" else None
+
+
 def set_paused(session: Session, paused: bool, *, at: datetime, by: str) -> str:
     """Set the kill switch; returns the value stored ("true" or "false")."""
     row = session.get(SettingRow, PAUSED) or SettingRow(

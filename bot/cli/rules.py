@@ -16,6 +16,7 @@ from rules.engine.live import EngineName, build_engine, check
 from rules.errors import PolicyError, Problem, RulesError
 from rules.loader import load_policy
 from rules.policy import Policy
+from rules.quota import unstated
 
 app = typer.Typer(help="Rule files.", no_args_is_help=True)
 
@@ -36,7 +37,8 @@ def rules_check(
         typer.Option(help="engine to run the cases on; default: GPUBOT_RULES_ENGINE"),
     ] = None,
 ) -> None:
-    """Validate the rule files and run their test cases, as a reload would."""
+    """Validate the rule files and run their test cases, as a reload would; warn when they
+    never state a quota limit (the code enforces it anyway)."""
     settings = read_settings()
     directory = settings.rules_dir if directory is None else directory
     prefer: EngineName = settings.rules_engine if engine is None else engine.value
@@ -64,6 +66,8 @@ def rules_check(
         fail(f"{directory}: running the test cases failed: {exc}")
     finally:
         rule_engine.close()
+    for warning in unstated(policy):  # a warning, not a failure: the code holds the limit
+        typer.echo(f"{directory}: warning: {warning}", err=True)
     typer.echo(f"OK: {_rule_counts(policy)}, {cases} passed; {tail}")
 
 

@@ -2,18 +2,55 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+
 from sqlmodel import Session
 
-from bot.services import device_records
-from bot.services.context import Context, record
+from bot.services import device_records, notices
+from bot.services.context import SYSTEM, Context, record
 from bot.services.results import Refused
-from storage import keyvalue, nodes
+from rules.recall import Victim
+from storage import audit, keyvalue, nodes
 from storage.audit import AuditTag
 
 
 def is_paused(session: Session, ctx: Context) -> bool:
     """Paused by an admin in Slack, or by `automation: paused` in the rule files."""
     return ctx.policy.automation_paused or keyvalue.paused(session)
+
+
+def would_have(
+    session: Session,
+    ctx: Context,
+    *,
+    tag: AuditTag,
+    subject: str,
+    outcome: str,
+    text: str,
+    at: datetime,
+) -> bool:
+    """Record once per pause what a paused automatic action would have done to `subject`
+    (`outcome` reads "would <verb>"), and tell the admins `text`; False when recorded already."""
+    since = None if ctx.policy.automation_paused else keyvalue.paused_since(session)
+    if audit.recorded_since(session, tag, subject, outcome, since):
+        return False
+    detail = {"why": "paused", "text": text}
+    record(session, at=at, actor=SYSTEM, tag=tag, subject=subject, outcome=outcome, detail=detail)
+    notices.tell_admins(session, ctx.policy.admins, subject, f"Automation is paused: {text}", at=at)
+    return True
+
+
+def would_recall(session: Session, ctx: Context, victims: Iterable[Victim], at: datetime) -> None:
+    """The recalls a paused pass would have started, each recorded once per pause."""
+    for victim in victims:
+        text = (
+            f"L{victim.lease} of <@{victim.holder}> would have been recalled for "
+            f"R{victim.request} ({victim.for_team}): {victim.because}"
+        )
+        subject = f"lease:{victim.lease}"
+        tag = AuditTag.RECALL_WOULD_HAVE
+        would_have(session, ctx, tag=tag, subject=subject, outcome="would recall", text=text, at=at)
 
 
 def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:

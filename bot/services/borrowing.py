@@ -12,12 +12,12 @@ from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
-from bot.services.grants import grant
+from bot.services.grants import decide, grant
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
 from rules import approvals
 from rules.approvals import approvers_for, route_for
-from rules.domain import Outcome, Priority, RequestKind, RequestState, Subject
+from rules.domain import Outcome, Priority, RequestKind, RequestState
 from rules.facts import request_facts
 from rules.policy import Policy
 from storage import leases, requests
@@ -79,7 +79,7 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
             has_reason=bool(ask.reason.strip()),
             usage=usage,
         )
-        decision = ctx.live.decide(Subject.REQUEST, facts)
+        decision = decide(ctx, facts)
         assert decision.verdict is not None
         assert decision.verdict.outcome is not None
         outcome = decision.verdict.outcome

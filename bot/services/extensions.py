@@ -14,11 +14,12 @@ from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import Context, record
+from bot.services.grants import decide
 from bot.services.leases import to_change
 from bot.services.reads import lease_view, request_view
 from bot.services.results import ExtendResult, LeaseView, Refused
 from rules.approvals import approvers_for, route_for
-from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState, Subject
+from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState
 from rules.facts import request_facts
 from storage import leases as storage_leases
 from storage import requests
@@ -54,7 +55,7 @@ def extend(
                 "extension-pending",
             )
         facts = extension_facts(ctx, session, lease, by, has_reason=bool(reason.strip()))
-        decision = ctx.live.decide(Subject.REQUEST, facts)
+        decision = decide(ctx, facts)
         assert decision.verdict is not None
         assert decision.verdict.outcome is not None
         outcome = decision.verdict.outcome
@@ -164,7 +165,7 @@ def recheck_extension(ctx: Context, session: Session, request: RequestRow) -> st
         return recalled.message
     by = timedelta(seconds=request.duration_s)
     facts = extension_facts(ctx, session, lease, by, has_reason=bool(request.reason))
-    decision = ctx.live.decide(Subject.REQUEST, facts)
+    decision = decide(ctx, facts)
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return decision.because
     return None

@@ -2,7 +2,9 @@
 created; and a waiting request's facts as its pool stands now, for deciding it again.
 
 Used by every path that grants or decides a request again: a borrow approved at once, a
-manager's approval (`settling`), the queue (`queueing`) and lender recall (`recall`).
+manager's approval (`settling`), the queue (`queueing`) and lender recall (`recall`). Whatever
+the rule files say, no grant takes a team past its quota (`rules.quota`): `decide` applies the
+invariant to every request decision, and `grant` checks it once more before placing GPUs.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from bot.services.context import Context, record
 from bot.services.reads import lease_view
 from bot.services.results import LeaseView
 from rules.decision import Decision
-from rules.domain import LeaseState, Priority, RequestKind
-from rules.facts import request_facts
+from rules.domain import LeaseState, Priority, RequestKind, Subject
+from rules.facts import lendable, request_facts
 from rules.placement import place
+from rules.policy import Quota
+from rules.quota import enforce, exceeds
 from storage.audit import AuditTag
 from storage.gpus import FreeGpus, claimable, free_for, gpu_ids
+from storage.leases import held_by_team
 from storage.pools import pool_usage
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
 
@@ -40,7 +45,9 @@ def grant(
     """Place the request's GPUs best-fit and create the active lease; None if they don't fit.
 
     Preferred GPUs are taken as they are when all of them are free and they are as many as
-    asked for."""
+    asked for. A grant that would break the team's quota is refused and audited."""
+    if _over_quota(ctx, session, request, now, actor=actor):
+        return None
     if free is None:
         free = free_for(session, ctx.policy, request.requester, request.pool)
     slots: list[tuple[str, int]] | None = None
@@ -94,6 +101,38 @@ def grant(
         },
     )
     return view
+
+
+def decide(ctx: Context, facts: dict[str, object]) -> Decision:
+    """A request's decision by the rules, with the quota invariant applied."""
+    return enforce(ctx.live.decide(Subject.REQUEST, facts))
+
+
+def _over_quota(
+    ctx: Context, session: Session, request: RequestRow, now: datetime, *, actor: str
+) -> bool:
+    held = held_by_team(session, request.pool)
+    quotas = ctx.policy.pools[request.pool].quotas
+    breach = exceeds(
+        team=request.team,
+        pool=request.pool,
+        quota=quotas.get(request.team, Quota(nominal=0, borrowing_limit=0, lending_limit=0)),
+        used=held.get(request.team, 0),
+        gpus=request.gpus,
+        lendable=lendable(ctx.policy, request.pool, request.team, held),
+    )
+    if breach is None:
+        return False
+    record(
+        session,
+        at=now,
+        actor=actor,
+        tag=AuditTag.QUOTA_REFUSED,
+        subject=f"request:{request.id}",
+        outcome=breach.outcome.value,
+        detail={"because": breach.because, "gpus": request.gpus, "pool": request.pool},
+    )
+    return True
 
 
 def facts_now(

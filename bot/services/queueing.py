@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from bot.services import notices
+from bot.services import admin, notices
 from bot.services.context import SYSTEM, Context, record
-from bot.services.grants import facts_now, grant
+from bot.services.grants import decide, facts_now, grant
 from bot.services.results import LeaseView
 from rules.approvals import approvers_for, route_for
 from rules.domain import (
     Outcome,
     RequestState,
-    Subject,
     format_duration,
 )
 from storage.audit import AuditTag
@@ -47,15 +46,31 @@ def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]
 
 
 def _time_out(ctx: Context, pool: str) -> None:
+    """Withdraw what waited too long; while automation is paused, only record that it would
+    have (the request keeps its place and is withdrawn at the first pass after resume)."""
     limit = ctx.policy.pools[pool].limits.max_queue_wait
     now = ctx.now()
     with ctx.db.write() as session:
         stale = queued_since(session, pool, now - limit)
+        paused = bool(stale) and admin.is_paused(session, ctx)
         for request in stale:
+            why = f"it waited longer than {format_duration(limit)} for free GPUs"
+            if paused:
+                text = f"R{request.id} would have been withdrawn from the {pool} queue: {why}."
+                tag, subject = AuditTag.QUEUE_WOULD_HAVE, f"request:{request.id}"
+                admin.would_have(
+                    session,
+                    ctx,
+                    tag=tag,
+                    subject=subject,
+                    outcome="would cancel",
+                    text=text,
+                    at=now,
+                )
+                continue
             request.state, request.decided_at = RequestState.CANCELLED, now
             request.decided_by = SYSTEM
             session.add(request)
-            why = f"it waited longer than {format_duration(limit)} for free GPUs"
             record(
                 session,
                 at=now,
@@ -76,7 +91,7 @@ def _head(ctx: Context, session: Session, pool: str) -> RequestRow | None:
 def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseView | None, bool]:
     """Settle the head if the rules allow it now; (lease granted, whether the queue moved)."""
     now = ctx.now()
-    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, request))
+    decision = decide(ctx, facts_now(ctx, session, request))
     assert decision.verdict is not None
     outcome = decision.verdict.outcome
     person = request.decided_by not in (None, SYSTEM)  # a manager already said yes

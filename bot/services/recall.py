@@ -119,6 +119,8 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             plan = plan_for(ctx, seen, pool, now)
             # Paused automation starts no recall (the kill switch); withdrawing one is safe.
             paused = admin.is_paused(session, ctx)
+            if paused:
+                admin.would_recall(session, ctx, plan.start, now)
             for victim in () if paused else plan.start:
                 _start(session, seen.rows[victim.lease], victim, now)
                 report.started.append(f"L{victim.lease}")

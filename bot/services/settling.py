@@ -15,12 +15,12 @@ from sqlmodel import Session
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.extensions import apply_extension, recheck_extension
-from bot.services.grants import facts_now, grant
+from bot.services.grants import decide, facts_now, grant
 from bot.services.reads import lease_view, request_view
 from bot.services.results import Refused, SettleResult
 from rules import approvals
 from rules.decision import Decision
-from rules.domain import Outcome, RequestKind, RequestState, Subject
+from rules.domain import Outcome, RequestKind, RequestState
 from storage import leases, requests
 from storage.audit import AuditTag
 from storage.pools import lock as lock_pool
@@ -141,7 +141,7 @@ def _approve(
         notices.settled(session, request, by=user, verdict="approve", reason=reason, at=now)
         return SettleResult(request_view(request), lease, f"<@{user}> approved R{request.id}.")
     lock_pool(session, request.pool)
-    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, request))
+    decision = decide(ctx, facts_now(ctx, session, request))
     assert decision.verdict is not None
     outcome = decision.verdict.outcome
     detail = {"reason": reason, "by": user, "rules_now": str(decision.verdict)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders import POLICIES, default_policy
+from tests.builders import POLICIES, default_policy, permissive_sources
 from tests.unit.bot.cli.builders import GPUBOT, ROOT, a_copy_of_the_rules, edit, gpubot, line_of
 
 OK_LINE = (
@@ -122,3 +122,23 @@ def test_the_installed_script_points_an_editor_at_the_broken_rule(tmp_path: Path
     assert 2 == done.returncode
     assert "policies/requests.yaml:10:11: unknown fact `request.gpu`" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_rules_check_warns_when_the_rules_never_state_the_quota_limits(tmp_path: Path) -> None:
+    """Rule files without the quota rules still pass (the code enforces the limits), with a
+    warning for each limit they never look at."""
+    for name, text in permissive_sources().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    result = gpubot("rules", "check", str(tmp_path), "--engine", "reference")
+    assert 0 == result.exit_code, result.output
+    assert result.stdout.startswith("OK: 25 rules")
+    warnings = result.stderr.splitlines()
+    assert 2 == len(warnings)
+    assert warnings[0].startswith(f"{tmp_path}: warning: no request rule looks at the borrowing")
+    assert all("the code still enforces it" in w for w in warnings)
+
+
+def test_rules_check_is_quiet_about_quotas_the_shipped_rules_state() -> None:
+    result = gpubot("rules", "check", str(POLICIES), "--engine", "reference")
+    assert "" == result.stderr
