@@ -17,11 +17,11 @@ from sqlmodel import Session
 
 from bot.services import admin, notices
 from bot.services.context import Context, record
-from bot.services.grants import facts_now
+from bot.services.grants import decide, facts_now
 from bot.services.reads import request_view
 from bot.services.results import ApprovalEffects, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
-from rules.domain import Outcome, RequestKind, RequestState, Subject
+from rules.domain import Outcome, RequestKind, RequestState
 from storage import audit, outbox, requests
 from storage import leases as storage_leases
 from storage.audit import AuditTag
@@ -203,7 +203,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
     if request.kind != RequestKind.BORROW:
         return ApprovalEffects(queued=len(waiting))
     # What the rules say once a person approves (as the approval itself will ask them).
-    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, request))
+    decision = decide(ctx, facts_now(ctx, session, request))
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return ApprovalEffects(queued=len(waiting), refused=decision.because)
     held = decision.once_approved() == Outcome.QUEUE
@@ -326,7 +326,7 @@ def waiting_guarantee(
 
 def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> str:
     """Why a queued request waits, as the rules see it now (not when it was decided)."""
-    decision = ctx.live.decide(Subject.REQUEST, facts_now(ctx, session, row, ahead=ahead))
+    decision = decide(ctx, facts_now(ctx, session, row, ahead=ahead))
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return f"the rules would now refuse it: {decision.because}"
     holding = [

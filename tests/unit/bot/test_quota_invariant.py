@@ -85,6 +85,10 @@ def test_an_approval_waits_while_the_lenders_have_too_little_and_the_queue_does_
     borrowed(services, ERIN, BorrowAsk("a100", 2, DAY))
     asked = borrowed(services, PAT, BorrowAsk("a100", 2, DAY))
     assert Outcome.ASK == asked.outcome
+    effects = services.approval_effects(asked.request.id)
+    assert effects is not None
+    assert effects.waits  # the card says it will wait, and why
+    assert effects.waits_for.endswith("the other teams lend only 0 now within their lending limits")
     settled = approved(services, ADA, asked)
     assert settled.lease is None
     assert "queued" == settled.request.state
