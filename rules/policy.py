@@ -62,6 +62,8 @@ class Recall:
     notice: timedelta = timedelta(minutes=30)  # after the delivered preemption warning
     min_runtime: timedelta = timedelta(hours=1)  # a younger lease is never recalled
     cooldown: timedelta = timedelta(days=1)  # nobody is preempted twice within this
+    # ... unless a guarantee (in-nominal request) has waited this long: the cooldown yields
+    max_guarantee_wait: timedelta = timedelta(minutes=30)
 
 
 @dataclass(frozen=True)

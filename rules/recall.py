@@ -14,7 +14,9 @@ need beyond the free GPUs, and covers that shortfall with recalls:
    GPUs, and a lease that holds some of its team's nominal as well only when nothing else
    covers the need;
 3. never a protected lease, never one younger than `min_runtime`, never a holder preempted (or
-   warned of a preemption) within `cooldown`.
+   warned of a preemption) within `cooldown`, unless a guarantee still short has waited
+   `max_guarantee_wait`: then the cooldown yields, the least recently preempted holder first,
+   so the cooldown spreads recalls over holders but never holds a guarantee up for longer.
 
 Each recall is owed to the guaranteed request whose shortfall it covers, in queue order.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from rules.domain import Priority, format_duration
@@ -60,6 +62,7 @@ class Waiting:
     request: int
     team: str
     gpus: int
+    waited: timedelta = timedelta(0)  # since it was asked for
 
 
 @dataclass(frozen=True)
@@ -197,10 +200,10 @@ def plan(
     *,
     now: datetime,
     recall: Recall,
-    cooled: Collection[str] = (),
+    cooled: Mapping[str, datetime] | Collection[str] = (),
 ) -> Plan:
     """What recall should do in one pool now. `queue` is in serving order; `cooled`: holders
-    preempted (or warned of a preemption) within the cooldown."""
+    preempted (or warned of a preemption) within the cooldown, with when, where known."""
     used: dict[str, int] = {}
     for h in holdings:
         used[h.team] = used.get(h.team, 0) + h.gpus
@@ -208,6 +211,7 @@ def plan(
     inside = _inside_nominal(queue, used, quotas)
     guaranteed = [w for w, fits in zip(queue, inside, strict=True) if fits]
     claims = _Claims(guaranteed, free)
+    overdue = _overdue(guaranteed, recall.max_guarantee_wait)
     borrowed = borrowed_parts(holdings, quotas)
     standing = _under_way(holdings, borrowed, claims)
     new = _Recruit(
@@ -217,6 +221,10 @@ def plan(
         losing=frozenset(h.holder for h in holdings if h.lease in standing.keep),
     )
     new.recruit(holdings, used, quotas, now=now, recall=recall, cooled=cooled)
+    if overdue is not None:
+        new.override_cooldown(
+            holdings, used, quotas, cooled=_when(cooled), overdue=overdue, recall=recall
+        )
     return Plan(
         need=claims.need,
         keep=tuple(standing.keep),
@@ -227,6 +235,19 @@ def plan(
         guaranteed=tuple(w.request for w in guaranteed),
         covered=new.covered,
     )
+
+
+def _overdue(guaranteed: Sequence[Waiting], bound: timedelta) -> Waiting | None:
+    """The guarantee that has waited longest, if it has waited `bound` or more."""
+    longest = max(guaranteed, key=lambda w: w.waited, default=None)
+    return longest if longest is not None and longest.waited >= bound else None
+
+
+def _when(cooled: Mapping[str, datetime] | Collection[str]) -> dict[str, datetime]:
+    """When each cooled holder was last preempted or warned; unknown counts as longest ago."""
+    if isinstance(cooled, Mapping):
+        return dict(cooled)
+    return dict.fromkeys(cooled, datetime.min.replace(tzinfo=UTC))
 
 
 @dataclass
@@ -304,6 +325,37 @@ class _Recruit:
                     continue
                 self._take(h, used, quotas)
 
+    def override_cooldown(
+        self,
+        holdings: Sequence[Holding],
+        used: Mapping[str, int],
+        quotas: Mapping[str, Quota],
+        *,
+        cooled: Mapping[str, datetime],
+        overdue: Waiting,
+        recall: Recall,
+    ) -> None:
+        """A guarantee waited past the bound: recall leases passed over only for the cooldown,
+        the least recently preempted holder first."""
+        cooling = [
+            h
+            for h in holdings
+            if h.lease in self.passed and h.holder in cooled and not self._losing(h)
+        ]
+        cooling.sort(key=lambda h: (cooled[h.holder], _rank(h.priority), h.lease))
+        why = (
+            f"the guarantee R{overdue.request} of team {overdue.team} waited "
+            f"{format_duration(overdue.waited)}, past recall.max_guarantee_wait "
+            f"({format_duration(recall.max_guarantee_wait)}); cooldown overridden"
+        )
+        for h in cooling:
+            if self.covered >= self.claims.need:
+                break
+            if not self.passed[h.lease].endswith("(cooldown)"):  # protected, too young...
+                continue
+            del self.passed[h.lease]
+            self._take(h, used, quotas, also=why)
+
     def _seen(self, h: Holding) -> bool:
         return h.lease in self.passed or any(v.lease == h.lease for v in self.start)
 
@@ -312,7 +364,13 @@ class _Recruit:
             return "its holder already loses another lease to a recall under way"
         return ""
 
-    def _take(self, h: Holding, used: Mapping[str, int], quotas: Mapping[str, Quota]) -> None:
+    def _take(
+        self,
+        h: Holding,
+        used: Mapping[str, int],
+        quotas: Mapping[str, Quota],
+        also: str = "",
+    ) -> None:
         quota = quotas.get(h.team)
         nominal = quota.nominal if quota is not None else 0
         because = (
@@ -322,6 +380,8 @@ class _Recruit:
             "first among the borrowed leases that may be recalled (lowest priority, here "
             f"{h.priority}, then the most recently granted)"
         )
+        if also:
+            because = f"{because}; {also}"
         owed = self.claims.take(h.returns)
         self.start.append(
             Victim(h.lease, h.holder, h.team, h.gpus, owed.request, owed.team, because)

@@ -141,6 +141,7 @@ class RecallSpec(_Strict):
     notice: Duration = timedelta(minutes=30)
     min_runtime: Duration = timedelta(hours=1)
     cooldown: Duration = timedelta(days=1)
+    max_guarantee_wait: Duration = timedelta(minutes=30)
 
 
 def _at_least_a_poll(value: timedelta) -> timedelta:

@@ -309,3 +309,83 @@ def test_each_recall_is_owed_to_the_request_whose_shortfall_it_covers() -> None:
     assert [(3, 10, "vision"), (2, 11, "platform")] == [
         (v.lease, v.request, v.for_team) for v in result.start
     ]
+
+
+# Both of nlp's borrowed leases belong to holders preempted within the cooldown: ANN 5h ago,
+# BEN 1h ago. Vision's guarantee waits for them.
+ANN, BEN = "U0ANN0001", "U0BEN0001"
+COOLED = {ANN: NOW - timedelta(hours=5), BEN: NOW - timedelta(hours=1)}
+
+
+@pytest.mark.parametrize(
+    ("case", "holdings", "wanted", "waited", "recalled"),
+    [
+        (
+            "within the bound the cooldown holds",
+            [held(2, "nlp", 1, holder=ANN), held(3, "nlp", 1, holder=BEN)],
+            1,
+            timedelta(minutes=29),
+            [],
+        ),
+        (
+            "at the bound the least recently preempted holder goes",
+            [held(2, "nlp", 1, holder=BEN), held(3, "nlp", 1, holder=ANN)],
+            1,
+            timedelta(minutes=30),
+            [3],
+        ),
+        (
+            "as many as the guarantee still lacks",
+            [held(2, "nlp", 1, holder=ANN), held(3, "nlp", 1, holder=BEN)],
+            2,
+            timedelta(hours=2),
+            [2, 3],
+        ),
+        (
+            "never a protected lease",
+            [held(2, "nlp", 1, holder=ANN, protected=True), held(3, "nlp", 1, holder=BEN)],
+            1,
+            timedelta(hours=2),
+            [3],
+        ),
+        (
+            "never a lease younger than the minimum runtime",
+            [held(2, "nlp", 1, holder=ANN, hours_ago=0.5), held(3, "nlp", 1, holder=BEN)],
+            1,
+            timedelta(hours=2),
+            [3],
+        ),
+    ],
+)
+def test_a_guarantee_waits_no_longer_than_the_bound_for_the_cooldown(
+    case: str, holdings: list[Holding], wanted: int, waited: timedelta, recalled: list[int]
+) -> None:
+    rules = Recall(cooldown=timedelta(days=1), max_guarantee_wait=timedelta(minutes=30))
+    result = plan(
+        QUOTAS,
+        [held(1, "nlp", 3, hours_ago=5), *holdings],
+        [Waiting(10, "vision", wanted, waited=waited)],
+        0,
+        now=NOW,
+        recall=rules,
+        cooled=COOLED,
+    )
+    assert recalled == [v.lease for v in result.start], case
+    for victim in result.start:
+        assert victim.request == 10
+        assert victim.because.endswith(
+            "R10 of team vision waited "
+            f"{'2h' if waited == timedelta(hours=2) else '30m'}, past "
+            "recall.max_guarantee_wait (30m); cooldown overridden"
+        )
+        assert victim.lease not in result.passed_over
+    if not recalled:
+        assert all("(cooldown)" in why for why in result.passed_over.values())
+
+
+def test_a_request_beyond_nominal_never_overrides_the_cooldown() -> None:
+    holdings = [held(1, "nlp", 3, hours_ago=5), held(2, "nlp", 2, holder=ANN)]
+    rules = Recall(max_guarantee_wait=timedelta(minutes=30))
+    queue = [Waiting(10, "vision", 4, waited=timedelta(days=1))]  # beyond vision's nominal of 3
+    result = plan(QUOTAS, holdings, queue, 0, now=NOW, recall=rules, cooled=COOLED)
+    assert result.start == ()
