@@ -94,6 +94,16 @@ def preempted_since(session: Session, since: datetime) -> set[str]:
     return set(session.exec(stmt).all())
 
 
+def last_preempted_since(session: Session, since: datetime) -> dict[str, datetime]:
+    """The holders of leases preempted since `since`, each with their latest preemption."""
+    stmt = (
+        select(LeaseRow.holder, sa.func.max(LeaseRow.ended_at))
+        .where(LeaseRow.end_reason == "preempted", col(LeaseRow.ended_at) >= since)
+        .group_by(col(LeaseRow.holder))
+    )
+    return {holder: at for holder, at in session.exec(stmt).all() if at is not None}
+
+
 def usable_gpus(session: Session, lease_ids: list[int]) -> dict[int, int]:
     """Per lease, its GPUs that would come back free: healthy, on an undrained node."""
     if not lease_ids:

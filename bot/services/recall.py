@@ -49,7 +49,7 @@ class PoolPicture:
     holdings: tuple[recall.Holding, ...]
     queue: tuple[recall.Waiting, ...]
     free: int
-    cooled: frozenset[str]
+    cooled: dict[str, datetime]  # holder -> last preempted or warned, within the cooldown
     rows: dict[int, LeaseRow]
     requests: dict[int, RequestRow]  # the queued ones, by id
 
@@ -74,21 +74,33 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         for row in leases
     )
     ordered = ordered_queue(session, ctx.policy, pool)
-    queue = tuple(recall.Waiting(r.id or 0, r.team, r.gpus) for r, _ in ordered)
-    since = now - ctx.policy.recall.cooldown
-    cooled = storage_leases.preempted_since(session, since)
-    # Holders warned of a preemption that was then withdrawn count too, in every pool.
-    withdrawn = audit.details_since(session, AuditTag.LEASE_RECALL_WITHDRAWN, since)
-    cooled |= {str(d["holder"]) for d in withdrawn if d.get("warned") and d.get("holder")}
+    queue = tuple(
+        recall.Waiting(r.id or 0, r.team, r.gpus, waited=now - (r.created_at or now))
+        for r, _ in ordered
+    )
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
         holdings,
         queue,
         free,
-        frozenset(cooled),
+        _cooled(session, now - ctx.policy.recall.cooldown),
         {row.id or 0: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
     )
+
+
+def _cooled(session: Session, since: datetime) -> dict[str, datetime]:
+    """Holders preempted since `since`, or warned of a preemption that was then withdrawn (in
+    every pool), each with when it last happened (`since` where the record does not say)."""
+    cooled = storage_leases.last_preempted_since(session, since)
+    withdrawn = audit.details_since(session, AuditTag.LEASE_RECALL_WITHDRAWN, since)
+    for d in withdrawn:
+        if not (d.get("warned") and d.get("holder")):
+            continue
+        at = datetime.fromisoformat(str(d["at"])) if d.get("at") else since
+        holder = str(d["holder"])
+        cooled[holder] = max(at, cooled.get(holder, at))
+    return cooled
 
 
 def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recall.Plan:
@@ -189,7 +201,7 @@ def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
         subject=f"lease:{row.id}",
         outcome="keep",
         # A warning the holder had to heed counts for the cooldown, as a preemption would.
-        detail={"why": why, "warned": warned, "holder": row.holder},
+        detail={"why": why, "warned": warned, "holder": row.holder, "at": now.isoformat()},
     )
     if warned:  # the holder was told it would be taken: tell them it stays
         notices.recall_withdrawn(session, row, at=now)
@@ -238,7 +250,10 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
     # It would join the queue at its place and recall what its guarantee needs (a pending
     # request has no place yet: it is ordered among the queue as if it had one).
     placed = [r for r, _ in ordered_queue(session, ctx.policy, request.pool, extra=request)]
-    queue = tuple(recall.Waiting(r.id or 0, r.team, r.gpus) for r in placed)
+    queue = tuple(
+        recall.Waiting(r.id or 0, r.team, r.gpus, waited=now - (r.created_at or now))
+        for r in placed
+    )
     after = recall.plan(
         quotas, seen.holdings, queue, seen.free, now=now, recall=rules, cooled=seen.cooled
     )

@@ -14,7 +14,8 @@ from bot.services.results import BorrowResult, ExtendResult, Refused, SettleResu
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome, Priority
 from storage import outbox
-from storage.tables import OutboxRow
+from storage.audit import AuditTag
+from storage.tables import AuditRow, OutboxRow
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
 pytestmark = pytest.mark.usefixtures("services")
@@ -269,3 +270,43 @@ def test_a_holder_warned_then_spared_is_not_recalled_again_within_the_cooldown(
     clock.advance(timedelta(hours=2))
     with services.db.read() as session:
         assert DAVE not in recall.picture(services.ctx, session, "a100", clock.now).cooled
+
+
+def test_a_guarantee_waits_for_the_cooldown_no_longer_than_the_bound(
+    services: Services, clock: Clock
+) -> None:
+    """Dave was warned and spared, so the cooldown shields his next loan; when Alice's
+    guarantee has waited recall.max_guarantee_wait (30m), his lease is recalled anyway."""
+    dave = lent_out(services, clock)
+    with services.db.write() as session:  # the preemption warning reached Dave
+        for row in session.exec(select(OutboxRow)).all():
+            outbox.delivered(session, row.id or 0, at=clock.now, channel="D0DAVE", ts="1.0")
+    services.sweep(TelemetryWindow(timedelta(minutes=3)))
+    with services.db.write() as session:
+        for row in session.exec(select(OutboxRow)).all():
+            outbox.delivered(session, row.id or 0, at=clock.now, channel="D0DAVE", ts="1.0")
+    services.release(CAROL)  # Alice is served from Carol's GPUs: Dave's recall is withdrawn
+    assert "" == services.lease(dave).recalled_for  # type: ignore[union-attr]
+    services.release(DAVE)
+    services.release(ALICE)
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    clock.advance(timedelta(minutes=61))
+    assert Outcome.QUEUE == borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY)).outcome
+    assert "" == services.leases(DAVE)[0].recalled_for  # the cooldown holds, for now
+    clock.advance(timedelta(minutes=29))
+    recall.reconcile(services.ctx)
+    assert "" == services.leases(DAVE)[0].recalled_for
+    clock.advance(timedelta(minutes=1))
+    recall.reconcile(services.ctx)
+    lease = services.leases(DAVE)[0]
+    assert lease.recalled_for.startswith("vision")
+    with services.db.read() as session:
+        audited = session.exec(
+            select(AuditRow).where(
+                AuditRow.tag == AuditTag.LEASE_RECALLED, AuditRow.subject == f"lease:{lease.id}"
+            )
+        ).one()
+    assert str(audited.detail["because"]).endswith(
+        "waited 30m, past recall.max_guarantee_wait (30m); cooldown overridden"
+    )
