@@ -4,7 +4,7 @@ so conditions never join or compute. Durations become minutes (float)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -25,11 +25,21 @@ class PoolUsage:
     held: Mapping[str, int]
     free: int
     queued: int = 0
+    owed: Mapping[str, int] = field(default_factory=dict)  # per team: its waiting guarantees
 
 
-def lendable(policy: Policy, pool: str, borrower: str, held: Mapping[str, int]) -> int:
+def lendable(
+    policy: Policy,
+    pool: str,
+    borrower: str,
+    held: Mapping[str, int],
+    owed: Mapping[str, int] | None = None,
+) -> int:
     """What the borrower may still take of the other teams' unused nominal: each lender's
-    unused share within its lending limit, less what the other borrowers already took."""
+    unused share within its lending limit, less what the other borrowers already took.
+    `owed`: per team, the GPUs its waiting requests inside nominal (guarantees) count on;
+    they are not unused, so they are never lent."""
+    owed = owed or {}
     lent, taken = 0, 0
     for team, quota in policy.pools[pool].quotas.items():
         if team == borrower:
@@ -37,7 +47,7 @@ def lendable(policy: Policy, pool: str, borrower: str, held: Mapping[str, int]) 
         used = held.get(team, 0)
         # What a team holds beyond its nominal was lent to it; that loan counts as its
         # lenders' unused share already spent, so it never counts as unused here as well.
-        lent += min(quota.lending_limit, max(0, quota.nominal - used))
+        lent += min(quota.lending_limit, max(0, quota.nominal - used - owed.get(team, 0)))
         taken += max(0, used - quota.nominal)
     return max(0, lent - taken)
 
@@ -84,7 +94,7 @@ def request_facts(
         "team.borrowed_after": max(0, used_after - quota.nominal),
         "pool.size": p.size,
         "pool.free": usage.free,
-        "pool.lendable": lendable(policy, pool, team, usage.held),
+        "pool.lendable": lendable(policy, pool, team, usage.held, usage.owed),
         "pool.protected": p.protected,
         "pool.queued": usage.queued,
         "lease.extensions": lease_extensions,

@@ -28,6 +28,7 @@ from storage.audit import AuditTag
 from storage.gpus import FreeGpus, claimable, free_for, gpu_ids
 from storage.leases import held_by_team
 from storage.pools import pool_usage
+from storage.requests import ordered_queue
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
 
 
@@ -152,5 +153,23 @@ def facts_now(
         duration=timedelta(seconds=request.duration_s),
         priority=Priority(request.priority),
         has_reason=bool(request.reason),
-        usage=replace(usage, queued=ahead),
+        usage=replace(usage, queued=ahead, owed=owed_to_guarantees(ctx, session, request)),
     )
+
+
+def waiting_guarantees(ctx: Context, session: Session, request: RequestRow) -> list[RequestRow]:
+    """The other teams' waiting requests inside their nominal, in queue order: what they
+    count on is not lendable, so an approval must not lend it away."""
+    return [
+        row
+        for row, inside in ordered_queue(session, ctx.policy, request.pool)
+        if inside and row.id != request.id and row.team != request.team
+    ]
+
+
+def owed_to_guarantees(ctx: Context, session: Session, request: RequestRow) -> dict[str, int]:
+    """Per team, the GPUs its waiting guarantees count on (`waiting_guarantees`)."""
+    owed: dict[str, int] = {}
+    for row in waiting_guarantees(ctx, session, request):
+        owed[row.team] = owed.get(row.team, 0) + row.gpus
+    return owed

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from rules.catalogue import CATALOGUE
 from rules.domain import Priority, RequestKind, Subject
 from rules.engine import check_facts
@@ -72,3 +74,35 @@ def test_what_other_borrowers_took_is_no_longer_lendable() -> None:
     policy = default_policy()
     assert 0 == lendable(policy, "a100", "platform", {"nlp": 10, "platform": 2})
     assert 2 == lendable(policy, "a100", "platform", {"nlp": 8, "platform": 2})
+
+
+@pytest.mark.parametrize(
+    ("owed", "expected"),
+    [
+        ({}, 4),  # vision's unused 8, within its lending limit of 4
+        ({"vision": 4}, 4),  # its waiting guarantees leave 4 unused: still 4 to lend
+        ({"vision": 6}, 2),
+        ({"vision": 8}, 0),  # all of its nominal is counted on
+        ({"platform": 2}, 4),  # the borrower's own waiting requests lend nothing
+    ],
+)
+def test_what_a_lenders_waiting_guarantees_count_on_is_not_lendable(
+    owed: dict[str, int], expected: int
+) -> None:
+    """a100: nlp holds its nominal 6, vision nothing; platform asks to borrow."""
+    policy = default_policy()
+    assert expected == lendable(policy, "a100", "platform", {"nlp": 6}, owed)
+    usage = PoolUsage(held={"nlp": 6}, free=10, owed=owed)
+    facts = request_facts(
+        policy,
+        kind=RequestKind.BORROW,
+        user="U0ERIN001",
+        team="platform",
+        pool="a100",
+        gpus=4,
+        duration=timedelta(hours=2),
+        priority=Priority.NORMAL,
+        has_reason=True,
+        usage=usage,
+    )
+    assert expected == facts["pool.lendable"]
