@@ -17,9 +17,9 @@ from sqlmodel import Session
 
 from bot.services import admin, notices
 from bot.services.context import Context, record
-from bot.services.grants import decide, facts_now
+from bot.services.grants import decide, facts_now, waiting_guarantees
 from bot.services.reads import request_view
-from bot.services.results import ApprovalEffects, PassedOver, QueueEntry, Recall, Recalled
+from bot.services.results import ApprovalEffects, HeldFor, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import Outcome, RequestKind, RequestState
 from storage import audit, outbox, requests
@@ -215,7 +215,8 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
     if request.kind != RequestKind.BORROW:
         return ApprovalEffects(queued=len(waiting))
     # What the rules say once a person approves (as the approval itself will ask them).
-    decision = decide(ctx, facts_now(ctx, session, request))
+    facts = facts_now(ctx, session, request)
+    decision = decide(ctx, facts)
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return ApprovalEffects(queued=len(waiting), refused=decision.because)
     held = decision.once_approved() == Outcome.QUEUE
@@ -223,6 +224,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         (m.because for m in decision.matches if m.verdict.outcome == Outcome.QUEUE), ""
     )
     paused = admin.is_paused(session, ctx)
+    held_for = _held_for(ctx, session, request) if int(str(facts["team.borrowed_after"])) else ()
     before = {v.lease for v in plan_for(ctx, seen, request.pool, now).start}
     quotas, rules = ctx.policy.pools[request.pool].quotas, ctx.policy.recall
     if request.gpus <= seen.free and not held:
@@ -246,6 +248,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
             recalls=() if paused else _new(after, before),
             notice=rules.notice,
             paused=paused,
+            held_for=held_for,
         )
     # It would join the queue at its place and recall what its guarantee needs (a pending
     # request has no place yet: it is ordered among the queue as if it had one).
@@ -265,6 +268,14 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         notice=rules.notice,
         waits_for=waits_for if held else "",
         paused=paused,
+        held_for=held_for,
+    )
+
+
+def _held_for(ctx: Context, session: Session, request: RequestRow) -> tuple[HeldFor, ...]:
+    """The lenders' waiting guarantees a borrow may not take GPUs from."""
+    return tuple(
+        HeldFor(r.id or 0, r.team, r.gpus) for r in waiting_guarantees(ctx, session, request)
     )
 
 

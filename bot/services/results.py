@@ -247,6 +247,16 @@ class ApprovalEffects:
     refused: str = ""  # the rules would now deny it: why
     waits_for: str = ""  # the rule that keeps it waiting even once approved
     paused: bool = False  # automation is paused: no recall starts
+    held_for: tuple[HeldFor, ...] = ()  # lenders' waiting guarantees it may not borrow from
+
+
+@dataclass(frozen=True)
+class HeldFor:
+    """GPUs a lender's waiting request inside its nominal counts on: not lendable."""
+
+    request: int
+    team: str
+    gpus: int
 
 
 @dataclass(frozen=True)

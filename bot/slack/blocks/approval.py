@@ -146,6 +146,12 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
             f"{why}, so approving *recalls* {taken}: "
             f"warned now, taken {format_duration(effects.notice)} after the warning."
         )
+    lines.extend(
+        f"{plural(h.gpus, 'GPU')} {'is' if h.gpus == 1 else 'are'} held for "
+        f"{escape(h.team)}'s waiting request R{h.request} (inside its nominal), so they are "
+        "not lent."
+        for h in effects.held_for[:4]
+    )
     return lines
 
 

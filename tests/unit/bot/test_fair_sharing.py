@@ -10,7 +10,7 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
-from bot.services.results import BorrowResult, ExtendResult, Refused, SettleResult
+from bot.services.results import BorrowResult, ExtendResult, HeldFor, Refused, SettleResult
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome, Priority
 from storage import outbox
@@ -310,3 +310,24 @@ def test_a_guarantee_waits_for_the_cooldown_no_longer_than_the_bound(
     assert str(audited.detail["because"]).endswith(
         "waited 30m, past recall.max_guarantee_wait (30m); cooldown overridden"
     )
+
+
+def test_an_approval_cannot_lend_what_a_waiting_guarantee_counts_on(services: Services) -> None:
+    """a100: nlp borrows 2 of vision's unused 8, platform holds its nominal 2, 6 GPUs are free.
+    Alice asks for vision's whole nominal and waits; platform's borrow of 2 more is approved,
+    yet it may not take the free GPUs Alice's guarantee counts on."""
+    borrowed(services, CAROL, BorrowAsk("a100", 6, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("a100", 2, DAY)))
+    borrowed(services, ERIN, BorrowAsk("a100", 2, DAY))
+    alice = borrowed(services, ALICE, BorrowAsk("a100", 8, DAY))
+    assert Outcome.QUEUE == alice.outcome
+    asked = borrowed(services, PAT, BorrowAsk("a100", 2, DAY))
+    assert Outcome.ASK == asked.outcome
+    effects = services.approval_effects(asked.request.id)
+    assert effects is not None
+    assert effects.waits
+    assert "other teams lend only 0 unused GPUs" in effects.waits_for
+    assert (HeldFor(alice.request.id, "vision", 8),) == effects.held_for  # the card says so
+    settled = approved(services, ADA, asked)
+    assert "queued" == settled.request.state
+    assert [] == services.leases(PAT)

@@ -19,6 +19,7 @@ from bot.services.results import (
     Explanation,
     ExtendResult,
     GpuSlot,
+    HeldFor,
     PassedOver,
     QueueEntry,
     Recall,
@@ -241,6 +242,21 @@ def test_the_approval_card_says_whom_approving_overtakes_and_what_it_recalls() -
     both = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), taking, "why"))
     assert "It takes GPUs that requests inside their team's nominal wait for, so approving" in both
     assert f"*recalls* L7 (<@{BOB}>, 2 GPUs, team nlp borrowing)" in both
+
+
+def test_the_approval_card_says_which_waiting_guarantees_hold_gpus_back() -> None:
+    held = ApprovalEffects(
+        queued=1,
+        waits=True,
+        behind=(7,),
+        waits_for="other teams lend only 0 unused GPUs in a100 right now",
+        held_for=(HeldFor(7, "nlp", 2), HeldFor(8, "vision", 1)),
+    )
+    text = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), held, "why"))
+    assert "2 GPUs are held for nlp's waiting request R7 (inside its nominal)" in text
+    assert "1 GPU is held for vision's waiting request R8" in text
+    plain = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), WAITING_2, "why"))
+    assert "held for" not in plain
 
 
 def test_settled_card_says_who_decided_and_when_without_buttons() -> None:
