@@ -86,14 +86,6 @@ def any_recalled(session: Session, pool: str) -> bool:
     return any(m.recalled for m in marks)
 
 
-def preempted_since(session: Session, since: datetime) -> set[str]:
-    """The holders of leases preempted (reclaimed for a recall) since `since`."""
-    stmt = select(LeaseRow.holder).where(
-        LeaseRow.end_reason == "preempted", col(LeaseRow.ended_at) >= since
-    )
-    return set(session.exec(stmt).all())
-
-
 def last_preempted_since(session: Session, since: datetime) -> dict[str, datetime]:
     """The holders of leases preempted since `since`, each with their latest preemption."""
     stmt = (

@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
-from bot.services.grants import decide, grant
+from bot.services.grants import decide, grant, owed_to_guarantees
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
 from rules import approvals
@@ -66,7 +66,12 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
         free = free_for(session, policy, user, ask.pool)
         usage = pool_usage(session, ask.pool, free)
         # pool.queued: the waiting requests that would be served before this one
-        usage = replace(usage, queued=_ahead(ctx, session, ask, team.name, now))
+        usage = replace(
+            usage,
+            queued=_ahead(ctx, session, ask, team.name, now),
+            # what the lenders' waiting guarantees count on is not lendable
+            owed=owed_to_guarantees(ctx, session, ask.pool, team.name),
+        )
         facts = request_facts(
             policy,
             kind=RequestKind.BORROW,

@@ -153,23 +153,36 @@ def facts_now(
         duration=timedelta(seconds=request.duration_s),
         priority=Priority(request.priority),
         has_reason=bool(request.reason),
-        usage=replace(usage, queued=ahead, owed=owed_to_guarantees(ctx, session, request)),
+        usage=replace(
+            usage,
+            queued=ahead,
+            owed=owed_to_guarantees(ctx, session, request.pool, request.team, request.id),
+        ),
     )
 
 
 def waiting_guarantees(ctx: Context, session: Session, request: RequestRow) -> list[RequestRow]:
     """The other teams' waiting requests inside their nominal, in queue order: what they
     count on is not lendable, so an approval must not lend it away."""
+    return _guarantees(ctx, session, request.pool, request.team, besides=request.id)
+
+
+def _guarantees(
+    ctx: Context, session: Session, pool: str, team: str, besides: int | None = None
+) -> list[RequestRow]:
     return [
         row
-        for row, inside in ordered_queue(session, ctx.policy, request.pool)
-        if inside and row.id != request.id and row.team != request.team
+        for row, inside in ordered_queue(session, ctx.policy, pool)
+        if inside and row.id != besides and row.team != team
     ]
 
 
-def owed_to_guarantees(ctx: Context, session: Session, request: RequestRow) -> dict[str, int]:
-    """Per team, the GPUs its waiting guarantees count on (`waiting_guarantees`)."""
+def owed_to_guarantees(
+    ctx: Context, session: Session, pool: str, team: str, besides: int | None = None
+) -> dict[str, int]:
+    """Per lender, the GPUs its waiting guarantees count on, as `team` borrows in `pool`
+    (`besides`: the request being decided again, if it is one of them)."""
     owed: dict[str, int] = {}
-    for row in waiting_guarantees(ctx, session, request):
+    for row in _guarantees(ctx, session, pool, team, besides):
         owed[row.team] = owed.get(row.team, 0) + row.gpus
     return owed
