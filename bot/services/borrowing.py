@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
-from bot.services.grants import decide, grant, owed_to_guarantees
+from bot.services.grants import decide, grant, guarantees_in, owed_to
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
 from rules import approvals
@@ -65,13 +65,10 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
             return _not_claimable(session, user, ask)
         free = free_for(session, policy, user, ask.pool)
         usage = pool_usage(session, ask.pool, free)
-        # pool.queued: the waiting requests that would be served before this one
-        usage = replace(
-            usage,
-            queued=_ahead(ctx, session, ask, team.name, now),
-            # what the lenders' waiting guarantees count on is not lendable
-            owed=owed_to_guarantees(ctx, session, ask.pool, team.name),
-        )
+        # pool.queued: the waiting requests served before this one; what the lenders'
+        # waiting guarantees count on is not lendable (one read of the queue for both)
+        ahead, owed = _queue_now(ctx, session, ask, team.name, now)
+        usage = replace(usage, queued=ahead, owed=owed)
         facts = request_facts(
             policy,
             kind=RequestKind.BORROW,
@@ -186,7 +183,11 @@ def _not_claimable(session: Session, user: str, ask: BorrowAsk) -> Refused:
     return Refused("Nothing was borrowed: those GPUs cannot be had now.", "not-claimable")
 
 
-def _ahead(ctx: Context, session: Session, ask: BorrowAsk, team: str, now: datetime) -> int:
+def _queue_now(
+    ctx: Context, session: Session, ask: BorrowAsk, team: str, now: datetime
+) -> tuple[int, dict[str, int]]:
+    """Where the new request would stand in its pool's queue, and what the other teams'
+    waiting guarantees there count on."""
     new = RequestRow(
         kind=RequestKind.BORROW,
         requester="",
@@ -199,8 +200,9 @@ def _ahead(ctx: Context, session: Session, ask: BorrowAsk, team: str, now: datet
         outcome=Outcome.QUEUE.value,
         created_at=now,
     )
-    ordered = [r for r, _ in ordered_queue(session, ctx.policy, ask.pool, extra=new)]
-    return next(i for i, r in enumerate(ordered) if r is new)
+    queue = ordered_queue(session, ctx.policy, ask.pool, extra=new)
+    ahead = next(i for i, (r, _) in enumerate(queue) if r is new)
+    return ahead, owed_to(guarantees_in(queue, team))  # the new request is of `team`
 
 
 def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:

@@ -9,6 +9,7 @@ invariant to every request decision, and `grant` checks it once more before plac
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -156,7 +157,7 @@ def facts_now(
         usage=replace(
             usage,
             queued=ahead,
-            owed=owed_to_guarantees(ctx, session, request.pool, request.team, request.id),
+            owed=owed_to(_guarantees(ctx, session, request.pool, request.team, request.id)),
         ),
     )
 
@@ -170,19 +171,19 @@ def waiting_guarantees(ctx: Context, session: Session, request: RequestRow) -> l
 def _guarantees(
     ctx: Context, session: Session, pool: str, team: str, besides: int | None = None
 ) -> list[RequestRow]:
-    return [
-        row
-        for row, inside in ordered_queue(session, ctx.policy, pool)
-        if inside and row.id != besides and row.team != team
-    ]
+    return guarantees_in(ordered_queue(session, ctx.policy, pool), team, besides)
 
 
-def owed_to_guarantees(
-    ctx: Context, session: Session, pool: str, team: str, besides: int | None = None
-) -> dict[str, int]:
-    """Per lender, the GPUs its waiting guarantees count on, as `team` borrows in `pool`
-    (`besides`: the request being decided again, if it is one of them)."""
+def guarantees_in(
+    queue: Iterable[tuple[RequestRow, bool]], team: str, besides: int | None = None
+) -> list[RequestRow]:
+    """Of a pool's ordered queue, the other teams' requests inside their nominal."""
+    return [row for row, inside in queue if inside and row.id != besides and row.team != team]
+
+
+def owed_to(guarantees: Iterable[RequestRow]) -> dict[str, int]:
+    """Per lender, the GPUs its waiting guarantees count on."""
     owed: dict[str, int] = {}
-    for row in _guarantees(ctx, session, pool, team, besides):
+    for row in guarantees:
         owed[row.team] = owed.get(row.team, 0) + row.gpus
     return owed
