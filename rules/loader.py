@@ -22,11 +22,14 @@ from rules.domain import Outcome, Subject
 from rules.errors import PolicyError, Problem
 from rules.policy import (
     PLACEHOLDER,
+    Backfill,
     Case,
     FleetLimits,
     Limits,
     Policy,
     Pool,
+    Preemption,
+    QueueRules,
     Quota,
     Recall,
     Rule,
@@ -37,7 +40,16 @@ from rules.policy import (
     parse_sweep_then,
     then_help,
 )
-from rules.schema import CaseFile, FleetSpec, LimitsSpec, PolicyFile, RecallSpec, WarningsSpec
+from rules.schema import (
+    CaseFile,
+    FleetSpec,
+    LimitsSpec,
+    PolicyFile,
+    PreemptionSpec,
+    QueueSpec,
+    RecallSpec,
+    WarningsSpec,
+)
 from rules.schema_problems import schema_problems
 from rules.yamlsrc import Located, parse
 
@@ -134,6 +146,8 @@ class _Builder:
         limits_at = self.once("limits")
         warnings_at = self.once("warnings")
         recall_at = self.once("recall")
+        queue_at = self.once("queue")
+        preemption_at = self.once("preemption")
         fleet_at = self.once("fleet")
         automation_at = self.once("automation")
         default_at = self.once("default")
@@ -174,6 +188,10 @@ class _Builder:
             cases=(),
             files=files,
             recall=Recall(**(recall_at[1] if recall_at else RecallSpec()).model_dump()),
+            queue=_queue(queue_at[1] if queue_at else QueueSpec()),
+            preemption=Preemption(
+                (preemption_at[1] if preemption_at else PreemptionSpec()).within_team
+            ),
             fleet=FleetLimits(**(fleet_at[1] if fleet_at else FleetSpec()).model_dump()),
             _team_of=team_of,
         )
@@ -238,7 +256,7 @@ class _Builder:
                             "only lend GPUs it is guaranteed",
                         )
                     )
-                quotas[team] = Quota(q.nominal, q.borrowing_limit, lending)
+                quotas[team] = Quota(q.nominal, q.borrowing_limit, lending, q.weight)
             size = sum(spec.nodes.values())
             total = sum(q.nominal for q in quotas.values())
             if quotas and total != size:
@@ -347,3 +365,7 @@ def _timing(spec: WarningsSpec) -> Timing:
         max_snoozes=spec.max_snoozes,
         stale_after=spec.stale_after,
     )
+
+
+def _queue(spec: QueueSpec) -> QueueRules:
+    return QueueRules(Backfill(spec.backfill), spec.fair_share_half_life)

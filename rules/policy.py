@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
@@ -33,6 +34,7 @@ class Quota:
     nominal: int
     borrowing_limit: int
     lending_limit: int
+    weight: float = 1.0  # fair share among borrowers: a team of weight 2 is owed twice the GPU-h
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,35 @@ class Recall:
     cooldown: timedelta = timedelta(days=1)  # nobody is preempted twice within this
     # ... unless a guarantee (in-nominal request) has waited this long: the cooldown yields
     max_guarantee_wait: timedelta = timedelta(minutes=30)
+
+
+class Backfill(StrEnum):
+    """Whether a queued request may start before an earlier one still waiting."""
+
+    RESERVE = "reserve"  # only when it delays no earlier request's expected start (Slurm)
+    BEST_EFFORT = "best_effort"  # whenever it fits (Kueue's BestEffortFIFO)
+    NONE = "none"  # never: each pool's queue is served strictly in order
+
+
+@dataclass(frozen=True)
+class QueueRules:
+    """How each pool's queue is served (see rules.queueing)."""
+
+    backfill: Backfill = Backfill.RESERVE
+    # past usage counts half after this when borrowers' heads are ordered; zero: no fair share
+    fair_share_half_life: timedelta = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Preemption within a team: `lower_priority` lets a team's waiting request recall the
+    same team's lower-priority leases (with recall's notice and minimum runtime)."""
+
+    within_team: str = "off"
+
+    @property
+    def by_priority(self) -> bool:
+        return self.within_team == "lower_priority"
 
 
 @dataclass(frozen=True)
@@ -152,6 +183,8 @@ class Policy:
     cases: tuple[Case, ...]
     files: tuple[str, ...]
     recall: Recall = field(default_factory=Recall)
+    queue: QueueRules = field(default_factory=QueueRules)
+    preemption: Preemption = field(default_factory=Preemption)
     fleet: FleetLimits = field(default_factory=FleetLimits)
     _team_of: Mapping[str, str] = field(default_factory=dict, repr=False)
 

@@ -98,6 +98,7 @@ class QuotaSpec(_Strict):
     nominal: Count
     borrowing_limit: Count = 0
     lending_limit: Count | None = None  # None: lends all its unused nominal
+    weight: Annotated[float, Field(gt=0, le=1000)] = 1.0  # fair share among borrowers
 
 
 class LimitsSpec(_Strict):
@@ -142,6 +143,15 @@ class RecallSpec(_Strict):
     min_runtime: Duration = timedelta(hours=1)
     cooldown: Duration = timedelta(days=1)
     max_guarantee_wait: Duration = timedelta(minutes=30)
+
+
+class QueueSpec(_Strict):
+    backfill: Literal["reserve", "best_effort", "none"] = "reserve"
+    fair_share_half_life: Duration = timedelta(days=7)
+
+
+class PreemptionSpec(_Strict):
+    within_team: Literal["off", "lower_priority"] = "off"
 
 
 def _at_least_a_poll(value: timedelta) -> timedelta:
@@ -189,6 +199,8 @@ class PolicyFile(_Strict):
     limits: LimitsSpec | None = None
     warnings: WarningsSpec | None = None
     recall: RecallSpec | None = None
+    queue: QueueSpec | None = None
+    preemption: PreemptionSpec | None = None
     fleet: FleetSpec | None = None
     automation: Literal["active", "paused"] | None = None
     default: DefaultSpec | None = None

@@ -165,13 +165,13 @@ def test_the_revision_is_the_hash_of_the_files() -> None:
             "limits.yaml",
             "not_reporting_after: 90s",
             "not_reporting_after: 10s",
-            "limits.yaml:33:24: fleet.not_reporting_after: must be at least 30s",
+            "limits.yaml:44:24: fleet.not_reporting_after: must be at least 30s",
         ),
         (
             "limits.yaml",
             "memory_floor_mib: 256",
             "memory_floor_mb: 256",
-            "limits.yaml:32:3: unknown key 'memory_floor_mb'; expected one of: "
+            "limits.yaml:43:3: unknown key 'memory_floor_mb'; expected one of: "
             "memory_floor_mib, not_reporting_after",
         ),
         (
