@@ -28,10 +28,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from rules.domain import Priority, format_duration
 from rules.policy import Quota, Recall
+from rules.queueing import inside_nominal
 
 
 @dataclass(frozen=True)
@@ -100,56 +101,6 @@ def _rank(priority: str) -> int:
         return Priority.NORMAL.rank
 
 
-@dataclass(frozen=True)
-class Queued:
-    """A queued borrow, as the queue orders it."""
-
-    request: int
-    team: str
-    gpus: int
-    priority: str
-    created_at: datetime
-
-
-def queue_order(
-    queued: Sequence[Queued], used: Mapping[str, int], quotas: Mapping[str, Quota]
-) -> list[tuple[Queued, bool]]:
-    """The pool's queue in serving order, each with whether it is inside its team's nominal.
-
-    As Kueue orders its heads: requests inside their team's nominal quota (guarantees) first,
-    then by priority (high first), then by arrival. Whether a request is inside nominal counts
-    the team's GPUs held now and its earlier waiting guarantees."""
-    by_priority = sorted(queued, key=lambda q: (-_rank(q.priority), q.created_at, q.request))
-    flagged = list(zip(by_priority, _inside_nominal(by_priority, used, quotas), strict=True))
-    return sorted(flagged, key=lambda f: not f[1])  # stable: guarantees first, order kept
-
-
-class _Demand(Protocol):
-    @property
-    def team(self) -> str: ...
-    @property
-    def gpus(self) -> int: ...
-
-
-def _inside_nominal(
-    demands: Sequence[_Demand], used: Mapping[str, int], quotas: Mapping[str, Quota]
-) -> list[bool]:
-    """For each demand in order: does it fit its team's nominal, with the GPUs the team holds
-    and its earlier demands that fit?"""
-    promised: dict[str, int] = {}
-    out = []
-    for d in demands:
-        quota = quotas.get(d.team)
-        inside = (
-            quota is not None
-            and used.get(d.team, 0) + promised.get(d.team, 0) + d.gpus <= quota.nominal
-        )
-        if inside:
-            promised[d.team] = promised.get(d.team, 0) + d.gpus
-        out.append(inside)
-    return out
-
-
 def borrowed_parts(holdings: Sequence[Holding], quotas: Mapping[str, Quota]) -> dict[int, int]:
     """How many of each lease's GPUs are borrowed. A team's nominal covers its highest-priority
     leases first, the earliest granted first among equals; whatever lies beyond is borrowed, so
@@ -208,7 +159,7 @@ def plan(
     for h in holdings:
         used[h.team] = used.get(h.team, 0) + h.gpus
     # Which queued requests are guarantees: inside nominal with the team's earlier ones.
-    inside = _inside_nominal(queue, used, quotas)
+    inside = inside_nominal(queue, used, quotas)
     guaranteed = [w for w, fits in zip(queue, inside, strict=True) if fits]
     claims = _Claims(guaranteed, free)
     overdue = _overdue(guaranteed, recall.max_guarantee_wait)

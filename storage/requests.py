@@ -4,14 +4,15 @@ request locked for a decision. Callers own the session (and so the transaction).
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from rules.domain import RequestKind, RequestState
 from rules.policy import Policy
-from rules.recall import Queued, queue_order
+from rules.queueing import Queued, queue_order
 from storage.db import lock_for_update
 from storage.leases import held_by_team
 from storage.tables import RequestRow
@@ -128,11 +129,16 @@ def open_requests_for(session: Session, user: str) -> list[RequestRow]:
 
 
 def ordered_queue(
-    session: Session, policy: Policy, pool: str, *, extra: RequestRow | None = None
+    session: Session,
+    policy: Policy,
+    pool: str,
+    *,
+    extra: RequestRow | None = None,
+    usage: Mapping[str, float] | None = None,
 ) -> list[tuple[RequestRow, bool]]:
-    """The pool's queued borrows in serving order (rules.recall.queue_order), each with
+    """The pool's queued borrows in serving order (rules.queueing.queue_order), each with
     whether it is inside its team's nominal; `extra`, a request not queued (yet), placed
-    among them as if it were."""
+    among them as if it were; `usage`, each team's recent usage for fair share."""
     rows = list(
         session.exec(
             select(RequestRow).where(
@@ -147,10 +153,15 @@ def ordered_queue(
     if not rows:
         return []
     quotas = policy.pools[pool].quotas if pool in policy.pools else {}
-    by_id = {r.id if r.id is not None else -1: r for r in rows}
-    items = [Queued(key, r.team, r.gpus, r.priority, r.created_at) for key, r in by_id.items()]
+    last = max((r.id for r in rows if r.id is not None), default=0) + 1  # a new one goes last
+    by_id = {r.id if r.id is not None else last: r for r in rows}
+    items = [
+        Queued(key, r.team, r.gpus, r.priority, r.created_at, timedelta(seconds=r.duration_s))
+        for key, r in by_id.items()
+    ]
     held = held_by_team(session, pool)
-    return [(by_id[q.request], inside) for q, inside in queue_order(items, held, quotas)]
+    order = queue_order(items, held, quotas, usage)
+    return [(by_id[q.request], inside) for q, inside in order]
 
 
 def pools_with_queue(session: Session) -> set[str]:

@@ -90,3 +90,17 @@ def a_sample(
         taken_at=at,
         error=error,
     )
+
+
+def sources_with(section: str, text: str) -> dict[str, str]:
+    """The shipped rule files with one top-level section of limits.yaml replaced by `text`
+    (e.g. sources_with("queue", "queue: {backfill: none}"))."""
+    sources = default_sources()
+    lines = sources["limits.yaml"].splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{section}:"))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i][:1] not in (" ", "\n", "")),
+        len(lines),
+    )
+    sources["limits.yaml"] = "".join([*lines[:start], text.rstrip("\n") + "\n", *lines[end:]])
+    return sources

@@ -12,20 +12,21 @@ from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
-from bot.services.grants import decide, grant, guarantees_in, owed_to
+from bot.services.grants import decide, grant, guarantees_in, owed_to, queue_of
+from bot.services.queueing import queued, timeline
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
 from rules import approvals
 from rules.approvals import approvers_for, route_for
 from rules.domain import Outcome, Priority, RequestKind, RequestState
 from rules.facts import request_facts
-from rules.policy import Policy
+from rules.policy import Backfill, Policy
+from rules.queueing import expected_starts
 from storage import leases, requests
 from storage.audit import AuditTag
 from storage.gpus import Place, claimable, free_for, gpu_lines
 from storage.pools import lock as lock_pool
 from storage.pools import pool_usage
-from storage.requests import ordered_queue
 from storage.tables import RequestRow
 
 
@@ -186,23 +187,31 @@ def _not_claimable(session: Session, user: str, ask: BorrowAsk) -> Refused:
 def _queue_now(
     ctx: Context, session: Session, ask: BorrowAsk, team: str, now: datetime
 ) -> tuple[int, dict[str, int]]:
-    """Where the new request would stand in its pool's queue, and what the other teams'
-    waiting guarantees there count on."""
+    """How many waiting requests the new one would delay by starting now (with `none`
+    backfill: how many stand before it), and what the other teams' waiting guarantees in its
+    pool count on."""
+    duration = ask.duration or ctx.policy.pools[ask.pool].limits.default_duration
     new = RequestRow(
         kind=RequestKind.BORROW,
         requester="",
         team=team,
         pool=ask.pool,
         gpus=ask.gpus,
-        duration_s=0,
+        duration_s=int(duration.total_seconds()),
         priority=ask.priority,
         state=RequestState.QUEUED,
         outcome=Outcome.QUEUE.value,
         created_at=now,
     )
-    queue = ordered_queue(session, ctx.policy, ask.pool, extra=new)
-    ahead = next(i for i, (r, _) in enumerate(queue) if r is new)
-    return ahead, owed_to(guarantees_in(queue, team))  # the new request is of `team`
+    queue = queue_of(ctx, session, ask.pool, extra=new)
+    place = next(i for i, (r, _) in enumerate(queue) if r is new)
+    owed = owed_to(guarantees_in(queue, team))  # the new request is of `team`
+    backfill = ctx.policy.queue.backfill
+    if backfill != Backfill.RESERVE:
+        return (place if backfill == Backfill.NONE else 0), owed
+    line = timeline(ctx, session, ask.pool, now)
+    expected_starts([queued(r) for r, _ in queue[:place]], line, backfill)
+    return len(line.delays(ask.gpus, duration)), owed
 
 
 def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:

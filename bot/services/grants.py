@@ -138,10 +138,16 @@ def _over_quota(
 
 
 def facts_now(
-    ctx: Context, session: Session, request: RequestRow, *, ahead: int = 0
+    ctx: Context,
+    session: Session,
+    request: RequestRow,
+    *,
+    ahead: int = 0,
+    queue: Iterable[tuple[RequestRow, bool]] | None = None,
 ) -> dict[str, object]:
-    """The request's facts now. `pool.queued` is what waits ahead of it: none for the head
-    of the queue, and none for a request a person approves (the card said whom it overtakes)."""
+    """The request's facts now. `pool.queued` is what waits ahead of it and would be delayed
+    by a start now: none for the head of the queue, and none for a request a person approves
+    (the card said whom it overtakes). `queue`: the pool's queue, when the caller has read it."""
     free = free_for(session, ctx.policy, request.requester, request.pool)
     usage = pool_usage(session, request.pool, free)
     return request_facts(
@@ -157,7 +163,11 @@ def facts_now(
         usage=replace(
             usage,
             queued=ahead,
-            owed=owed_to(_guarantees(ctx, session, request.pool, request.team, request.id)),
+            owed=owed_to(
+                _guarantees(ctx, session, request.pool, request.team, request.id)
+                if queue is None
+                else guarantees_in(queue, request.team, request.id)
+            ),
         ),
     )
 
@@ -171,7 +181,22 @@ def waiting_guarantees(ctx: Context, session: Session, request: RequestRow) -> l
 def _guarantees(
     ctx: Context, session: Session, pool: str, team: str, besides: int | None = None
 ) -> list[RequestRow]:
-    return guarantees_in(ordered_queue(session, ctx.policy, pool), team, besides)
+    return guarantees_in(queue_of(ctx, session, pool), team, besides)
+
+
+def queue_of(
+    ctx: Context, session: Session, pool: str, *, extra: RequestRow | None = None
+) -> list[tuple[RequestRow, bool]]:
+    """The pool's queue in serving order, fair share counted; each request with whether it is
+    inside its team's nominal (see rules.queueing)."""
+    return ordered_queue(
+        session, ctx.policy, pool, extra=extra, usage=recent_usage(ctx, session, pool)
+    )
+
+
+def recent_usage(ctx: Context, session: Session, pool: str) -> dict[str, float]:
+    """Each team's recent usage of the pool, for fair share (empty: fair share is off)."""
+    return {}
 
 
 def guarantees_in(

@@ -7,11 +7,12 @@ from collections import Counter, defaultdict
 from sqlmodel import Session
 
 from bot.services.context import Context
+from bot.services.grants import queue_of
 from bot.services.reads import list_leases, list_requests, request_view
 from bot.services.results import Home, ModelCount, PoolStatus, QuotaUse, RequestView
 from storage.gpus import Place, free_gpus, gpu_lines
 from storage.pools import pool_usage
-from storage.requests import ordered_queue, pending, pools_with_queue, queued_sizes
+from storage.requests import pending, pools_with_queue, queued_sizes
 from storage.tables import RequestRow
 
 
@@ -67,11 +68,7 @@ def queue(session: Session, ctx: Context) -> list[RequestView]:
     """Requests waiting for GPUs, pool by pool, in the order they will be served: those inside
     their team's nominal first, then priority, then arrival."""
     pools = pools_with_queue(session)
-    return [
-        request_view(row)
-        for pool in sorted(pools)
-        for row, _ in ordered_queue(session, ctx.policy, pool)
-    ]
+    return [request_view(row) for pool in sorted(pools) for row, _ in queue_of(ctx, session, pool)]
 
 
 def home(session: Session, ctx: Context, user: str, *, paused: bool) -> Home:

@@ -1,48 +1,120 @@
-"""The queue: requests waiting for GPUs are granted when GPUs come free: those inside their
-team's nominal quota first, then the highest priority, then in order of arrival; the head of a
-pool's queue is never overtaken."""
+"""The queue: requests waiting for GPUs are granted when GPUs come free, in the order of
+rules.queueing (inside nominal first, then fair share, then priority, then arrival). A request
+further back starts first only as `queue.backfill` allows: by default when it delays no earlier
+request's expected start, computed from the leases' end times."""
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
 from bot.services import admin, notices
 from bot.services.context import SYSTEM, Context, record
-from bot.services.grants import decide, facts_now, grant
+from bot.services.grants import decide, facts_now, grant, queue_of
 from bot.services.results import LeaseView
 from rules.approvals import approvers_for, route_for
+from rules.decision import Decision
 from rules.domain import (
     Outcome,
     RequestState,
     format_duration,
 )
+from rules.policy import Backfill
+from rules.queueing import Ending, Queued, Slot, Timeline, expected_starts
+from storage import leases as storage_leases
+from storage import outbox
 from storage.audit import AuditTag
+from storage.gpus import free_gpus
 from storage.outbox import owe
 from storage.pools import lock as lock_pool
-from storage.requests import ordered_queue, queued_since
-from storage.tables import RequestRow
+from storage.requests import queued_since
+from storage.tables import LeaseRow, RequestRow
 
 
 def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]:
-    """Grant what now fits, pool by pool; stop at a head that still has to wait.
+    """Grant what now fits, pool by pool, walking each queue in serving order.
 
     Requests that waited longer than the pool's `max_queue_wait` are withdrawn first, and
     their requesters told."""
     granted: list[LeaseView] = []
     for pool in pools if pools is not None else sorted(ctx.policy.pools):
         _time_out(ctx, pool)
-        while True:
-            with ctx.db.write() as session:
-                lock_pool(session, pool)
-                head = _head(ctx, session, pool)
-                if head is None:
-                    break
-                lease, moved = _serve(ctx, session, head)
-            if lease is not None:
-                granted.append(lease)
-            if not moved:
-                break
+        with ctx.db.write() as session:
+            lock_pool(session, pool)
+            granted += _walk(ctx, session, pool)
     return granted
+
+
+def _walk(ctx: Context, session: Session, pool: str) -> list[LeaseView]:
+    """Settle each queued request the rules now allow, in serving order. A request that
+    still waits for GPUs holds its expected start (with `reserve`), so those behind it start
+    only where they delay nobody; with `none`, the first that waits stops the walk."""
+    backfill = ctx.policy.queue.backfill
+    now = ctx.now()
+    line = timeline(ctx, session, pool, now)
+    remaining = queue_of(ctx, session, pool)
+    granted: list[LeaseView] = []
+    for row, inside in list(remaining):
+        want = timedelta(seconds=row.duration_s)
+        ahead = len(line.delays(row.gpus, want)) if backfill == Backfill.RESERVE else 0
+        facts = facts_now(ctx, session, row, ahead=ahead, queue=remaining)
+        lease, moved = _serve(ctx, session, row, decide(ctx, facts))
+        if moved:
+            remaining.remove((row, inside))
+        if lease is not None:
+            granted.append(lease)
+            line.start(row.gpus, want)
+        elif moved:
+            continue
+        elif backfill == Backfill.NONE:
+            break
+        elif backfill == Backfill.RESERVE and not line.fits_now(row.gpus, want):
+            line.reserve(row.id or 0, row.gpus, want)
+    return granted
+
+
+def timeline(ctx: Context, session: Session, pool: str, now: datetime) -> Timeline:
+    """The pool's GPUs over time: free now, and each active lease's usable GPUs back at its
+    end, or sooner when it is being recalled (the delivered warning plus the notice)."""
+    leases = storage_leases.active_in(session, pool)
+    usable = storage_leases.usable_gpus(session, [row.id or 0 for row in leases])
+    notice = ctx.policy.recall.notice
+    ending = []
+    for row in leases:
+        end = row.expires_at
+        if row.warnings.recalled_at is not None:
+            end = min(end, (taken_at(session, row, notice) or now + notice))
+        ending.append(Ending(usable.get(row.id or 0, 0), end))
+    free = sum(len(v) for v in free_gpus(session, pool).values())
+    return Timeline(now, free, ending)
+
+
+def taken_at(session: Session, row: LeaseRow, notice: timedelta) -> datetime | None:
+    """The earliest a recalled lease is reclaimed: its warning's delivery plus the notice
+    (None until the warning is delivered)."""
+    owed_id = row.warnings.warning_outbox("preempt")
+    owed = outbox.get(session, owed_id) if owed_id is not None else None
+    delivered = owed.delivered_at if owed is not None else None
+    return delivered + notice if delivered is not None else None
+
+
+def slots(ctx: Context, session: Session, pool: str) -> dict[int, Slot]:
+    """Each queued request's expected start, as the queue stands (rules.queueing)."""
+    now = ctx.now()
+    waiting = [queued(row) for row, _ in queue_of(ctx, session, pool)]
+    return expected_starts(waiting, timeline(ctx, session, pool, now), ctx.policy.queue.backfill)
+
+
+def queued(row: RequestRow) -> Queued:
+    return Queued(
+        row.id or 0,
+        row.team,
+        row.gpus,
+        row.priority,
+        row.created_at,
+        timedelta(seconds=row.duration_s),
+    )
 
 
 def _time_out(ctx: Context, pool: str) -> None:
@@ -83,15 +155,12 @@ def _time_out(ctx: Context, pool: str) -> None:
             notices.settled(session, request, by=SYSTEM, verdict="timeout", reason=why, at=now)
 
 
-def _head(ctx: Context, session: Session, pool: str) -> RequestRow | None:
-    ordered = ordered_queue(session, ctx.policy, pool)
-    return ordered[0][0] if ordered else None
-
-
-def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseView | None, bool]:
-    """Settle the head if the rules allow it now; (lease granted, whether the queue moved)."""
+def _serve(
+    ctx: Context, session: Session, request: RequestRow, decision: Decision
+) -> tuple[LeaseView | None, bool]:
+    """Settle a queued request if the rules allow it now; (lease granted, whether it left the
+    queue)."""
     now = ctx.now()
-    decision = decide(ctx, facts_now(ctx, session, request))
     assert decision.verdict is not None
     outcome = decision.verdict.outcome
     person = request.decided_by not in (None, SYSTEM)  # a manager already said yes
@@ -130,7 +199,7 @@ def _serve(ctx: Context, session: Session, request: RequestRow) -> tuple[LeaseVi
         notices.approval_cards(session, request, at=now)
         return None, True
     if outcome == Outcome.QUEUE or (person and decision.once_approved() == Outcome.QUEUE):
-        return None, False  # still waiting, and nobody behind it goes first
+        return None, False  # still waiting
     lease = grant(ctx, session, request, now, actor=SYSTEM, decision=decision)
     if lease is None:
         return None, False

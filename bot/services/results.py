@@ -281,11 +281,13 @@ class QueueEntry:
     """One waiting request: its place in its pool's queue and why it waits there."""
 
     request: RequestView
-    position: int  # 1 is the head of its pool's queue
-    head: str  # the head's code when this one is behind it, else ""
+    position: int  # its place in its pool's serving order, from 1
+    head: str  # the code of the head of its team's queue when this one is behind it, else ""
     waits_for: str  # the rules' reason it waits (what is missing)
     free: int  # GPUs free in the pool now
     guaranteed: bool  # inside its team's nominal: borrowed GPUs are recalled for it
     recalls: tuple[Recall, ...]  # recalls under way in its pool (guaranteed requests only)
     withdrawn_at: datetime  # when it times out if still waiting
     passed_over: tuple[PassedOver, ...] = ()  # borrowed leases recall may not take now (guaranteed)
+    expected_start: datetime | None = None  # from the leases' end times (None: not known)
+    for_gpus: bool = True  # it waits for GPUs to come free (else only for the rules)

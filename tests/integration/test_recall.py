@@ -46,7 +46,7 @@ def test_a_borrowed_lease_is_warned_given_its_notice_reclaimed_and_the_lender_se
     story.run(70, busy, lease=list(leases.values()))
     request = alice_asks(story)  # recalls Dave's lease at once: nlp holds 5 of its 3
     queue = story.answer(ALICE, "queue")
-    assert "First in the l40s queue; 1 GPU free now." in queue
+    assert "First of team vision's requests in the l40s queue; 1 GPU free now." in queue
     assert f"borrowed GPUs are recalled: L{leases[DAVE]} (<@{DAVE}>, 2 GPUs, team nlp)" in queue
     story.run(130, busy, lease=list(leases.values()))
     granted = story.bot.services.leases(ALICE)

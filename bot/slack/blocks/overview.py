@@ -151,26 +151,37 @@ def queue_message(entries: Sequence[QueueEntry]) -> Message:
     if not entries:
         blocks.append(section("Nothing is queued: every request has been served."))
     else:
-        blocks.append(
-            context(
-                "Order: requests inside their team's nominal quota first, then priority (high "
-                "first), then arrival; nobody overtakes the head of a pool's queue. A request "
-                "inside nominal recalls borrowed GPUs."
-            )
-        )
+        blocks.append(context(QUEUE_LEGEND))
     return message(f"{plural(len(entries), 'request')} queued.", blocks)
 
 
+QUEUE_LEGEND = (
+    "Each team's requests wait in their own queue per pool (priority, then arrival). The teams' "
+    "first requests are served inside nominal quota first, then the team that used least of "
+    "its fair share lately, then priority, then arrival. A request further back starts first "
+    "only if it delays no earlier request's expected start. A request inside nominal recalls "
+    "borrowed GPUs; the cooldown never holds it up beyond recall.max_guarantee_wait."
+)
+
+
 def queue_text(entry: QueueEntry) -> str:
-    """One waiting request in plain words: where it stands and what it waits for."""
+    """One waiting request in plain words: where it stands, when it may start and what it
+    waits for."""
     request = entry.request
-    pool = escape(request.pool)
+    pool, team = escape(request.pool), escape(request.team)
     lines = [f"*{entry.position}.* {request_text(request, who=True)}"]
     if entry.head:
-        lines.append(f"Waits behind {entry.head}, the head of the {pool} queue.")
+        lines.append(f"Behind {entry.head} in team {team}'s queue for {pool}.")
     else:
         free = plural(entry.free, "GPU")
-        lines.append(f"First in the {pool} queue; {free} free now.")
+        lines.append(f"First of team {team}'s requests in the {pool} queue; {free} free now.")
+    if entry.expected_start is not None:
+        lines.append(
+            f"Expected to start {slack_date(entry.expected_start)}, when enough leases end "
+            "(sooner if GPUs are released)."
+        )
+    elif entry.for_gpus:
+        lines.append("No start can be foreseen: the GPUs in service do not stretch that far.")
     if entry.waits_for:
         lines.append(f"Why it waits: {clip(escape(entry.waits_for), 300)}")
     lines += recall_lines(entry)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rules.policy import Quota, Recall
-from rules.recall import Holding, Plan, Queued, Waiting, plan, queue_order
+from rules.recall import Holding, Plan, Waiting, plan
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 RULES = Recall(
@@ -258,20 +258,6 @@ def test_guarantees_follow_queue_order_and_add_up_per_team() -> None:
     result = planned(NLP_BORROWING, [Waiting(10, "vision", 2), Waiting(11, "vision", 2)], free=1)
     assert (10,) == result.guaranteed
     assert 1 == result.need
-
-
-def test_the_queue_puts_guarantees_first_then_priority_then_arrival() -> None:
-    """nlp holds 5 of its 3: its high-priority request borrows and waits behind vision's low
-    ones inside nominal; vision's third request no longer fits its 3 and borrows too."""
-    at = [NOW + timedelta(minutes=m) for m in range(4)]
-    queued = [
-        Queued(1, "nlp", 1, "high", at[0]),
-        Queued(2, "vision", 2, "low", at[1]),
-        Queued(3, "vision", 1, "low", at[2]),
-        Queued(4, "vision", 1, "normal", at[3]),
-    ]
-    order = queue_order(queued, {"nlp": 5}, QUOTAS)
-    assert [(4, True), (2, True), (1, False), (3, False)] == [(q.request, g) for q, g in order]
 
 
 def test_a_teams_nominal_lease_is_never_recalled_in_place_of_its_borrowed_one() -> None:

@@ -105,6 +105,8 @@ def _entry(
         ),
         withdrawn_at=T0 + timedelta(days=1),
         passed_over=PASSED[:passed],
+        expected_start=T0 + timedelta(hours=2) if position == 1 else None,
+        for_gpus=position == 1,
     )
 
 
@@ -304,12 +306,13 @@ def test_borrow_replies_say_what_happens_next() -> None:
 
 def test_the_queue_says_where_each_request_stands_and_why() -> None:
     head = texts_of(kit.queue_message([_entry(1, recalls=0, guaranteed=False)]))
-    assert "First in the a100 queue; 1 GPU free now." in head
+    assert "First of team vision's requests in the a100 queue; 1 GPU free now." in head
     assert "Why it waits: only 1 of 16 GPUs are free in a100 right now" in head
     assert "Withdrawn <!date^" in head
+    assert "Expected to start <!date^" in head
     assert "recalled" not in head
     behind = texts_of(kit.queue_message([_entry(2, recalls=0)]))
-    assert "Waits behind R1, the head of the a100 queue." in behind
+    assert "Behind R1 in team vision's queue for a100." in behind
     assert "nothing borrowed can be recalled yet" in behind
     recalling = texts_of(kit.queue_message([_entry(1, recalls=2)]))
     assert "L7 (<@U0BOB0001>, 2 GPUs, team nlp): taken <!date^" in recalling

@@ -1,0 +1,231 @@
+"""The queue: in what order a pool's waiting borrows are served, and which of them may start
+before those ahead of them (backfill).
+
+Order. Each team's requests form their own queue in the pool: the highest priority first, then
+the earliest. The heads of the teams' queues are served in this order:
+
+1. a request inside its team's nominal quota (a guarantee) before one that borrows;
+2. among borrowers, the team with the smallest fair-share key first: its recent usage (decayed
+   GPU-hours) over its weight. Each request served adds its GPU-hours to its team's usage, so
+   two teams with equal keys take turns instead of one team emptying its queue first;
+3. then the higher priority, then the earlier arrival.
+
+Backfill (`queue.backfill`). A request further back may start now:
+
+- `reserve` (the default, as Slurm's backfill): when it fits the free GPUs and its lease ends
+  before, or leaves room for, every earlier request still waiting for GPUs. Each such request
+  holds a reservation at its expected start: the earliest time enough GPUs are free for its
+  whole duration, counting the leases' end times and the reservations before it;
+- `best_effort` (Kueue's BestEffortFIFO): whenever it fits; a large request may wait long;
+- `none`: never; the first request that waits holds up the pool.
+
+Pure: the bot reads the pool, walks `Timeline` in serving order and decides each request with
+the rules, telling them how many earlier requests a start now would delay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from rules.domain import Priority
+from rules.policy import Backfill, Quota
+
+
+def rank(priority: str) -> int:
+    """A priority's rank, high first; an unknown priority counts as normal."""
+    try:
+        return Priority(priority).rank
+    except ValueError:
+        return Priority.NORMAL.rank
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A queued borrow, as the queue orders it."""
+
+    request: int
+    team: str
+    gpus: int
+    priority: str
+    created_at: datetime
+    duration: timedelta = timedelta(0)
+
+
+class _Demand(Protocol):
+    @property
+    def team(self) -> str: ...
+    @property
+    def gpus(self) -> int: ...
+
+
+def inside_nominal(
+    demands: Sequence[_Demand], used: Mapping[str, int], quotas: Mapping[str, Quota]
+) -> list[bool]:
+    """For each demand in order: does it fit its team's nominal, with the GPUs the team holds
+    and its earlier demands that fit?"""
+    promised: dict[str, int] = {}
+    out = []
+    for d in demands:
+        quota = quotas.get(d.team)
+        inside = (
+            quota is not None
+            and used.get(d.team, 0) + promised.get(d.team, 0) + d.gpus <= quota.nominal
+        )
+        if inside:
+            promised[d.team] = promised.get(d.team, 0) + d.gpus
+        out.append(inside)
+    return out
+
+
+def queue_order(
+    queued: Sequence[Queued],
+    used: Mapping[str, int],
+    quotas: Mapping[str, Quota],
+    usage: Mapping[str, float] | None = None,
+) -> list[tuple[Queued, bool]]:
+    """The pool's queue in serving order, each with whether it is inside its team's nominal.
+
+    `usage`: per team, its recent decayed GPU-hours in the pool (fair share); None or empty
+    leaves fair share out (priority, then arrival)."""
+    by_priority = sorted(queued, key=lambda q: (-rank(q.priority), q.created_at, q.request))
+    flags = inside_nominal(by_priority, used, quotas)
+    lines: dict[str, list[tuple[Queued, bool]]] = {}
+    for item, inside in zip(by_priority, flags, strict=True):
+        lines.setdefault(item.team, []).append((item, inside))
+    spent = dict(usage or {})
+    fair = bool(usage)
+    out: list[tuple[Queued, bool]] = []
+    while lines:
+
+        def key(team: str) -> tuple[bool, float, int, datetime, int]:
+            head, inside = lines[team][0]
+            share = 0.0
+            if fair and not inside:
+                quota = quotas.get(team)
+                share = spent.get(team, 0.0) / (quota.weight if quota else 1.0)
+            return (not inside, share, -rank(head.priority), head.created_at, head.request)
+
+        team = min(lines, key=key)
+        head, inside = lines[team].pop(0)
+        out.append((head, inside))
+        if not lines[team]:
+            del lines[team]
+        spent[team] = spent.get(team, 0.0) + head.gpus * head.duration.total_seconds() / 3600
+    return out
+
+
+@dataclass(frozen=True)
+class Ending:
+    """GPUs of a lease in the pool that come back free when it ends."""
+
+    gpus: int
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Reservation:
+    request: int
+    gpus: int
+    start: datetime
+    end: datetime
+
+
+class Timeline:
+    """The pool's GPUs over time: free now, coming back as leases end, and promised to the
+    requests that start now or hold a reservation. An estimate: leases may end early (a
+    release) or late (an extension, a lease that overruns until reclaimed)."""
+
+    def __init__(self, now: datetime, free: int, ending: Sequence[Ending]) -> None:
+        self.now = now
+        self.free = free
+        self.ending = sorted((max(e.at, now), e.gpus) for e in ending if e.gpus > 0)
+        self.reservations: list[Reservation] = []
+        self.started: list[tuple[datetime, int]] = []  # (end, gpus) of what started now
+
+    def available(self, at: datetime) -> int:
+        """GPUs neither in use nor promised at `at`."""
+        back = sum(g for t, g in self.ending if t <= at)
+        busy = sum(g for end, g in self.started if end > at)
+        held = sum(r.gpus for r in self.reservations if r.start <= at < r.end)
+        return self.free + back - busy - held
+
+    def _fits(self, gpus: int, start: datetime, end: datetime) -> bool:
+        # what is available only drops where a reservation begins
+        points = {start} | {r.start for r in self.reservations if start < r.start < end}
+        return all(self.available(t) >= gpus for t in points)
+
+    def fits_now(self, gpus: int, duration: timedelta) -> bool:
+        """May `gpus` start now for `duration` without delaying any reservation?"""
+        return self._fits(gpus, self.now, self.now + duration)
+
+    def delays(self, gpus: int, duration: timedelta) -> list[int]:
+        """The earlier requests a start now would delay: those whose reservation overlaps the
+        lease, when the GPUs do not stretch to both. Empty when it may start now."""
+        if self._fits(gpus, self.now, self.now + duration):
+            return []
+        end = self.now + duration
+        return [r.request for r in self.reservations if r.start < end]
+
+    def start(self, gpus: int, duration: timedelta) -> None:
+        """A lease of `gpus` starts now."""
+        self.started.append((self.now + duration, gpus))
+
+    def earliest(
+        self, gpus: int, duration: timedelta, not_before: datetime | None = None
+    ) -> datetime | None:
+        """When `gpus` are free for `duration`, counting ends and reservations; None when the
+        pool's GPUs never stretch that far."""
+        first = max(self.now, not_before or self.now)
+        candidates = [t for t, _ in self.ending] + [r.end for r in self.reservations]
+        candidates += [end for end, _ in self.started]
+        for at in sorted({first} | {c for c in candidates if c > first}):
+            if self._fits(gpus, at, at + duration):
+                return at
+        return None
+
+    def reserve(
+        self, request: int, gpus: int, duration: timedelta, not_before: datetime | None = None
+    ) -> datetime | None:
+        """Hold the earliest slot for a request that has to wait; its expected start."""
+        at = self.earliest(gpus, duration, not_before)
+        if at is not None:
+            self.reservations.append(Reservation(request, gpus, at, at + duration))
+        return at
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a waiting request stands: when it is expected to start, and whether it waits for
+    GPUs to come free at all (else for the rules: a lending limit, a manager)."""
+
+    request: int
+    start: datetime | None  # None: not known (it waits for the rules, or never fits)
+    for_gpus: bool
+
+
+def expected_starts(
+    waiting: Sequence[Queued], line: Timeline, backfill: Backfill
+) -> dict[int, Slot]:
+    """For the queue as it stands (in serving order, nothing in it startable now), each
+    request's expected start. With `reserve`, each request that waits for GPUs holds the
+    earliest slot that delays none before it; with `none`, nobody starts before those ahead;
+    with `best_effort`, nothing is held, so the estimate counts only the leases' ends."""
+    out: dict[int, Slot] = {}
+    floor: datetime | None = None
+    blocked = False
+    for q in waiting:
+        for_gpus = not line.fits_now(q.gpus, q.duration)
+        if backfill == Backfill.BEST_EFFORT:
+            start = line.earliest(q.gpus, q.duration) if for_gpus else None
+        elif backfill == Backfill.NONE:
+            start = None if blocked else line.reserve(q.request, q.gpus, q.duration, floor)
+            start = start if for_gpus or start is None else None
+            blocked = blocked or start is None
+            floor = start
+        else:
+            start = line.reserve(q.request, q.gpus, q.duration) if for_gpus else None
+        out[q.request] = Slot(q.request, start, for_gpus)
+    return out
