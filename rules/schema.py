@@ -40,6 +40,16 @@ def _duration(value: object) -> object:
 
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
 
+
+def _off_or_duration(value: object) -> object:
+    """A duration, or a plain `0` (a number in YAML) for off."""
+    if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        return timedelta(0)
+    return _duration(value)
+
+
+OffOrDuration = Annotated[timedelta, BeforeValidator(_off_or_duration)]
+
 #: Unix accounts that belong to the system, never to a person: Debian's base accounts
 #: (base-passwd), the usual daemons' accounts, and by prefix every `systemd-*` and `_*` one.
 #: The rule files may not map them to anyone, and the node agent never signals a process of
@@ -147,7 +157,7 @@ class RecallSpec(_Strict):
 
 class QueueSpec(_Strict):
     backfill: Literal["reserve", "best_effort", "none"] = "reserve"
-    fair_share_half_life: Duration = timedelta(days=7)
+    fair_share_half_life: OffOrDuration = timedelta(days=7)  # 0: fair share off
 
 
 class PreemptionSpec(_Strict):

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select, update
 
 from rules.domain import GpuState, LeaseState
+from rules.fairshare import Interval
 from rules.lease_facts import LeaseSnapshot, Warned
 from rules.marks import Marks
 from storage import outbox
@@ -41,6 +42,24 @@ def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
         sa.or_(col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.end_reason) == "preempted"),
     )
     return list(session.exec(stmt).all())
+
+
+def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
+    """The pool's leases held at any time since `since`: each team's GPUs from the grant to
+    the end (None while the lease is active), oldest grant first."""
+    stmt = (
+        select(LeaseRow.team, LeaseRow.gpus, LeaseRow.granted_at, LeaseRow.ended_at)
+        .where(
+            LeaseRow.pool == pool,
+            sa.or_(
+                col(LeaseRow.state) == LeaseState.ACTIVE,
+                col(LeaseRow.ended_at) >= since,
+            ),
+        )
+        .order_by(col(LeaseRow.granted_at), col(LeaseRow.id))
+    )
+    # an active lease has no ended_at yet: it runs on
+    return [Interval(team, gpus, start, end) for team, gpus, start, end in session.exec(stmt)]
 
 
 def let_go(session: Session, lease_id: int | None) -> None:

@@ -234,7 +234,7 @@ class Services:
             teams = ", ".join(sorted(self.policy.teams))
             return Refused(f"There is no team `{team}`. Teams: {teams}.", "no-team")
         with self.db.read() as session:
-            return overview.quota_use(session, self.ctx, team)
+            return overview.quota_use(session, self.ctx, team, fair_share=True)
 
     def queue(self) -> list[RequestView]:
         with self.db.read() as session:

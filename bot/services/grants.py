@@ -17,6 +17,7 @@ from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import Context, record
+from bot.services.fair_share import pool_shares
 from bot.services.reads import lease_view
 from bot.services.results import LeaseView
 from rules.decision import Decision
@@ -195,8 +196,11 @@ def queue_of(
 
 
 def recent_usage(ctx: Context, session: Session, pool: str) -> dict[str, float]:
-    """Each team's recent usage of the pool, for fair share (empty: fair share is off)."""
-    return {}
+    """Each team's recent usage of the pool in GPU-hours, decayed, for fair share (empty:
+    fair share is off)."""
+    if not ctx.policy.queue.fair_share_half_life:
+        return {}
+    return {team: share.usage for team, share in pool_shares(ctx, session, pool).items()}
 
 
 def guarantees_in(

@@ -7,9 +7,17 @@ from collections import Counter, defaultdict
 from sqlmodel import Session
 
 from bot.services.context import Context
+from bot.services.fair_share import pool_shares
 from bot.services.grants import queue_of
 from bot.services.reads import list_leases, list_requests, request_view
-from bot.services.results import Home, ModelCount, PoolStatus, QuotaUse, RequestView
+from bot.services.results import (
+    FairShareUse,
+    Home,
+    ModelCount,
+    PoolStatus,
+    QuotaUse,
+    RequestView,
+)
 from storage.gpus import Place, free_gpus, gpu_lines
 from storage.pools import pool_usage
 from storage.requests import pending, pools_with_queue, queued_sizes
@@ -50,18 +58,36 @@ def _stranded(session: Session, pool: str) -> int:
     return sum(len(free) for free in free_gpus(session, pool).values() if len(free) < need)
 
 
-def quota_use(session: Session, ctx: Context, team: str) -> list[QuotaUse]:
-    """The team's quota and use in every pool where it has a quota."""
+def quota_use(
+    session: Session, ctx: Context, team: str, *, fair_share: bool = False
+) -> list[QuotaUse]:
+    """The team's quota and use in every pool where it has a quota; with `fair_share` (and
+    fair share on in the rules), its share and recent use of each pool too."""
     out = []
     for name, pool in ctx.policy.pools.items():
         quota = pool.quotas.get(team)
         if quota is None:
             continue
         used = pool_usage(session, name).held.get(team, 0)
+        share = _fair_share(session, ctx, name, team) if fair_share else None
         out.append(
-            QuotaUse(team, name, quota.nominal, quota.borrowing_limit, quota.lending_limit, used)
+            QuotaUse(
+                team, name, quota.nominal, quota.borrowing_limit, quota.lending_limit, used, share
+            )
         )
     return out
+
+
+def _fair_share(session: Session, ctx: Context, pool: str, team: str) -> FairShareUse | None:
+    """The team's fair share in the pool (None: fair share is off)."""
+    half_life = ctx.policy.queue.fair_share_half_life
+    if not half_life:
+        return None
+    share = pool_shares(ctx, session, pool)[team]
+    weights = share.weight / share.weight_share
+    return FairShareUse(
+        share.weight, weights, share.weight_share, share.usage, share.usage_share, half_life
+    )
 
 
 def queue(session: Session, ctx: Context) -> list[RequestView]:

@@ -196,8 +196,22 @@ class PoolStatus:
 
 
 @dataclass(frozen=True)
+class FairShareUse:
+    """One team's fair share in one pool (rules.fairshare): what it is owed among borrowers,
+    its weight against the pool's, and its recent use against the pool's."""
+
+    weight: float
+    weights: float  # the weights of every team with a quota in the pool, added up
+    weight_share: float
+    usage: float  # GPU-hours, each counting half after every `half_life`
+    usage_share: float  # of the pool's teams' usage; 0 when nobody used any
+    half_life: timedelta
+
+
+@dataclass(frozen=True)
 class QuotaUse:
-    """One team in one pool: what it is guaranteed, may borrow, lends, and holds now."""
+    """One team in one pool: what it is guaranteed, may borrow, lends, and holds now; its fair
+    share when asked for and fair share is on."""
 
     team: str
     pool: str
@@ -205,6 +219,7 @@ class QuotaUse:
     borrowing_limit: int
     lending_limit: int
     used: int
+    fair_share: FairShareUse | None = None
 
     @property
     def borrowed(self) -> int:

@@ -64,9 +64,10 @@ COMMANDS: dict[str, CommandHelp] = {
     ),
     "quota": CommandHelp(
         "/gpu quota [team]",
-        "A team's quota use per pool.",
+        "A team's quota use and fair share per pool.",
         "Nominal is guaranteed; beyond it a team may borrow others' unused GPUs up to its "
-        "borrowing limit. Without a team name you see your own team.",
+        "borrowing limit. Among borrowers, the team whose recent use is furthest below its "
+        "fair share goes first. Without a team name you see your own team.",
         ("/gpu quota", "/gpu quota vision"),
     ),
     "queue": CommandHelp(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.services.results import (
+    FairShareUse,
     LeaseView,
     PassedOver,
     PoolStatus,
@@ -35,6 +36,10 @@ from bot.slack.blocks.leases import lease_rows
 from rules.domain import format_duration
 
 QUOTA_LEGEND = "█ in use within nominal · ▓ borrowed beyond it · ░ room left"
+FAIR_SHARE_LEGEND = (
+    "Fair share: among requests waiting beyond their team's nominal, the team whose recent use "
+    "is furthest below its weight's share goes first."
+)
 
 
 def quota_bar(quota: QuotaUse, width: int = 10) -> str:
@@ -51,6 +56,15 @@ def quota_line(quota: QuotaUse) -> str:
         line += f", borrowing {quota.borrowed}"
     return line + (
         f" · may borrow up to {quota.borrowing_limit} beyond it · lends up to {quota.lending_limit}"
+    )
+
+
+def fair_share_line(share: FairShareUse) -> str:
+    """The team's weight against the pool's and its recent use, in one line."""
+    return (
+        f"Fair share: weight {share.weight:g} of {share.weights:g} "
+        f"({share.weight_share:.0%}); recent use {share.usage_share:.0%} of the pool's "
+        f"(half-life {format_duration(share.half_life)})"
     )
 
 
@@ -134,12 +148,17 @@ def quota_message(quotas: Sequence[QuotaUse], team: str | None = None) -> Messag
 
     def row(quota: QuotaUse) -> list[Block]:
         who = f"{escape(quota.team)} in " if len(teams) > 1 else ""
-        return [section(f"{who}*{escape(quota.pool)}*: {quota_line(quota)}")]
+        text = f"{who}*{escape(quota.pool)}*: {quota_line(quota)}"
+        if quota.fair_share is not None:
+            text += f"\n{fair_share_line(quota.fair_share)}"
+        return [section(text)]
 
     blocks = [header(title), *listing(quotas, row, 45, "pool")]
     if not quotas:
         blocks.append(section(f"{escape(team or 'This team')} has no quota in any pool."))
     blocks.append(context(QUOTA_LEGEND))
+    if any(q.fair_share is not None for q in quotas):
+        blocks.append(context(FAIR_SHARE_LEGEND))
     text = "; ".join(f"{q.pool}: {q.used} of {q.nominal} in use" for q in quotas)
     return message(escape(f"{title}: {text or 'none'}"), blocks)
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
 
 from bot.services import BorrowAsk, Refused, Services
+from bot.services.fair_share import pool_shares
 from bot.services.results import BorrowResult, Explanation
 from rules.domain import Outcome, Priority
+from tests.builders import default_sources
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, Clock
 
 pytestmark = pytest.mark.usefixtures("services")
@@ -49,6 +52,81 @@ def test_quota_shows_use_against_nominal_and_borrowing(services: Services) -> No
     a100 = next(q for q in quotas if q.pool == "a100")
     assert (8, 4, 10, 2) == (a100.nominal, a100.borrowing_limit, a100.used, a100.borrowed)
     assert isinstance(services.quota("robots"), Refused)
+
+
+def vision_and_nlp_used_l40s(services: Services, clock: Clock) -> None:
+    """Alice (vision) held 3 L40S for 2 hours, then released them; Carol (nlp) holds 1 since."""
+    services.borrow(ALICE, BorrowAsk("l40s", 3))
+    services.borrow(CAROL, BorrowAsk("l40s", 1))
+    clock.advance(timedelta(hours=2))
+    services.release(ALICE)
+
+
+def test_quota_shows_the_teams_fair_share_and_recent_use(services: Services, clock: Clock) -> None:
+    """Weights 1:1:1 in l40s; of the GPU-hours used, vision's 3 GPUs made three quarters."""
+    vision_and_nlp_used_l40s(services, clock)
+    quotas = services.quota("vision")
+    assert not isinstance(quotas, Refused)
+    share = next(q for q in quotas if q.pool == "l40s").fair_share
+    assert share is not None
+    assert (1, 3, timedelta(days=7)) == (share.weight, share.weights, share.half_life)
+    assert (1 / 3, 0.75) == pytest.approx((share.weight_share, share.usage_share))
+    # 3 GPUs for 2h decaying by half a week: 3 * 168h/ln2 * (1 - 2**(-2/168)) GPU-h
+    assert 3 * 168 / math.log(2) * (1 - 2 ** (-2 / 168)) == pytest.approx(share.usage)
+    assert all(q.fair_share is None for q in services.home(ALICE).quotas)
+
+
+def test_every_team_with_a_quota_in_the_pool_gets_a_share(services: Services, clock: Clock) -> None:
+    """Lower key first: platform used nothing, nlp less than its third, vision more."""
+    vision_and_nlp_used_l40s(services, clock)
+    with services.db.read() as session:
+        shares = pool_shares(services.ctx, session, "l40s")
+        assert {} == pool_shares(services.ctx, session, "h100")
+    keys = {team: share.key for team, share in shares.items()}
+    assert {"vision": 2.25, "nlp": 0.75, "platform": 0.0} == pytest.approx(keys)
+
+
+def test_usage_older_than_six_half_lives_is_not_read(services: Services, clock: Clock) -> None:
+    """With a 1h half-life, vision's lease that ended 7h ago no longer counts; Carol's runs on."""
+    vision_and_nlp_used_l40s(services, clock)
+    services.reload_rules(ADA, with_limits("fair_share_half_life: 7d", "fair_share_half_life: 1h"))
+    clock.advance(timedelta(hours=7))
+    with services.db.read() as session:
+        shares = pool_shares(services.ctx, session, "l40s")
+    assert (0.0, 1.0) == (shares["vision"].usage_share, shares["nlp"].usage_share)
+
+
+def test_quota_weights_and_fair_share_off_come_from_the_rules(
+    services: Services, clock: Clock
+) -> None:
+    """vision weighs 2 in l40s: 2 of 4. With a zero half-life, no fair share is shown."""
+    vision_and_nlp_used_l40s(services, clock)
+    sources = default_sources()
+    sources["pools.yaml"] = sources["pools.yaml"].replace(
+        "vision:   {nominal: 3, borrowing_limit: 2}",
+        "vision:   {nominal: 3, borrowing_limit: 2, weight: 2}",
+    )
+    services.reload_rules(ADA, sources)
+    quotas = services.quota("vision")
+    assert not isinstance(quotas, Refused)
+    share = next(q for q in quotas if q.pool == "l40s").fair_share
+    assert share is not None
+    assert (2, 4, 0.5) == (share.weight, share.weights, share.weight_share)
+    services.reload_rules(ADA, with_limits("fair_share_half_life: 7d", "fair_share_half_life: 0"))
+    quotas = services.quota("vision")
+    assert not isinstance(quotas, Refused)
+    assert all(q.fair_share is None for q in quotas)
+    with services.db.read() as session:
+        shares = pool_shares(services.ctx, session, "l40s")
+    assert {0.0} == {share.usage for share in shares.values()}
+
+
+def with_limits(old: str, new: str) -> dict[str, str]:
+    """The shipped rule files with one setting of limits.yaml changed."""
+    sources = default_sources()
+    assert old in sources["limits.yaml"]
+    sources["limits.yaml"] = sources["limits.yaml"].replace(old, new)
+    return sources
 
 
 def test_the_queue_orders_by_priority_then_arrival(services: Services, clock: Clock) -> None:

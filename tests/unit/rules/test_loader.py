@@ -40,6 +40,18 @@ def test_the_shipped_policy_loads_with_three_teams_and_three_pools() -> None:
     assert policy.team_of("U0NOBODY1") is None
 
 
+@pytest.mark.parametrize(
+    ("setting", "half_life"),
+    [("7d", timedelta(days=7)), ("36h", timedelta(hours=36)), ("0", timedelta(0))],
+)
+def test_fair_share_is_turned_off_by_a_zero_half_life(setting: str, half_life: timedelta) -> None:
+    sources = default_sources()
+    sources["limits.yaml"] = sources["limits.yaml"].replace(
+        "fair_share_half_life: 7d", f"fair_share_half_life: {setting}"
+    )
+    assert half_life == load_policy(sources).queue.fair_share_half_life
+
+
 def test_the_revision_is_the_hash_of_the_files() -> None:
     """Any change to any file changes the revision; the same files give the same revision."""
     sources = default_sources()

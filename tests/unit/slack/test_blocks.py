@@ -4,6 +4,7 @@ what they need (hosts, CUDA_VISIBLE_DEVICES, expiry, ids on the buttons)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -18,6 +19,7 @@ from bot.services.results import (
     BorrowResult,
     Explanation,
     ExtendResult,
+    FairShareUse,
     GpuSlot,
     HeldFor,
     PassedOver,
@@ -49,6 +51,14 @@ from tests.unit.slack.builders import (
 
 EXPIRY_DATE = "<!date^1772463600^{date_short_pretty} at {time}|2026-03-02 15:00 UTC>"
 NASTY = "<!channel> & <script>alert(1)</script> `rm -rf` " * 200
+FAIR_SHARE = FairShareUse(
+    weight=1,
+    weights=3,
+    weight_share=1 / 3,
+    usage=80.0,
+    usage_share=0.45,
+    half_life=timedelta(days=7),
+)
 
 
 def _borrow(outcome: Outcome, **overrides: Any) -> BorrowResult:
@@ -156,6 +166,9 @@ MESSAGES: dict[str, Callable[[], Message]] = {
     "status, none": lambda: kit.status_message([]),
     "quota": lambda: kit.quota_message([a_quota(), a_quota(pool="l40s", used=6)], "vision"),
     "quota, none": lambda: kit.quota_message([], "nlp"),
+    "quota, fair share": lambda: kit.quota_message(
+        [a_quota(fair_share=FAIR_SHARE), a_quota(pool="l40s", fair_share=FAIR_SHARE)], "vision"
+    ),
     "queue": lambda: kit.queue_message([_entry(n, recalls=9) for n in range(1, 61)]),
     "queue, passed over": lambda: kit.queue_message(
         [_entry(n, recalls=n % 2 * 9, passed=5) for n in range(1, 61)]
@@ -370,6 +383,19 @@ def test_clip_never_cuts_an_entity_or_a_token_in_half() -> None:
 def test_quota_bar_shows_nominal_and_borrowed_use() -> None:
     assert "█████▓▓░░░" == kit.overview.quota_bar(a_quota(nominal=5, borrowing_limit=5, used=7))
     assert "░░░░░░░░░░" == kit.overview.quota_bar(a_quota(nominal=0, borrowing_limit=0, used=0))
+
+
+def test_quota_shows_each_pools_fair_share_when_it_is_on() -> None:
+    """One short line per pool: the weight against the pool's and the recent use."""
+    shown = texts_of(kit.quota_message([a_quota(fair_share=FAIR_SHARE)], "vision"))
+    assert "\nFair share: weight 1 of 3 (33%); recent use 45% of the pool's (half-life 7d)" in shown
+    assert "the team whose recent use is furthest below its weight's share goes first" in shown
+    off = texts_of(kit.quota_message([a_quota()], "vision"))
+    assert "Fair share" not in off
+    weighted = replace(FAIR_SHARE, weight=1.5, weights=4.5, usage_share=0.0)
+    assert "Fair share: weight 1.5 of 4.5 (33%); recent use 0% of the pool's" in texts_of(
+        kit.quota_message([a_quota(fair_share=weighted)], "vision")
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

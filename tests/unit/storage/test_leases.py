@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session
 
+from rules.fairshare import Interval
 from rules.marks import Marks
 from storage import leases, outbox
 from storage.db import Database
@@ -90,3 +91,31 @@ def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(database: Datab
     assert (lease_id, marks) == (snapshot.id, snapshot.warnings)
     assert (("a100-node-01", 0), ("a100-node-01", 1)) == snapshot.slots
     assert {"expiry": NOW, "idle": None} == dict(warned[lease_id].delivered)
+
+
+def test_what_each_team_held_since_an_instant(database: Database) -> None:
+    """Active leases run on; ended ones count from grant to end if they ended since; leases of
+    other pools and ones that ended before are left out."""
+    since = NOW - timedelta(days=2)
+    with database.write() as session:
+        gpus = a_fleet(session)
+        running = START
+        a_lease(session, at=running, gpu_ids=gpus[:2])
+        ended = {
+            "recent": (NOW - timedelta(days=3), NOW - timedelta(days=1)),
+            "old": (NOW - timedelta(days=5), NOW - timedelta(days=4)),
+        }
+        for holder, (granted, ended_at) in ended.items():
+            lease_id = a_lease(session, at=granted, holder=holder, team="nlp", state="released")
+            row = leases.get(session, lease_id)
+            assert row is not None
+            row.ended_at = ended_at
+        elsewhere = leases.get(session, a_lease(session, at=START, team="nlp"))
+        assert elsewhere is not None
+        elsewhere.pool = "l40s"
+        session.flush()
+        assert [
+            Interval("nlp", 1, *ended["recent"]),
+            Interval("vision", 2, running, None),
+        ] == leases.held_since(session, "a100", since)
+        assert [] == leases.held_since(session, "h100", since)

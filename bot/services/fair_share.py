@@ -1,0 +1,28 @@
+"""Fair share among borrowers: each team's weight and decayed past usage in a pool, read for
+the queue's order and for `/gpu quota` (rules.fairshare decides; this reads)."""
+
+from __future__ import annotations
+
+from sqlmodel import Session
+
+from bot.services.context import Context
+from rules.fairshare import Share, decayed_usage, shares
+from storage.leases import held_since
+
+# Usage older than this many half-lives counts less than 2 % of its weight: it is not read.
+HALF_LIVES_READ = 6
+
+
+def pool_shares(ctx: Context, session: Session, pool: str) -> dict[str, Share]:
+    """The fair share of every team with a quota in `pool`, from the GPU-hours its leases held
+    (decayed by `queue.fair_share_half_life`). With fair share off, every usage is 0."""
+    spec = ctx.policy.pools.get(pool)
+    if spec is None:
+        return {}
+    half_life = ctx.policy.queue.fair_share_half_life
+    usage: dict[str, float] = {}
+    if half_life:
+        now = ctx.now()
+        intervals = held_since(session, pool, now - HALF_LIVES_READ * half_life)
+        usage = decayed_usage(intervals, now, half_life)
+    return shares(spec.quotas, usage)
