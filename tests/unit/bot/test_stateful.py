@@ -9,6 +9,7 @@ reclaim); a telemetry step sets a lease's GPUs busy, idle or silent and feeds on
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -29,6 +30,7 @@ from bot.services.results import LeaseView, RequestView
 from bot.telemetry.model import Sample
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import LeaseState, Priority, RequestState
+from rules.fairshare import Interval, decayed_usage
 from storage import audit, outbox
 from storage.db import Database
 from storage.tables import AuditRow, LeaseGpuRow, LeaseRow, OutboxRow, RequestRow
@@ -369,36 +371,57 @@ class Governance(RuleBasedStateMachine):
 
     @invariant()
     def queue_in_order(self) -> None:
-        """The documented order, worked out here from the database: per pool, requests inside
-        their team's nominal (held GPUs plus earlier such requests) first, then priority, then
-        arrival."""
+        """The documented order, worked out here from the database: per pool, each team's
+        requests in their own queue (priority, then arrival); the teams' heads served inside
+        nominal (held GPUs plus the team's earlier such requests) first, then the least fair
+        share used (decayed GPU-hours over weight, each request served adding its GPU-hours),
+        then priority, then arrival."""
         with self.db.read() as session:
             queued = session.exec(
                 select(RequestRow).where(RequestRow.state == RequestState.QUEUED)
             ).all()
-            held = session.exec(
-                select(LeaseRow.pool, LeaseRow.team, sa.func.sum(LeaseRow.gpus))
-                .where(LeaseRow.state == LeaseState.ACTIVE)
-                .group_by(col(LeaseRow.pool), col(LeaseRow.team))
-            ).all()
-        used = {(pool, team): int(gpus) for pool, team, gpus in held}
+            leases = session.exec(select(LeaseRow)).all()
         expected: list[int | None] = []
         for pool in sorted({r.pool for r in queued}):
-            mine = sorted(
-                (r for r in queued if r.pool == pool),
-                key=lambda r: (RANK[r.priority], r.created_at, r.id),
-            )
-            promised: Counter[str] = Counter()
-            inside = []
-            for r in mine:
-                quota = self.policy.pools[pool].quotas.get(r.team)
-                if quota and used.get((pool, r.team), 0) + promised[r.team] + r.gpus <= (
-                    quota.nominal
-                ):
-                    promised[r.team] += r.gpus
-                    inside.append(r)
-            expected += [r.id for r in inside] + [r.id for r in mine if r not in inside]
+            expected += self._pool_order(pool, [r for r in queued if r.pool == pool], leases)
         assert expected == [r.id for r in self.services.queue()], "queue out of order"
+
+    def _pool_order(
+        self, pool: str, queued: list[RequestRow], leases: Sequence[LeaseRow]
+    ) -> list[int | None]:
+        quotas = self.policy.pools[pool].quotas
+        used: Counter[str] = Counter()
+        for lease in leases:
+            if lease.pool == pool and lease.state == LeaseState.ACTIVE:
+                used[lease.team] += lease.gpus
+        spent = decayed_usage(
+            [Interval(x.team, x.gpus, x.granted_at, x.ended_at) for x in leases if x.pool == pool],
+            self.clock(),
+            self.policy.queue.fair_share_half_life,
+        )
+        lines: dict[str, list[tuple[RequestRow, bool]]] = {}
+        for r in sorted(queued, key=lambda r: (RANK[r.priority], r.created_at, r.id)):
+            quota = quotas.get(r.team)
+            inside = quota is not None and used[r.team] + r.gpus <= quota.nominal
+            used[r.team] += r.gpus if inside else 0
+            lines.setdefault(r.team, []).append((r, inside))
+
+        def turn(team: str) -> tuple[bool, float, int, datetime, int | None]:
+            r, inside = lines[team][0]
+            quota = quotas.get(team)
+            weight = quota.weight if quota is not None else 1.0
+            share = 0.0 if inside else spent.get(team, 0.0) / weight
+            return (not inside, share, RANK[r.priority], r.created_at, r.id)
+
+        order: list[int | None] = []
+        while lines:
+            team = min(lines, key=turn)
+            r, _ = lines[team].pop(0)
+            order.append(r.id)
+            spent[team] = spent.get(team, 0.0) + r.gpus * r.duration_s / 3600
+            if not lines[team]:
+                del lines[team]
+        return order
 
 
 def test_random_sequences_keep_the_invariants() -> None:
