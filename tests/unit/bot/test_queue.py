@@ -133,3 +133,28 @@ def test_a_request_inside_nominal_is_served_before_a_borrow_of_higher_priority(
     assert [priya.request.id, bob.request.id] == [r.id for r in services.queue()]
     services.release(DAVE, dave_lease)  # two GPUs come free: Priya first, then Bob
     assert 1 == len(services.leases(PRIYA)) == len(services.leases(BOB))
+
+
+def test_borrowers_are_served_by_fair_share_not_arrival(services: Services, clock: Clock) -> None:
+    """l40s: nlp used 3 GPUs for 10h this morning. With the pool full, Dave (nlp) and then Bob
+    (vision) each borrow 1, their managers agreeing: Bob's team used less lately, so he comes
+    first, and gets the GPU that Erin gives back."""
+    morning = borrowed(services, CAROL, BorrowAsk("l40s", 3, timedelta(hours=12)))
+    clock.advance(timedelta(hours=10))
+    assert morning.lease is not None
+    services.release(CAROL, morning.lease.id)
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, timedelta(hours=8)))
+    borrowed(services, ALICE, BorrowAsk("l40s", 3, timedelta(hours=8)))
+    erin = [borrowed(services, ERIN, BorrowAsk("l40s", 1, timedelta(hours=8))) for _ in range(2)]
+    dave = borrowed(services, DAVE, BorrowAsk("l40s", 1, timedelta(hours=2)))
+    clock.advance(timedelta(minutes=1))
+    bob = borrowed(services, BOB, BorrowAsk("l40s", 1, timedelta(hours=2)))
+    for manager, asked in ((NADIA, dave), (VICTOR, bob)):
+        assert Outcome.ASK == asked.outcome
+        assert isinstance(services.approve(manager, asked.request.id), SettleResult)
+    assert [bob.request.id, dave.request.id] == [r.id for r in services.queue()]
+    first = erin[0].lease
+    assert first is not None
+    services.release(ERIN, first.id)
+    assert [BOB] == [lease.holder for lease in services.leases(BOB)]
+    assert [] == services.leases(DAVE)
