@@ -70,14 +70,12 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
             recalled_at=row.warnings.recalled_at,
             recalled_for=row.warnings.recalled_for,
             usable=usable.get(row.id or 0, 0),
+            within_team=row.warnings.recalled_within_team,
         )
         for row in leases
     )
     ordered = ordered_queue(session, ctx.policy, pool)
-    queue = tuple(
-        recall.Waiting(r.id or 0, r.team, r.gpus, waited=now - (r.created_at or now))
-        for r, _ in ordered
-    )
+    queue = tuple(_waiting(r, now) for r, _ in ordered)
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
         holdings,
@@ -86,6 +84,13 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         _cooled(session, now - ctx.policy.recall.cooldown),
         {row.id or 0: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
+    )
+
+
+def _waiting(request: RequestRow, now: datetime) -> recall.Waiting:
+    waited = now - (request.created_at or now)
+    return recall.Waiting(
+        request.id or 0, request.team, request.gpus, waited=waited, priority=request.priority
     )
 
 
@@ -113,6 +118,7 @@ def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recal
         now=now,
         recall=ctx.policy.recall,
         cooled=seen.cooled,
+        within_team=ctx.policy.preemption.by_priority,
     )
 
 
@@ -152,7 +158,11 @@ def _settled(session: Session, pool: str) -> bool:
 
 def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:
     row.warnings = row.warnings.with_recall(
-        at=now, request=victim.request, team=victim.for_team, because=victim.because
+        at=now,
+        request=victim.request,
+        team=victim.for_team,
+        because=victim.because,
+        within_team=victim.within_team,
     )
     session.add(row)
     record(
@@ -167,6 +177,7 @@ def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime
             "for_team": victim.for_team,
             "because": victim.because,
             "gpus": row.gpus,
+            "within_team": victim.within_team,
         },
     )
 
@@ -241,6 +252,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
             now=now,
             recall=rules,
             cooled=seen.cooled,
+            within_team=ctx.policy.preemption.by_priority,
         )
         return ApprovalEffects(
             queued=len(waiting),
@@ -253,12 +265,16 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
     # It would join the queue at its place and recall what its guarantee needs (a pending
     # request has no place yet: it is ordered among the queue as if it had one).
     placed = [r for r, _ in ordered_queue(session, ctx.policy, request.pool, extra=request)]
-    queue = tuple(
-        recall.Waiting(r.id or 0, r.team, r.gpus, waited=now - (r.created_at or now))
-        for r in placed
-    )
+    queue = tuple(_waiting(r, now) for r in placed)
     after = recall.plan(
-        quotas, seen.holdings, queue, seen.free, now=now, recall=rules, cooled=seen.cooled
+        quotas,
+        seen.holdings,
+        queue,
+        seen.free,
+        now=now,
+        recall=rules,
+        cooled=seen.cooled,
+        within_team=ctx.policy.preemption.by_priority,
     )
     return ApprovalEffects(
         queued=len(waiting),
@@ -300,6 +316,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
                 Recalled(h.lease, h.holder, h.gpus, h.team),
                 _taken_at(ctx, session, seen.rows[h.lease]),
                 h.recalled_for,
+                within_team=h.within_team,
             )
             for h in sorted(seen.holdings, key=lambda h: h.lease)
             if h.recalled_at is not None

@@ -36,6 +36,7 @@ class LeaseView:
     ended_at: datetime | None = None
     end_reason: str = ""
     recalled_for: str = ""  # "vision (R4)" while a lender recall is under way
+    recalled_within_team: bool = False  # ... for a higher-priority request of its own team
     # At its grant only: its GPUs ("node:index") that had no fresh telemetry to vouch for them.
     unknown: tuple[str, ...] = ()
 
@@ -289,6 +290,7 @@ class Recall:
     lease: Recalled
     taken_at: datetime | None
     request: int = 0  # the waiting request it makes room for
+    within_team: bool = False  # a lower-priority lease of that request's own team
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,7 @@ class QueueEntry:
     waits_for: str  # the rules' reason it waits (what is missing)
     free: int  # GPUs free in the pool now
     guaranteed: bool  # inside its team's nominal: borrowed GPUs are recalled for it
-    recalls: tuple[Recall, ...]  # recalls under way in its pool (guaranteed requests only)
+    recalls: tuple[Recall, ...]  # recalls under way for it
     withdrawn_at: datetime  # when it times out if still waiting
     passed_over: tuple[PassedOver, ...] = ()  # borrowed leases recall may not take now (guaranteed)
     expected_start: datetime | None = None  # from the leases' end times (None: not known)
