@@ -261,6 +261,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
             notice=rules.notice,
             paused=paused,
             held_for=held_for,
+            preempts=() if paused else _new(after, before, within_team=True),
         )
     # It would join the queue at its place and recall what its guarantee needs (a pending
     # request has no place yet: it is ordered among the queue as if it had one).
@@ -285,6 +286,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         waits_for=waits_for if held else "",
         paused=paused,
         held_for=held_for,
+        preempts=() if paused else _new(after, before, within_team=True),
     )
 
 
@@ -295,10 +297,15 @@ def _held_for(ctx: Context, session: Session, request: RequestRow) -> tuple[Held
     )
 
 
-def _new(after: recall.Plan, before: set[int]) -> tuple[Recalled, ...]:
-    """The recalls a plan starts that the pool would not start anyway."""
+def _new(
+    after: recall.Plan, before: set[int], *, within_team: bool = False
+) -> tuple[Recalled, ...]:
+    """The recalls a plan starts that the pool would not start anyway: of borrowed leases, or
+    (`within_team`) of the lower-priority leases of a request's own team."""
     return tuple(
-        Recalled(v.lease, v.holder, v.gpus, v.team) for v in after.start if v.lease not in before
+        Recalled(v.lease, v.holder, v.gpus, v.team)
+        for v in after.start
+        if v.lease not in before and v.within_team == within_team
     )
 
 

@@ -264,6 +264,7 @@ class ApprovalEffects:
     waits_for: str = ""  # the rule that keeps it waiting even once approved
     paused: bool = False  # automation is paused: no recall starts
     held_for: tuple[HeldFor, ...] = ()  # lenders' waiting guarantees it may not borrow from
+    preempts: tuple[Recalled, ...] = ()  # ... and preempt these lower-priority leases of its team
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,14 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
-from bot.services.results import BorrowResult, ExtendResult, HeldFor, Refused, SettleResult
+from bot.services.results import (
+    BorrowResult,
+    ExtendResult,
+    HeldFor,
+    Recalled,
+    Refused,
+    SettleResult,
+)
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome, Priority
 from storage import outbox
@@ -367,6 +374,11 @@ def vision_full(services: Services, clock: Clock) -> tuple[int, BorrowResult]:
     borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
     clock.advance(timedelta(minutes=61))
     alice = borrowed(services, ALICE, BorrowAsk("l40s", 2, DAY, priority=Priority.HIGH))
+    assert Outcome.ASK == alice.outcome
+    effects = services.approval_effects(alice.request.id)  # what Victor's card says
+    assert effects is not None
+    preempts = () if effects.paused else (Recalled(bob.id, BOB, 3, "vision"),)
+    assert ((), preempts) == (effects.recalls, effects.preempts)
     assert "queued" == approved(services, VICTOR, alice).request.state
     return bob.id, alice
 

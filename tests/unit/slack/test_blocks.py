@@ -463,3 +463,18 @@ def test_a_preemption_within_a_team_is_told_as_such_to_the_holder() -> None:
         kit.mine_message([a_lease(recalled_for="vision (R12)", recalled_within_team=True)], [])
     )
     assert "Preempted for a higher-priority request of your team: vision (R12)" in mine
+
+
+def test_the_approval_card_says_which_leases_of_the_team_approving_preempts() -> None:
+    effects = ApprovalEffects(
+        queued=0,
+        waits=True,
+        preempts=(Recalled(20, BOB, 3, "vision"),),
+        notice=timedelta(minutes=30),
+    )
+    card = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), effects, ""))
+    assert (
+        "It outranks these lower-priority leases of its own team, so approving *preempts* "
+        "L20 (<@U0BOB0001>, 3 GPUs): warned now, taken 30m after the warning."
+    ) in card
+    assert "recalls" not in card
