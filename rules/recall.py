@@ -381,7 +381,8 @@ class _WithinTeam:
     """Preemption within a team by priority. Each waiting request, in queue order, takes what
     is left of the free GPUs and those coming back; what it still lacks it takes from its own
     team's leases of strictly lower priority, the lowest first, then the most recently
-    granted, until the shortfall is covered. Recalls of this kind under way stand while a
+    granted, until the shortfall is covered, and only when it can be covered: a request that
+    would still not start preempts nobody. Recalls of this kind under way stand while a
     request of the team still needs them (the one they were made for first) and are withdrawn
     when none does. The cooldown holds strictly here: `max_guarantee_wait` is for guarantees."""
 
@@ -451,6 +452,7 @@ class _WithinTeam:
         recall: Recall,
         cooled: Collection[str],
     ) -> int:
+        picked = []
         for h in fresh:
             if short <= 0:
                 break
@@ -462,6 +464,11 @@ class _WithinTeam:
             if why_not:
                 self.passed[h.lease] = why_not
                 continue
+            picked.append(h)
+            short -= h.returns
+        if short > 0:
+            return short  # it would still not start: nobody is preempted in vain
+        for h in picked:
             self.passed.pop(h.lease, None)
             because = (
                 f"preempted for R{w.request}, a {w.priority}-priority request of your team "
@@ -472,7 +479,6 @@ class _WithinTeam:
             self.start.append(_victim(h, w, because))
             self.chosen.add(h.lease)
             self.losing.add(h.holder)
-            short -= h.returns
         return short
 
 

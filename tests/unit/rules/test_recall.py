@@ -476,6 +476,16 @@ HIGH = Waiting(10, "vision", 1, priority="high")
             [],
         ),
         (
+            "nobody is preempted in vain: what may be taken does not cover the request",
+            [
+                held(1, "vision", 1, priority="low"),
+                held(2, "vision", 2, priority="normal", hours_ago=0.5),
+            ],
+            Waiting(10, "vision", 2, priority="high"),
+            [],
+            [2],
+        ),
+        (
             "a protected lease is passed over",
             [
                 held(1, "vision", 1, priority="low", protected=True),
