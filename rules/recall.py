@@ -94,7 +94,8 @@ class Plan:
     reassign: tuple[Victim, ...] = ()  # recalls that stand, now owed to another request
     guaranteed: tuple[int, ...] = ()  # the requests inside their team's nominal
     covered: int = 0  # GPUs the kept and new lender recalls give back
-    passed_within: Mapping[int, str] = field(default_factory=dict)  # ... within a team
+    # request -> its team's lower-priority leases it may not preempt now, with why
+    passed_within: Mapping[int, Mapping[int, str]] = field(default_factory=dict)
 
     @property
     def short(self) -> int:
@@ -392,7 +393,7 @@ class _WithinTeam:
     keep: list[int] = field(default_factory=list)
     reassign: list[Victim] = field(default_factory=list)
     start: list[Victim] = field(default_factory=list)
-    passed: dict[int, str] = field(default_factory=dict)
+    passed: dict[int, dict[int, str]] = field(default_factory=dict)  # request -> lease -> why
 
     def preempt(
         self,
@@ -462,14 +463,13 @@ class _WithinTeam:
             if not why_not and h.holder in self.losing:
                 why_not = "its holder already loses another lease to a recall"
             if why_not:
-                self.passed[h.lease] = why_not
+                self.passed.setdefault(w.request, {})[h.lease] = why_not
                 continue
             picked.append(h)
             short -= h.returns
         if short > 0:
             return short  # it would still not start: nobody is preempted in vain
         for h in picked:
-            self.passed.pop(h.lease, None)
             because = (
                 f"preempted for R{w.request}, a {w.priority}-priority request of your team "
                 f"{w.team} that the free GPUs do not cover; L{h.lease} is {h.priority} "

@@ -9,7 +9,7 @@ sweep, `/gpu queue`, `/gpu why` and the approval cards all read the same record.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -345,6 +345,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
                     recalls=tuple(r for r in under_way if r.request == row.id),
                     withdrawn_at=(row.decided_at or row.created_at) + wait,
                     passed_over=passed if guaranteed else (),
+                    passed_within=_passed(seen, plan.passed_within.get(waiting.request, {})),
                 )
             )
     return out
@@ -352,10 +353,14 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
 
 def passed_over(seen: PoolPicture, plan: recall.Plan) -> tuple[PassedOver, ...]:
     """The borrowed leases the plan could not recall, with why, by lease id."""
+    return _passed(seen, plan.passed_over)
+
+
+def _passed(seen: PoolPicture, why: Mapping[int, str]) -> tuple[PassedOver, ...]:
     by_id = {h.lease: h for h in seen.holdings}
     return tuple(
-        PassedOver(Recalled(h.lease, h.holder, h.gpus, h.team), plan.passed_over[h.lease])
-        for h in (by_id[lease] for lease in sorted(plan.passed_over))
+        PassedOver(Recalled(h.lease, h.holder, h.gpus, h.team), why[h.lease])
+        for h in (by_id[lease] for lease in sorted(why))
     )
 
 

@@ -309,3 +309,4 @@ class QueueEntry:
     passed_over: tuple[PassedOver, ...] = ()  # borrowed leases recall may not take now (guaranteed)
     expected_start: datetime | None = None  # from the leases' end times (None: not known)
     for_gpus: bool = True  # it waits for GPUs to come free (else only for the rules)
+    passed_within: tuple[PassedOver, ...] = ()  # its team's lower-priority leases, likewise

@@ -219,6 +219,11 @@ def recall_lines(entry: QueueEntry) -> list[str]:
         team = escape(entry.request.team)
         shown = "; ".join(_recall_text(r) for r in own[:6])
         lines.append(f"Lower-priority leases of its own team {team} are preempted for it: {shown}")
+    if entry.passed_within:
+        lines.append(
+            "Lower-priority leases of its own team that cannot be preempted for it now: "
+            + passed_over_text(entry.passed_within)
+        )
     return lines
 
 

@@ -364,7 +364,9 @@ def preempting(database: Database, clock: Clock) -> Iterator[Services]:
     svc.close()
 
 
-def vision_full(services: Services, clock: Clock) -> tuple[int, BorrowResult]:
+def vision_full(
+    services: Services, clock: Clock, after: timedelta = timedelta(minutes=61)
+) -> tuple[int, BorrowResult]:
     """l40s full, nothing borrowed: Bob holds vision's 3 at low priority, nlp and platform
     their nominals. An hour on, Alice asks for 2 at high priority; Victor approves and she
     waits. Bob's lease id and Alice's request."""
@@ -372,12 +374,13 @@ def vision_full(services: Services, clock: Clock) -> tuple[int, BorrowResult]:
     assert bob is not None
     borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
     borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
-    clock.advance(timedelta(minutes=61))
+    clock.advance(after)
     alice = borrowed(services, ALICE, BorrowAsk("l40s", 2, DAY, priority=Priority.HIGH))
     assert Outcome.ASK == alice.outcome
     effects = services.approval_effects(alice.request.id)  # what Victor's card says
     assert effects is not None
-    preempts = () if effects.paused else (Recalled(bob.id, BOB, 3, "vision"),)
+    young = after < timedelta(hours=1)
+    preempts = () if effects.paused or young else (Recalled(bob.id, BOB, 3, "vision"),)
     assert ((), preempts) == (effects.recalls, effects.preempts)
     assert "queued" == approved(services, VICTOR, alice).request.state
     return bob.id, alice
@@ -449,6 +452,22 @@ def test_paused_automation_preempts_nobody_within_a_team_and_says_what_it_would_
         ).all()
     assert f"lease:{bob}" == would.subject
     assert f"preempted for R{alice.request.id}" in str(would.detail)
+
+
+def test_the_queue_explains_a_lease_of_the_team_too_young_to_preempt(
+    preempting: Services, clock: Clock
+) -> None:
+    bob, alice = vision_full(preempting, clock, after=timedelta(minutes=30))
+    (entry,) = preempting.queue_explained()
+    assert () == entry.recalls
+    ((lease, why),) = [(p.lease, p.why) for p in entry.passed_within]
+    assert (bob, BOB, "vision") == (lease.lease, lease.holder, lease.team)
+    assert "too young to recall for another 30m (minimum runtime 1h)" == why
+    clock.advance(timedelta(minutes=31))
+    preempting.serve_queue(["l40s"])
+    assert f"vision (R{alice.request.id})" == preempting.lease(bob).recalled_for  # type: ignore[union-attr]
+    (entry,) = preempting.queue_explained()
+    assert ((bob,), ()) == (tuple(r.lease.lease for r in entry.recalls), entry.passed_within)
 
 
 def test_within_team_preemption_is_off_with_the_shipped_rules(

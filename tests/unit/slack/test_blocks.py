@@ -427,6 +427,12 @@ def test_the_queue_shows_a_teams_lower_priority_leases_preempted_for_a_request()
         "3 GPUs, team vision): warned now, taken after the notice; L21 "
     ) in text
     assert "nominal" not in text.split("Order:")[0]  # not a guarantee: no lender recall
+    young = PassedOver(Recalled(22, BOB, 1, "vision"), "too young to recall for another 25m")
+    stuck = replace(_own(1), recalls=(), passed_within=(young,))
+    assert (
+        "Lower-priority leases of its own team that cannot be preempted for it now: L22 "
+        "(<@U0BOB0001>, 1 GPU, team vision): too young to recall for another 25m."
+    ) in texts_of(kit.queue_message([stuck]))
 
 
 def test_a_preemption_within_a_team_is_told_as_such_to_the_holder() -> None:
