@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
+from bot.services.notice_views import LeaseWarning, Reclaimed
 from bot.services.results import (
     BorrowResult,
     ExtendResult,
@@ -420,7 +421,10 @@ def test_a_high_priority_request_preempts_a_low_priority_lease_of_its_own_team(
                 OutboxRow.recipient == BOB, OutboxRow.kind == OutboxKind.LEASE_WARNING
             )
         ).one()
-    assert warning.data["recall"]["within_team"]
+    notice = services.notice(warning.id or 0)  # what the holder's DM is drawn from
+    assert isinstance(notice, LeaseWarning)
+    assert notice.recall is not None
+    assert notice.recall["within_team"]
     clock.advance(timedelta(minutes=29))
     services.sweep(TelemetryWindow(timedelta(minutes=3)))
     assert "active" == services.lease(bob_id).state  # type: ignore[union-attr]
@@ -434,8 +438,10 @@ def test_a_high_priority_request_preempts_a_low_priority_lease_of_its_own_team(
                 OutboxRow.recipient == BOB, OutboxRow.kind == OutboxKind.LEASE_RECLAIMED
             )
         ).one()
-    assert told.data["within_team"]
-    assert str(told.data["because"]).startswith(f"preempted for {code}")
+    reclaimed = services.notice(told.id or 0)
+    assert isinstance(reclaimed, Reclaimed)
+    assert reclaimed.within_team
+    assert reclaimed.because.startswith(f"preempted for {code}")
     assert "approved" == services.request(alice.request.id).state  # type: ignore[union-attr]
     assert 1 == len(services.leases(ALICE))
 
