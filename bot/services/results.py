@@ -36,7 +36,7 @@ class LeaseView:
     ended_at: datetime | None = None
     end_reason: str = ""
     recalled_for: str = ""  # "vision (R4)" while a lender recall is under way
-    recalled_within_team: bool = False  # ... for a higher-priority request of its own team
+    recalled_within_team: bool = False  # recalled (now or before it ended) for its own team
     # At its grant only: its GPUs ("node:index") that had no fresh telemetry to vouch for them.
     unknown: tuple[str, ...] = ()
 
@@ -57,7 +57,7 @@ class LeaseView:
 
     @property
     def ended_how(self) -> str:
-        return ended_how(self.state, self.end_reason)
+        return ended_how(self.state, self.end_reason, within_team=self.recalled_within_team)
 
 
 #: How a reclaimed lease ended, by its end reason, in its holder's words.
@@ -69,8 +69,11 @@ _RECLAIMED_BECAUSE = {
 }
 
 
-def ended_how(state: str, end_reason: str) -> str:
-    """ "released", "reclaimed because it expired": how a lease ended, for people."""
+def ended_how(state: str, end_reason: str, *, within_team: bool = False) -> str:
+    """ "released", "reclaimed because it expired": how a lease ended, for people
+    (`within_team`: it was recalled for a higher-priority request of its own team)."""
+    if state == "reclaimed" and end_reason == "preempted" and within_team:
+        return "reclaimed because a higher-priority request of its team needed the GPUs"
     if state == "reclaimed":
         return f"reclaimed because {_RECLAIMED_BECAUSE.get(end_reason, end_reason)}"
     return str(state)

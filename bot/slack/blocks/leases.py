@@ -48,7 +48,7 @@ def lease_summary(lease: LeaseView) -> str:
     if lease.protected:
         head += " · protected"
     lines = [head]
-    if lease.recalled_within_team:
+    if lease.recalled_for and lease.recalled_within_team:
         lines.append(
             f":warning: Preempted for a higher-priority request of your team: "
             f"{escape(lease.recalled_for)}. `/gpu why {lease.code}` says how it was chosen."
