@@ -408,6 +408,9 @@ def test_a_high_priority_request_preempts_a_low_priority_lease_of_its_own_team(
     )
     (entry,) = services.queue_explained()
     assert [(bob_id, True)] == [(r.lease.lease, r.within_team) for r in entry.recalls]
+    refused = services.extend(BOB, bob_id, timedelta(hours=2))
+    assert isinstance(refused, Refused)
+    assert f"{code}, a higher-priority request of your team, needs its GPUs" in refused.message
     why = services.why(ADA, code)
     assert not isinstance(why, Refused)
     assert any(f"preempted for {code}" in line for line in why.lines)
