@@ -122,8 +122,23 @@ class Marks:
         mark = self._entry(RECALL)
         return int(mark.get("request") or 0) if mark is not None else 0
 
-    def with_recall(self, *, at: datetime, request: int, team: str, because: str) -> Marks:
-        mark = {"at": at.isoformat(), "request": request, "team": team, "because": because}
+    @property
+    def recalled_within_team(self) -> bool:
+        """Is the recall for a higher-priority request of the lease's own team?"""
+        mark = self._entry(RECALL)
+        return bool(mark.get("within_team")) if mark is not None else False
+
+    def with_recall(
+        self, *, at: datetime, request: int, team: str, because: str, within_team: bool = False
+    ) -> Marks:
+        mark: dict[str, Any] = {
+            "at": at.isoformat(),
+            "request": request,
+            "team": team,
+            "because": because,
+        }
+        if within_team:
+            mark["within_team"] = True
         return Marks({**self.raw, RECALL: mark})
 
     def with_recall_for(self, *, request: int, team: str) -> Marks:

@@ -20,6 +20,10 @@ need beyond the free GPUs, and covers that shortfall with recalls:
 
 Each recall is owed to the guaranteed request whose shortfall it covers, in queue order.
 
+With `preemption.within_team: lower_priority`, the same plan goes on: a waiting request that
+the free GPUs and those coming back do not cover takes its own team's leases of strictly lower
+priority, with the same exemptions (the cooldown held strictly), kept and withdrawn alike.
+
 Pure: the bot reads the pool, calls `plan`, and applies the plan in one transaction.
 """
 
@@ -49,6 +53,7 @@ class Holding:
     recalled_at: datetime | None = None  # under recall since then
     recalled_for: int = 0  # ... for this request
     usable: int | None = None  # GPUs that come back free if reclaimed (None: all of them)
+    within_team: bool = False  # the recall under way is for a request of its own team
 
     @property
     def returns(self) -> int:
@@ -64,6 +69,7 @@ class Waiting:
     team: str
     gpus: int
     waited: timedelta = timedelta(0)  # since it was asked for
+    priority: str = "normal"
 
 
 @dataclass(frozen=True)
@@ -73,8 +79,9 @@ class Victim:
     team: str
     gpus: int
     request: int  # the guaranteed request it makes room for
-    for_team: str  # that request's team, the lender
+    for_team: str  # that request's team, the lender (or its own team, within the team)
     because: str
+    within_team: bool = False  # preempted for a higher-priority request of its own team
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,9 @@ class Plan:
     passed_over: Mapping[int, str] = field(default_factory=dict)  # lease -> why not chosen
     reassign: tuple[Victim, ...] = ()  # recalls that stand, now owed to another request
     guaranteed: tuple[int, ...] = ()  # the requests inside their team's nominal
-    covered: int = 0  # GPUs the kept and new recalls give back
+    covered: int = 0  # GPUs the kept and new lender recalls give back
+    # request -> its team's lower-priority leases it may not preempt now, with why
+    passed_within: Mapping[int, Mapping[int, str]] = field(default_factory=dict)
 
     @property
     def short(self) -> int:
@@ -152,9 +161,11 @@ def plan(
     now: datetime,
     recall: Recall,
     cooled: Mapping[str, datetime] | Collection[str] = (),
+    within_team: bool = False,
 ) -> Plan:
     """What recall should do in one pool now. `queue` is in serving order; `cooled`: holders
-    preempted (or warned of a preemption) within the cooldown, with when, where known."""
+    preempted (or warned of a preemption) within the cooldown, with when, where known;
+    `within_team`: a waiting request may also preempt its own team's lower-priority leases."""
     used: dict[str, int] = {}
     for h in holdings:
         used[h.team] = used.get(h.team, 0) + h.gpus
@@ -176,15 +187,25 @@ def plan(
         new.override_cooldown(
             holdings, used, quotas, cooled=_when(cooled), overdue=overdue, recall=recall
         )
+    # What the lender recalls leave uncovered, a request may take from its own team.
+    chosen = {*standing.keep, *(v.lease for v in new.start)}
+    team = _WithinTeam(
+        spare=free + new.covered,
+        chosen=chosen,
+        losing={h.holder for h in holdings if h.lease in chosen},
+    )
+    if within_team:
+        team.preempt(holdings, queue, now=now, recall=recall, cooled=cooled)
     return Plan(
         need=claims.need,
-        keep=tuple(standing.keep),
-        start=tuple(new.start),
-        withdraw=tuple(standing.withdraw),
+        keep=(*standing.keep, *team.keep),
+        start=(*new.start, *team.start),
+        withdraw=(*standing.withdraw, *team.withdrawn(holdings)),
         passed_over=new.passed,
-        reassign=tuple(standing.reassign),
+        reassign=(*standing.reassign, *team.reassign),
         guaranteed=tuple(w.request for w in guaranteed),
         covered=new.covered,
+        passed_within=team.passed,
     )
 
 
@@ -216,7 +237,7 @@ def _under_way(
 ) -> _Standing:
     out = _Standing()
     under_way = sorted(
-        (h for h in holdings if h.recalled_at is not None),
+        (h for h in holdings if h.recalled_at is not None and not h.within_team),
         key=lambda h: (h.recalled_at, h.lease),
     )
     for h in under_way:
@@ -354,3 +375,117 @@ def _why_not(h: Holding, now: datetime, recall: Recall, cooled: Collection[str])
         cooldown = format_duration(recall.cooldown)
         return f"its holder was preempted or warned within the last {cooldown} (cooldown)"
     return ""
+
+
+@dataclass
+class _WithinTeam:
+    """Preemption within a team by priority. Each waiting request, in queue order, takes what
+    is left of the free GPUs and those coming back; what it still lacks it takes from its own
+    team's leases of strictly lower priority, the lowest first, then the most recently
+    granted, until the shortfall is covered, and only when it can be covered: a request that
+    would still not start preempts nobody. Recalls of this kind under way stand while a
+    request of the team still needs them (the one they were made for first) and are withdrawn
+    when none does. The cooldown holds strictly here: `max_guarantee_wait` is for guarantees."""
+
+    spare: int  # free GPUs and those coming back, not yet counted on by the queue
+    chosen: set[int]  # leases recalled already, under way or new
+    losing: set[str]  # holders who already lose a lease to a recall
+    keep: list[int] = field(default_factory=list)
+    reassign: list[Victim] = field(default_factory=list)
+    start: list[Victim] = field(default_factory=list)
+    passed: dict[int, dict[int, str]] = field(default_factory=dict)  # request -> lease -> why
+
+    def preempt(
+        self,
+        holdings: Sequence[Holding],
+        queue: Sequence[Waiting],
+        *,
+        now: datetime,
+        recall: Recall,
+        cooled: Collection[str],
+    ) -> None:
+        standing = sorted(
+            (h for h in holdings if h.recalled_at is not None and h.within_team),
+            key=lambda h: (h.recalled_at, h.lease),
+        )
+        fresh = sorted(
+            (h for h in holdings if h.recalled_at is None and h.lease not in self.chosen),
+            key=lambda h: (_rank(h.priority), -h.granted_at.timestamp(), -h.lease),
+        )
+        for w in queue:
+            got = min(self.spare, w.gpus)
+            self.spare -= got
+            short = w.gpus - got
+            if short > 0:
+                short = self._stand(w, short, standing)
+            if short > 0:
+                short = self._recruit(w, short, fresh, now=now, recall=recall, cooled=cooled)
+            self.spare -= min(0, short)  # a lease larger than the shortfall: the rest serves on
+
+    def withdrawn(self, holdings: Sequence[Holding]) -> list[int]:
+        """Recalls within a team under way that no request needs any more."""
+        under_way = [h for h in holdings if h.recalled_at is not None and h.within_team]
+        return [h.lease for h in under_way if h.lease not in self.keep]
+
+    def _stand(self, w: Waiting, short: int, standing: Sequence[Holding]) -> int:
+        """Keep the recalls under way that `w` may take, those made for it first."""
+        mine = [h for h in standing if _outranked(h, w) and h.lease not in self.keep]
+        for h in sorted(mine, key=lambda h: h.recalled_for != w.request):
+            if short <= 0:
+                break
+            if h.returns == 0:
+                continue
+            self.keep.append(h.lease)
+            self.losing.add(h.holder)
+            short -= h.returns
+            if h.recalled_for != w.request:  # what it was preempted for went, others wait
+                because = f"it now makes room for R{w.request} of its own team {w.team}"
+                self.reassign.append(_victim(h, w, because))
+        return short
+
+    def _recruit(
+        self,
+        w: Waiting,
+        short: int,
+        fresh: Sequence[Holding],
+        *,
+        now: datetime,
+        recall: Recall,
+        cooled: Collection[str],
+    ) -> int:
+        picked = []
+        for h in fresh:
+            if short <= 0:
+                break
+            if h.lease in self.chosen or not _outranked(h, w):
+                continue
+            why_not = _why_not(h, now, recall, cooled)
+            if not why_not and h.holder in self.losing:
+                why_not = "its holder already loses another lease to a recall"
+            if why_not:
+                self.passed.setdefault(w.request, {})[h.lease] = why_not
+                continue
+            picked.append(h)
+            short -= h.returns
+        if short > 0:
+            return short  # it would still not start: nobody is preempted in vain
+        for h in picked:
+            because = (
+                f"preempted for R{w.request}, a {w.priority}-priority request of your team "
+                f"{w.team} that the free GPUs do not cover; L{h.lease} is {h.priority} "
+                "priority and comes first among the team's lower-priority leases (lowest "
+                "priority, then the most recently granted)"
+            )
+            self.start.append(_victim(h, w, because))
+            self.chosen.add(h.lease)
+            self.losing.add(h.holder)
+        return short
+
+
+def _outranked(h: Holding, w: Waiting) -> bool:
+    """May `w` preempt `h`: the same team, and a strictly higher priority?"""
+    return h.team == w.team and _rank(h.priority) < _rank(w.priority)
+
+
+def _victim(h: Holding, w: Waiting, because: str) -> Victim:
+    return Victim(h.lease, h.holder, h.team, h.gpus, w.request, w.team, because, within_team=True)

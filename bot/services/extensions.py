@@ -116,13 +116,19 @@ def extend(
 
 
 def recall_refusal(lease: LeaseRow) -> Refused | None:
-    """A recalled lease is never extended: its GPUs go back to their lending team."""
+    """A recalled lease is never extended: its GPUs go back to their lending team (or to a
+    higher-priority request of its own team)."""
     recalled = lease.warnings.recall
     if recalled is None:
         return None
+    why = (
+        f"R{recalled.get('request')}, a higher-priority request of your team, needs its GPUs"
+        if lease.warnings.recalled_within_team
+        else "its GPUs are borrowed, and their lending team needs them back for "
+        f"R{recalled.get('request')}"
+    )
     return Refused(
-        f"L{lease.id} is being recalled: its GPUs are borrowed, and their lending team "
-        f"needs them back for R{recalled.get('request')}, so it cannot be extended. "
+        f"L{lease.id} is being recalled: {why}, so it cannot be extended. "
         "`/gpu why` shows why; `/gpu borrow` asks again once it ends.",
         "recalled",
     )

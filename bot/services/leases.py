@@ -37,7 +37,9 @@ def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
         )
     if lease.state != LeaseState.ACTIVE:
         when = f" {lease.ended_at:%Y-%m-%d %H:%M} UTC" if lease.ended_at else ""
-        how = ended_how(lease.state, lease.end_reason)
+        how = ended_how(
+            lease.state, lease.end_reason, within_team=lease.warnings.recalled_within_team
+        )
         return Refused(
             f"L{lease.id} ended{when}: {how}. Nothing is left to change; `/gpu borrow` asks again.",
             "not-active",
@@ -132,7 +134,7 @@ def end_lease(
 def _withdraw_extensions(session: Session, lease: LeaseRow, *, actor: str, now: datetime) -> None:
     """Close the extensions of an ended lease still waiting for a person, and say why."""
     assert lease.id is not None
-    how = ended_how(lease.state, lease.end_reason)
+    how = ended_how(lease.state, lease.end_reason, within_team=lease.warnings.recalled_within_team)
     why = f"L{lease.id} ended ({how}) before anyone answered"
     for request in storage_requests.lock_pending_extensions(session, lease.id):
         request.state, request.decided_at, request.decided_by = RequestState.CANCELLED, now, actor

@@ -104,6 +104,7 @@ class Reclaimed:
     lease: LeaseView
     reason: str
     because: str
+    within_team: bool = False  # preempted for a higher-priority request of its own team
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,8 @@ def _about_lease(session: Session, ctx: Context, owed: OutboxRow, row: LeaseRow)
         case OutboxKind.RECALL_WITHDRAWN:
             return RecallWithdrawn(lease) if active else None
         case OutboxKind.LEASE_RECLAIMED:
-            return Reclaimed(lease, str(data["reason"]), str(data.get("because") or ""))
+            because = str(data.get("because") or "")
+            return Reclaimed(lease, str(data["reason"]), because, bool(data.get("within_team")))
         case OutboxKind.LEASE_ENDED:
             return EndedByOther(lease, str(data["by"]))
         case OutboxKind.LEASE_CLOSED:

@@ -34,6 +34,7 @@ def lease_view(session: Session, lease: LeaseRow) -> LeaseView:
         ended_at=lease.ended_at,
         end_reason=lease.end_reason,
         recalled_for=_recalled_for(lease),
+        recalled_within_team=lease.warnings.recalled_within_team,
     )
 
 

@@ -9,7 +9,7 @@ sweep, `/gpu queue`, `/gpu why` and the approval cards all read the same record.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -70,14 +70,12 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
             recalled_at=row.warnings.recalled_at,
             recalled_for=row.warnings.recalled_for,
             usable=usable.get(row.id or 0, 0),
+            within_team=row.warnings.recalled_within_team,
         )
         for row in leases
     )
     ordered = ordered_queue(session, ctx.policy, pool)
-    queue = tuple(
-        recall.Waiting(r.id or 0, r.team, r.gpus, waited=now - (r.created_at or now))
-        for r, _ in ordered
-    )
+    queue = tuple(_waiting(r, now) for r, _ in ordered)
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
         holdings,
@@ -86,6 +84,13 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         _cooled(session, now - ctx.policy.recall.cooldown),
         {row.id or 0: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
+    )
+
+
+def _waiting(request: RequestRow, now: datetime) -> recall.Waiting:
+    waited = now - (request.created_at or now)
+    return recall.Waiting(
+        request.id or 0, request.team, request.gpus, waited=waited, priority=request.priority
     )
 
 
@@ -113,6 +118,7 @@ def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recal
         now=now,
         recall=ctx.policy.recall,
         cooled=seen.cooled,
+        within_team=ctx.policy.preemption.by_priority,
     )
 
 
@@ -152,7 +158,11 @@ def _settled(session: Session, pool: str) -> bool:
 
 def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:
     row.warnings = row.warnings.with_recall(
-        at=now, request=victim.request, team=victim.for_team, because=victim.because
+        at=now,
+        request=victim.request,
+        team=victim.for_team,
+        because=victim.because,
+        within_team=victim.within_team,
     )
     session.add(row)
     record(
@@ -167,6 +177,7 @@ def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime
             "for_team": victim.for_team,
             "because": victim.because,
             "gpus": row.gpus,
+            "within_team": victim.within_team,
         },
     )
 
@@ -241,6 +252,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
             now=now,
             recall=rules,
             cooled=seen.cooled,
+            within_team=ctx.policy.preemption.by_priority,
         )
         return ApprovalEffects(
             queued=len(waiting),
@@ -249,16 +261,21 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
             notice=rules.notice,
             paused=paused,
             held_for=held_for,
+            preempts=() if paused else _new(after, before, within_team=True),
         )
     # It would join the queue at its place and recall what its guarantee needs (a pending
     # request has no place yet: it is ordered among the queue as if it had one).
     placed = [r for r, _ in ordered_queue(session, ctx.policy, request.pool, extra=request)]
-    queue = tuple(
-        recall.Waiting(r.id or 0, r.team, r.gpus, waited=now - (r.created_at or now))
-        for r in placed
-    )
+    queue = tuple(_waiting(r, now) for r in placed)
     after = recall.plan(
-        quotas, seen.holdings, queue, seen.free, now=now, recall=rules, cooled=seen.cooled
+        quotas,
+        seen.holdings,
+        queue,
+        seen.free,
+        now=now,
+        recall=rules,
+        cooled=seen.cooled,
+        within_team=ctx.policy.preemption.by_priority,
     )
     return ApprovalEffects(
         queued=len(waiting),
@@ -269,6 +286,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         waits_for=waits_for if held else "",
         paused=paused,
         held_for=held_for,
+        preempts=() if paused else _new(after, before, within_team=True),
     )
 
 
@@ -279,10 +297,15 @@ def _held_for(ctx: Context, session: Session, request: RequestRow) -> tuple[Held
     )
 
 
-def _new(after: recall.Plan, before: set[int]) -> tuple[Recalled, ...]:
-    """The recalls a plan starts that the pool would not start anyway."""
+def _new(
+    after: recall.Plan, before: set[int], *, within_team: bool = False
+) -> tuple[Recalled, ...]:
+    """The recalls a plan starts that the pool would not start anyway: of borrowed leases, or
+    (`within_team`) of the lower-priority leases of a request's own team."""
     return tuple(
-        Recalled(v.lease, v.holder, v.gpus, v.team) for v in after.start if v.lease not in before
+        Recalled(v.lease, v.holder, v.gpus, v.team)
+        for v in after.start
+        if v.lease not in before and v.within_team == within_team
     )
 
 
@@ -300,6 +323,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
                 Recalled(h.lease, h.holder, h.gpus, h.team),
                 _taken_at(ctx, session, seen.rows[h.lease]),
                 h.recalled_for,
+                within_team=h.within_team,
             )
             for h in sorted(seen.holdings, key=lambda h: h.lease)
             if h.recalled_at is not None
@@ -321,6 +345,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
                     recalls=tuple(r for r in under_way if r.request == row.id),
                     withdrawn_at=(row.decided_at or row.created_at) + wait,
                     passed_over=passed if guaranteed else (),
+                    passed_within=_passed(seen, plan.passed_within.get(waiting.request, {})),
                 )
             )
     return out
@@ -328,10 +353,14 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
 
 def passed_over(seen: PoolPicture, plan: recall.Plan) -> tuple[PassedOver, ...]:
     """The borrowed leases the plan could not recall, with why, by lease id."""
+    return _passed(seen, plan.passed_over)
+
+
+def _passed(seen: PoolPicture, why: Mapping[int, str]) -> tuple[PassedOver, ...]:
     by_id = {h.lease: h for h in seen.holdings}
     return tuple(
-        PassedOver(Recalled(h.lease, h.holder, h.gpus, h.team), plan.passed_over[h.lease])
-        for h in (by_id[lease] for lease in sorted(plan.passed_over))
+        PassedOver(Recalled(h.lease, h.holder, h.gpus, h.team), why[h.lease])
+        for h in (by_id[lease] for lease in sorted(why))
     )
 
 

@@ -36,6 +36,7 @@ class LeaseView:
     ended_at: datetime | None = None
     end_reason: str = ""
     recalled_for: str = ""  # "vision (R4)" while a lender recall is under way
+    recalled_within_team: bool = False  # recalled (now or before it ended) for its own team
     # At its grant only: its GPUs ("node:index") that had no fresh telemetry to vouch for them.
     unknown: tuple[str, ...] = ()
 
@@ -56,7 +57,7 @@ class LeaseView:
 
     @property
     def ended_how(self) -> str:
-        return ended_how(self.state, self.end_reason)
+        return ended_how(self.state, self.end_reason, within_team=self.recalled_within_team)
 
 
 #: How a reclaimed lease ended, by its end reason, in its holder's words.
@@ -68,8 +69,11 @@ _RECLAIMED_BECAUSE = {
 }
 
 
-def ended_how(state: str, end_reason: str) -> str:
-    """ "released", "reclaimed because it expired": how a lease ended, for people."""
+def ended_how(state: str, end_reason: str, *, within_team: bool = False) -> str:
+    """ "released", "reclaimed because it expired": how a lease ended, for people
+    (`within_team`: it was recalled for a higher-priority request of its own team)."""
+    if state == "reclaimed" and end_reason == "preempted" and within_team:
+        return "reclaimed because a higher-priority request of its team needed the GPUs"
     if state == "reclaimed":
         return f"reclaimed because {_RECLAIMED_BECAUSE.get(end_reason, end_reason)}"
     return str(state)
@@ -263,6 +267,7 @@ class ApprovalEffects:
     waits_for: str = ""  # the rule that keeps it waiting even once approved
     paused: bool = False  # automation is paused: no recall starts
     held_for: tuple[HeldFor, ...] = ()  # lenders' waiting guarantees it may not borrow from
+    preempts: tuple[Recalled, ...] = ()  # ... and preempt these lower-priority leases of its team
 
 
 @dataclass(frozen=True)
@@ -289,6 +294,7 @@ class Recall:
     lease: Recalled
     taken_at: datetime | None
     request: int = 0  # the waiting request it makes room for
+    within_team: bool = False  # a lower-priority lease of that request's own team
 
 
 @dataclass(frozen=True)
@@ -301,8 +307,9 @@ class QueueEntry:
     waits_for: str  # the rules' reason it waits (what is missing)
     free: int  # GPUs free in the pool now
     guaranteed: bool  # inside its team's nominal: borrowed GPUs are recalled for it
-    recalls: tuple[Recall, ...]  # recalls under way in its pool (guaranteed requests only)
+    recalls: tuple[Recall, ...]  # recalls under way for it
     withdrawn_at: datetime  # when it times out if still waiting
     passed_over: tuple[PassedOver, ...] = ()  # borrowed leases recall may not take now (guaranteed)
     expected_start: datetime | None = None  # from the leases' end times (None: not known)
     for_gpus: bool = True  # it waits for GPUs to come free (else only for the rules)
+    passed_within: tuple[PassedOver, ...] = ()  # its team's lower-priority leases, likewise

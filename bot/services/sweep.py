@@ -170,8 +170,16 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
             outcome=f"reclaim {reason}",
             detail={"reason": reason.value},
         )
+        data: dict[str, object] = {
+            "lease": lease.id,
+            "reason": reason.value,
+            "because": decision.because,
+        }
+        if reason == Reason.PREEMPTED and row.warnings.recalled_within_team:
+            # The sweep rule speaks of lenders; the recall's own reason names the request.
+            data["within_team"] = True
+            data["because"] = str((row.warnings.recall or {}).get("because") or decision.because)
         end_lease(session, row, LeaseState.RECLAIMED, reason.value, actor=SWEEPER, now=now)
-        data = {"lease": lease.id, "reason": reason.value, "because": decision.because}
         owed = Owed(OutboxKind.LEASE_RECLAIMED, f"lease:{lease.id}", lease.holder, data)
         outbox.owe(session, owed, at=now)
         if run.ctx.enforcer != "notify":  # the order stands or falls with the reclaim

@@ -132,8 +132,8 @@ def _lease_message(
             return ended_warning_message(lease, reason, because, by)
         case RecallWithdrawn(lease=lease):
             return recall_withdrawn_message(lease)
-        case Reclaimed(lease=lease, reason=reason, because=because):
-            return reclaimed_message(lease, reason, because)
+        case Reclaimed(lease=lease, reason=reason, because=because, within_team=within_team):
+            return reclaimed_message(lease, reason, because, within_team=within_team)
         case EndedByOther(lease=lease, by=by):
             text = f"{mention(by)} ended your lease {lease.code} ({lease.pool})."
             return message(text, [section(text)])

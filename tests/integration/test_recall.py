@@ -11,12 +11,20 @@ for her team's nominal 3.
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
+import pytest
+
+from bot.localslack import LocalSlack
 from bot.services import BorrowAsk
 from bot.services.results import BorrowResult, SettleResult
+from bot.settings import DEFAULT_RULES_DIR
 from rules.domain import Outcome, Priority
 from storage import audit
+from tests.integration.conftest import settings_for, story_with
 from tests.integration.story import ALICE, ERIN, Story, busy
 
 CAROL, DAVE, BOB, VICTOR = "U0CAROL01", "U0DAVE001", "U0BOB0001", "U0VMGR001"
@@ -150,3 +158,49 @@ def test_approval_cards_say_whom_approving_overtakes_and_which_leases_it_recalls
     story.run(110, busy, lease=list(leases.values()))
     assert "reclaimed" == story.state(leases[DAVE])
     assert 1 == len(services.leases(ALICE))
+
+
+@pytest.fixture
+def preempting(local: LocalSlack, tmp_path: Path) -> Iterator[Story]:
+    """The shipped rules with `preemption: {within_team: lower_priority}`."""
+    rules = shutil.copytree(DEFAULT_RULES_DIR, tmp_path / "rules")
+    limits = rules / "limits.yaml"
+    limits.write_text(limits.read_text().replace("within_team: off", "within_team: lower_priority"))
+    settings = settings_for(local, tmp_path).model_copy(update={"rules_dir": rules})
+    with story_with(settings, local) as told:
+        yield told
+
+
+def test_a_low_priority_lease_of_the_team_is_preempted_for_its_high_priority_request(
+    preempting: Story,
+) -> None:
+    """Bob holds vision's 3 at low priority, Carol and Erin their nominals: l40s is full and
+    nothing is borrowed. At 70 Alice asks for 2 at high priority; once Victor approves, Bob's
+    lease is preempted for her: warned at once, reclaimed after the notice, Alice served."""
+    story = preempting
+    services = story.bot.services
+    low = services.borrow(BOB, BorrowAsk("l40s", 3, timedelta(hours=8), Priority.LOW))
+    assert isinstance(low, BorrowResult)
+    assert low.lease is not None
+    leases = [low.lease.id, story.borrow(CAROL, "l40s", 3, hours=8)]
+    leases.append(story.borrow(ERIN, "l40s", 2, hours=8))
+    story.run(70, busy, lease=leases)
+    alice, card = asked(story, ALICE, 2)
+    assert f"*preempts* L{low.lease.id} (<@{BOB}>, 3 GPUs)" in card
+    assert isinstance(services.approve(VICTOR, alice), SettleResult)
+    queue = story.answer(ALICE, "queue")
+    assert f"preempted for it: L{low.lease.id} (<@{BOB}>, 3 GPUs, team vision)" in queue
+    story.run(130, busy, lease=leases)
+    assert "reclaimed" == story.state(low.lease.id)
+    assert 1 == len(services.leases(ALICE))
+    warning = next(d for d in story.posted(BOB) if "is preempted" in d)
+    assert f"preempted for R{alice}, a higher-priority request of your team *vision*" in warning
+    assert "borrowed" not in warning
+    assert any("a higher-priority request of your team needs the GPUs" in d for d in story.dms(BOB))
+    assert any(
+        "reclaimed because a higher-priority request of its team needed" in d
+        for d in story.dms(BOB)
+    )
+    assert not any("lender" in d for d in story.dms(BOB))
+    why = story.answer(ALICE, f"why R{alice}")
+    assert f"preempted for R{alice}, a high-priority request of your team vision" in why

@@ -146,6 +146,18 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
             f"{why}, so approving *recalls* {taken}: "
             f"warned now, taken {format_duration(effects.notice)} after the warning."
         )
+    if effects.preempts:
+        taken = clip(
+            ", ".join(
+                f"L{r.lease} ({mention(r.holder)}, {plural(r.gpus, 'GPU')})"
+                for r in effects.preempts[:8]
+            ),
+            1500,
+        )
+        lines.append(
+            f"It outranks these lower-priority leases of its own team, so approving *preempts* "
+            f"{taken}: warned now, taken {format_duration(effects.notice)} after the warning."
+        )
     lines.extend(
         f"{plural(h.gpus, 'GPU')} {'is' if h.gpus == 1 else 'are'} held for "
         f"{escape(h.team)}'s waiting request R{h.request} (inside its nominal), so they are "

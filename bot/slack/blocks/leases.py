@@ -48,7 +48,12 @@ def lease_summary(lease: LeaseView) -> str:
     if lease.protected:
         head += " · protected"
     lines = [head]
-    if lease.recalled_for:
+    if lease.recalled_for and lease.recalled_within_team:
+        lines.append(
+            f":warning: Preempted for a higher-priority request of your team: "
+            f"{escape(lease.recalled_for)}. `/gpu why {lease.code}` says how it was chosen."
+        )
+    elif lease.recalled_for:
         lines.append(
             f":warning: Recalled: team {escape(lease.recalled_for)} needs these borrowed GPUs "
             f"back. `/gpu why {lease.code}` says how it was chosen."

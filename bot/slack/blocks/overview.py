@@ -13,6 +13,7 @@ from bot.services.results import (
     PoolStatus,
     QueueEntry,
     QuotaUse,
+    Recall,
     RequestView,
 )
 from bot.slack.blocks.kit import (
@@ -209,32 +210,49 @@ def queue_text(entry: QueueEntry) -> str:
 
 
 def recall_lines(entry: QueueEntry) -> list[str]:
-    """For a guaranteed request: the borrowed leases being recalled for it, and when."""
-    if not entry.guaranteed:
-        return []
-    if not entry.recalls:
+    """The leases being recalled for a waiting request, and when: borrowed ones for a request
+    inside its team's nominal, lower-priority ones of its own team for a higher-priority one."""
+    lending = [r for r in entry.recalls if not r.within_team]
+    own = [r for r in entry.recalls if r.within_team]
+    lines = _guarantee_lines(entry, lending) if entry.guaranteed else []
+    if own:
+        team = escape(entry.request.team)
+        shown = "; ".join(_recall_text(r) for r in own[:6])
+        lines.append(f"Lower-priority leases of its own team {team} are preempted for it: {shown}")
+    if entry.passed_within:
+        lines.append(
+            "Lower-priority leases of its own team that cannot be preempted for it now: "
+            + passed_over_text(entry.passed_within)
+        )
+    return lines
+
+
+def _guarantee_lines(entry: QueueEntry, recalls: Sequence[Recall]) -> list[str]:
+    if not recalls:
         if entry.passed_over:
             return [
                 "It is inside its team's nominal quota, but no borrowed lease can be recalled "
                 "for it now: " + passed_over_text(entry.passed_over)
             ]
         return ["It is inside its team's nominal quota; nothing borrowed can be recalled yet."]
-    shown = []
-    for recall in entry.recalls[:6]:
-        lease = recall.lease
-        when = (
-            f"taken {slack_date(recall.taken_at)}"
-            if recall.taken_at
-            else "warned now, taken after the notice"
-        )
-        shown.append(
-            f"L{lease.lease} ({mention(lease.holder)}, {plural(lease.gpus, 'GPU')}, "
-            f"team {escape(lease.team)}): {when}"
-        )
-    lines = ["Inside its team's nominal quota, so borrowed GPUs are recalled: " + "; ".join(shown)]
+    shown = "; ".join(_recall_text(r) for r in recalls[:6])
+    lines = ["Inside its team's nominal quota, so borrowed GPUs are recalled: " + shown]
     if entry.passed_over:
         lines.append("Passed over: " + passed_over_text(entry.passed_over))
     return lines
+
+
+def _recall_text(recall: Recall) -> str:
+    lease = recall.lease
+    when = (
+        f"taken {slack_date(recall.taken_at)}"
+        if recall.taken_at
+        else "warned now, taken after the notice"
+    )
+    return (
+        f"L{lease.lease} ({mention(lease.holder)}, {plural(lease.gpus, 'GPU')}, "
+        f"team {escape(lease.team)}): {when}"
+    )
 
 
 def passed_over_text(passed: Sequence[PassedOver], most: int = 3) -> str:

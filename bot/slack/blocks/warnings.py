@@ -127,8 +127,17 @@ def _preempt_message(
     title = f"{lease.code} is recalled"
     line = (
         f"The GPUs of *{lease.code}* are borrowed from team *{team}*'s guaranteed share, "
-        f"and {team} needs them back{wanted}. Save your work: they are taken "
-        f"{slack_date(deadline)}, {format_duration(notice)} after this message."
+        f"and {team} needs them back{wanted}."
+    )
+    if recall.get("within_team"):
+        title = f"{lease.code} is preempted"
+        line = (
+            f"The GPUs of *{lease.code}* are preempted{wanted}, a higher-priority request of "
+            f"your team *{team}*."
+        )
+    line += (
+        f" Save your work: they are taken {slack_date(deadline)}, "
+        f"{format_duration(notice)} after this message."
     )
     why = str(recall.get("because") or because)
     blocks = [
@@ -172,13 +181,17 @@ def recall_withdrawn_message(lease: LeaseView) -> Message:
     return message(text, [section(f":white_check_mark: {escape(text)}")])
 
 
-def reclaimed_message(lease: LeaseView, reason: str, because: str) -> Message:
+def reclaimed_message(
+    lease: LeaseView, reason: str, because: str, *, within_team: bool = False
+) -> Message:
     what = {
         "expired": "it expired",
         "idle": "its GPUs stayed idle after the warning",
         "preempted": "its lender needs the GPUs back",
         "unhealthy": "a GPU failed",
     }.get(reason, reason)
+    if within_team:
+        what = "a higher-priority request of your team needs the GPUs"
     text = f"{lease.code} was reclaimed: {what}."
     blocks = [
         section(

@@ -4,18 +4,30 @@ follow the queue as it changes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
-from bot.services.results import BorrowResult, ExtendResult, HeldFor, Refused, SettleResult
+from bot.services.notice_views import LeaseWarning, Reclaimed
+from bot.services.results import (
+    BorrowResult,
+    ExtendResult,
+    HeldFor,
+    Recalled,
+    Refused,
+    SettleResult,
+)
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome, Priority
 from storage import outbox
 from storage.audit import AuditTag
+from storage.db import Database
+from storage.outbox import OutboxKind
 from storage.tables import AuditRow, OutboxRow
+from tests.builders import default_sources
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
 pytestmark = pytest.mark.usefixtures("services")
@@ -331,3 +343,149 @@ def test_an_approval_cannot_lend_what_a_waiting_guarantee_counts_on(services: Se
     settled = approved(services, ADA, asked)
     assert "queued" == settled.request.state
     assert [] == services.leases(PAT)
+
+
+def delivered(services: Services, at: Clock, channel: str) -> None:
+    """Every message owed so far reached Slack."""
+    with services.db.write() as session:
+        for row in session.exec(select(OutboxRow)).all():
+            if row.delivered_at is None:
+                outbox.delivered(session, row.id or 0, at=at.now, channel=channel, ts="1.0")
+
+
+@pytest.fixture
+def preempting(database: Database, clock: Clock) -> Iterator[Services]:
+    """The use cases on the shipped rules with `preemption: {within_team: lower_priority}`."""
+    sources = default_sources()
+    sources["limits.yaml"] = sources["limits.yaml"].replace(
+        "within_team: off", "within_team: lower_priority"
+    )
+    svc = Services.open(database, sources, clock=clock)
+    yield svc
+    svc.close()
+
+
+def vision_full(
+    services: Services, clock: Clock, after: timedelta = timedelta(minutes=61)
+) -> tuple[int, BorrowResult]:
+    """l40s full, nothing borrowed: Bob holds vision's 3 at low priority, nlp and platform
+    their nominals. An hour on, Alice asks for 2 at high priority; Victor approves and she
+    waits. Bob's lease id and Alice's request."""
+    bob = borrowed(services, BOB, BorrowAsk("l40s", 3, DAY, priority=Priority.LOW)).lease
+    assert bob is not None
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(after)
+    alice = borrowed(services, ALICE, BorrowAsk("l40s", 2, DAY, priority=Priority.HIGH))
+    assert Outcome.ASK == alice.outcome
+    effects = services.approval_effects(alice.request.id)  # what Victor's card says
+    assert effects is not None
+    young = after < timedelta(hours=1)
+    preempts = () if effects.paused or young else (Recalled(bob.id, BOB, 3, "vision"),)
+    assert ((), preempts) == (effects.recalls, effects.preempts)
+    assert "queued" == approved(services, VICTOR, alice).request.state
+    return bob.id, alice
+
+
+def test_a_high_priority_request_preempts_a_low_priority_lease_of_its_own_team(
+    preempting: Services, clock: Clock
+) -> None:
+    """Alice's request waits with nothing borrowed to recall: Bob's lease is preempted for
+    her, warned, reclaimed after the notice, and her request granted. The queue and `why`
+    show the preemption."""
+    services = preempting  # the shipped rules with preemption within teams turned on
+    bob_id, alice = vision_full(services, clock)
+    code = f"R{alice.request.id}"
+    assert f"vision ({code})" == services.lease(bob_id).recalled_for  # type: ignore[union-attr]
+    with services.db.read() as session:
+        audited = session.exec(
+            select(AuditRow).where(
+                AuditRow.tag == AuditTag.LEASE_RECALLED, AuditRow.subject == f"lease:{bob_id}"
+            )
+        ).one()
+    assert str(audited.detail["because"]).startswith(
+        f"preempted for {code}, a high-priority request of your team vision"
+    )
+    (entry,) = services.queue_explained()
+    assert [(bob_id, True)] == [(r.lease.lease, r.within_team) for r in entry.recalls]
+    refused = services.extend(BOB, bob_id, timedelta(hours=2))
+    assert isinstance(refused, Refused)
+    assert f"{code}, a higher-priority request of your team, needs its GPUs" in refused.message
+    why = services.why(ADA, code)
+    assert not isinstance(why, Refused)
+    assert any(f"preempted for {code}" in line for line in why.lines)
+
+    delivered(services, clock, "D0BOB")
+    services.sweep(TelemetryWindow(timedelta(minutes=3)))  # warn preempt
+    delivered(services, clock, "D0BOB")
+    with services.db.read() as session:
+        warning = session.exec(
+            select(OutboxRow).where(
+                OutboxRow.recipient == BOB, OutboxRow.kind == OutboxKind.LEASE_WARNING
+            )
+        ).one()
+    notice = services.notice(warning.id or 0)  # what the holder's DM is drawn from
+    assert isinstance(notice, LeaseWarning)
+    assert notice.recall is not None
+    assert notice.recall["within_team"]
+    clock.advance(timedelta(minutes=29))
+    services.sweep(TelemetryWindow(timedelta(minutes=3)))
+    assert "active" == services.lease(bob_id).state  # type: ignore[union-attr]
+    clock.advance(timedelta(minutes=1))
+    services.sweep(TelemetryWindow(timedelta(minutes=3)))  # reclaim preempted
+    services.serve_queue(["l40s"])
+    assert "reclaimed" == services.lease(bob_id).state  # type: ignore[union-attr]
+    with services.db.read() as session:
+        told = session.exec(
+            select(OutboxRow).where(
+                OutboxRow.recipient == BOB, OutboxRow.kind == OutboxKind.LEASE_RECLAIMED
+            )
+        ).one()
+    reclaimed = services.notice(told.id or 0)
+    assert isinstance(reclaimed, Reclaimed)
+    assert reclaimed.within_team
+    assert reclaimed.because.startswith(f"preempted for {code}")
+    assert "approved" == services.request(alice.request.id).state  # type: ignore[union-attr]
+    assert 1 == len(services.leases(ALICE))
+
+
+def test_paused_automation_preempts_nobody_within_a_team_and_says_what_it_would_have_done(
+    preempting: Services, clock: Clock
+) -> None:
+    assert isinstance(preempting.pause(ADA), str)
+    bob, alice = vision_full(preempting, clock)
+    assert "" == preempting.lease(bob).recalled_for  # type: ignore[union-attr]
+    with preempting.db.read() as session:
+        (would,) = session.exec(
+            select(AuditRow).where(AuditRow.tag == AuditTag.RECALL_WOULD_HAVE)
+        ).all()
+    assert f"lease:{bob}" == would.subject
+    assert f"preempted for R{alice.request.id}" in str(would.detail)
+
+
+def test_the_queue_explains_a_lease_of_the_team_too_young_to_preempt(
+    preempting: Services, clock: Clock
+) -> None:
+    bob, alice = vision_full(preempting, clock, after=timedelta(minutes=30))
+    (entry,) = preempting.queue_explained()
+    assert () == entry.recalls
+    ((lease, why),) = [(p.lease, p.why) for p in entry.passed_within]
+    assert (bob, BOB, "vision") == (lease.lease, lease.holder, lease.team)
+    assert "too young to recall for another 30m (minimum runtime 1h)" == why
+    clock.advance(timedelta(minutes=31))
+    preempting.serve_queue(["l40s"])
+    assert f"vision (R{alice.request.id})" == preempting.lease(bob).recalled_for  # type: ignore[union-attr]
+    (entry,) = preempting.queue_explained()
+    assert ((bob,), ()) == (tuple(r.lease.lease for r in entry.recalls), entry.passed_within)
+
+
+def test_within_team_preemption_is_off_with_the_shipped_rules(
+    services: Services, clock: Clock
+) -> None:
+    borrowed(services, BOB, BorrowAsk("l40s", 3, DAY, priority=Priority.LOW))
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(timedelta(minutes=61))
+    alice = borrowed(services, ALICE, BorrowAsk("l40s", 2, DAY, priority=Priority.HIGH))
+    assert "queued" == approved(services, VICTOR, alice).request.state
+    assert "" == services.leases(BOB)[0].recalled_for

@@ -32,6 +32,7 @@ def held(
     protected: bool = False,
     recalled: bool = False,
     usable: int | None = None,
+    within_team: bool = False,
 ) -> Holding:
     granted = NOW - timedelta(hours=hours_ago)
     return Holding(
@@ -45,6 +46,7 @@ def held(
         recalled_at=NOW - timedelta(minutes=5) if recalled else None,
         recalled_for=10 if recalled else 0,
         usable=usable,
+        within_team=within_team,
     )
 
 
@@ -375,3 +377,212 @@ def test_a_request_beyond_nominal_never_overrides_the_cooldown() -> None:
     queue = [Waiting(10, "vision", 4, waited=timedelta(days=1))]  # beyond vision's nominal of 3
     result = plan(QUOTAS, holdings, queue, 0, now=NOW, recall=rules, cooled=COOLED)
     assert result.start == ()
+
+
+# Preemption within a team: l40s is full, vision holds its nominal 3 in its own leases, nlp and
+# platform theirs; nothing is borrowed, so no lender recall can help a vision request.
+OTHERS = [held(20, "nlp", 3, hours_ago=6), held(21, "platform", 2, hours_ago=6)]
+
+
+def within(
+    vision: list[Holding],
+    queue: list[Waiting],
+    free: int = 0,
+    cooled: tuple[str, ...] = (),
+    *,
+    on: bool = True,
+) -> Plan:
+    return plan(
+        QUOTAS,
+        [*vision, *OTHERS],
+        queue,
+        free,
+        now=NOW,
+        recall=RULES,
+        cooled=cooled,
+        within_team=on,
+    )
+
+
+def test_within_team_preemption_is_off_by_default() -> None:
+    vision = [held(1, "vision", 3, priority="low")]
+    result = within(vision, [Waiting(10, "vision", 2, priority="high")], on=False)
+    assert ((), (), ()) == (result.start, result.keep, result.withdraw)
+
+
+def test_a_waiting_request_preempts_a_lower_priority_lease_of_its_own_team() -> None:
+    vision = [held(1, "vision", 3, priority="low")]
+    result = within(vision, [Waiting(10, "vision", 2, priority="high")])
+    (victim,) = result.start
+    assert (1, 10, "vision", True) == (
+        victim.lease,
+        victim.request,
+        victim.for_team,
+        victim.within_team,
+    )
+    assert victim.because.startswith(
+        "preempted for R10, a high-priority request of your team vision"
+    )
+    assert () == result.guaranteed  # beyond vision's nominal: no lender recall for it
+
+
+HIGH = Waiting(10, "vision", 1, priority="high")
+
+
+@pytest.mark.parametrize(
+    ("case", "vision", "waiting", "victims", "passed"),
+    [
+        (
+            "equal priority is never preempted",
+            [held(1, "vision", 3, priority="high")],
+            HIGH,
+            [],
+            [],
+        ),
+        (
+            "higher priority is never preempted",
+            [held(1, "vision", 3, priority="high")],
+            Waiting(10, "vision", 1, priority="normal"),
+            [],
+            [],
+        ),
+        (
+            "another team's lower-priority lease is never preempted",
+            [held(1, "vision", 3, priority="low")],
+            Waiting(10, "nlp", 1, priority="normal"),
+            [],
+            [],
+        ),
+        (
+            "the lowest priority first, then the most recently granted",
+            [
+                held(1, "vision", 1, priority="normal"),
+                held(2, "vision", 1, priority="low", hours_ago=4),
+                held(3, "vision", 1, priority="low", hours_ago=2),
+            ],
+            HIGH,
+            [3],
+            [],
+        ),
+        (
+            "only what the request needs, not every lower-priority lease",
+            [
+                held(1, "vision", 1, priority="low", hours_ago=4),
+                held(2, "vision", 1, priority="low", hours_ago=3),
+                held(3, "vision", 1, priority="low", hours_ago=2),
+            ],
+            Waiting(10, "vision", 2, priority="high"),
+            [3, 2],
+            [],
+        ),
+        (
+            "nobody is preempted in vain: what may be taken does not cover the request",
+            [
+                held(1, "vision", 1, priority="low"),
+                held(2, "vision", 2, priority="normal", hours_ago=0.5),
+            ],
+            Waiting(10, "vision", 2, priority="high"),
+            [],
+            [2],
+        ),
+        (
+            "a protected lease is passed over",
+            [
+                held(1, "vision", 1, priority="low", protected=True),
+                held(2, "vision", 2, priority="normal", hours_ago=4),
+            ],
+            HIGH,
+            [2],
+            [1],
+        ),
+        (
+            "a lease younger than the minimum runtime is passed over",
+            [
+                held(1, "vision", 1, priority="low", hours_ago=0.5),
+                held(2, "vision", 2, priority="normal", hours_ago=4),
+            ],
+            HIGH,
+            [2],
+            [1],
+        ),
+        (
+            "a holder within the cooldown is passed over, however long the request waits",
+            [
+                held(1, "vision", 1, priority="low", holder="U0DAVE001"),
+                held(2, "vision", 2, priority="normal", hours_ago=4),
+            ],
+            Waiting(10, "vision", 1, waited=timedelta(hours=5), priority="high"),
+            [2],
+            [1],
+        ),
+    ],
+)
+def test_within_team_victims_are_of_lower_priority_and_not_exempt(
+    case: str, vision: list[Holding], waiting: Waiting, victims: list[int], passed: list[int]
+) -> None:
+    result = within(vision, [waiting], cooled=("U0DAVE001",))
+    assert victims == [v.lease for v in result.start], case
+    assert passed == sorted(result.passed_within.get(10, {})), case
+
+
+def test_free_gpus_and_gpus_coming_back_are_counted_before_preempting() -> None:
+    """Two GPUs are free: the high request of 2 needs nothing; of 3 it preempts one lease.
+    nlp's borrowed lease is recalled for vision's guarantee first, and what comes back beyond
+    that guarantee serves the high request before any vision lease is touched."""
+    vision = [held(1, "vision", 1, priority="low"), held(2, "vision", 1, priority="low")]
+    assert () == within(vision, [Waiting(10, "vision", 2, priority="high")], free=2).start
+    result = within(vision, [Waiting(10, "vision", 3, priority="high")], free=2)
+    assert [2] == [v.lease for v in result.start]
+    lender = [
+        held(1, "vision", 1, priority="low"),
+        held(20, "nlp", 3, hours_ago=6),
+        held(22, "nlp", 2, hours_ago=2),
+        held(21, "platform", 2, hours_ago=6),
+    ]
+    queue = [Waiting(10, "vision", 1), Waiting(11, "vision", 1, priority="high")]
+    result = plan(QUOTAS, lender, queue, 0, now=NOW, recall=RULES, within_team=True)
+    assert [(22, False)] == [(v.lease, v.within_team) for v in result.start]
+
+
+def test_a_recall_within_the_team_stands_while_needed_and_is_withdrawn_when_not() -> None:
+    vision = [held(1, "vision", 2, priority="low", recalled=True, within_team=True)]
+    high = Waiting(10, "vision", 2, priority="high")
+    still = within(vision, [high])
+    assert ((1,), (), ()) == (still.keep, still.start, still.withdraw)
+    freed = within(vision, [high], free=2)  # GPUs came free another way
+    assert ((), (1,)) == (freed.keep, freed.withdraw)
+    gone = within(vision, [])  # the request was granted or withdrawn
+    assert ((), (1,)) == (gone.keep, gone.withdraw)
+    off = within(vision, [high], on=False)  # the setting was turned off
+    assert ((), (1,)) == (off.keep, off.withdraw)
+
+
+def test_a_recall_within_the_team_whose_request_went_stands_for_the_next_that_outranks() -> None:
+    vision = [held(1, "vision", 2, priority="low", recalled=True, within_team=True)]
+    result = within(vision, [Waiting(11, "vision", 1, priority="normal")])
+    assert (1,) == result.keep
+    ((lease, request),) = [(v.lease, v.request) for v in result.reassign]
+    assert (1, 11) == (lease, request)
+    equal = within(vision, [Waiting(11, "vision", 1, priority="low")])
+    assert (1,) == equal.withdraw
+
+
+def test_a_lender_recall_under_way_is_not_taken_for_a_recall_within_the_team() -> None:
+    """nlp's borrowed lease 22 is being recalled for vision; nlp's high request then takes
+    nlp's normal lease 20, never the one already going back to vision."""
+    lender = [
+        held(20, "nlp", 3, hours_ago=6),
+        held(22, "nlp", 2, hours_ago=2, priority="low", recalled=True),
+        held(21, "platform", 2, hours_ago=6),
+    ]
+    result = plan(
+        QUOTAS,
+        lender,
+        [Waiting(10, "vision", 2), Waiting(11, "nlp", 1, priority="high")],
+        0,
+        now=NOW,
+        recall=RULES,
+        within_team=True,
+    )
+    assert ((22,), ()) == (result.keep, result.reassign)
+    assert [(20, 11, True)] == [(v.lease, v.request, v.within_team) for v in result.start]

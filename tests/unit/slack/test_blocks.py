@@ -32,6 +32,7 @@ from bot.services.results import (
 )
 from bot.slack import blocks as kit
 from bot.slack.blocks import Message
+from bot.slack.blocks.warnings import reclaimed_message, warning_message
 from bot.slack.parse import ParseProblem, parse
 from bot.slack.texts import SUBCOMMANDS
 from rules.domain import Outcome
@@ -120,6 +121,17 @@ def _entry(
     )
 
 
+def _own(position: int) -> QueueEntry:
+    """A high-priority request of vision, beyond its nominal, preempting Bob's two leases."""
+    return replace(
+        _entry(position, guaranteed=False),
+        recalls=tuple(
+            Recall(Recalled(n, BOB, 3, "vision"), None, position, within_team=True)
+            for n in (20, 21)
+        ),
+    )
+
+
 MESSAGES: dict[str, Callable[[], Message]] = {
     "approval card": lambda: kit.approval_card(
         a_request(), "Alice", a_quota(), WAITING_2, "over nominal"
@@ -174,6 +186,7 @@ MESSAGES: dict[str, Callable[[], Message]] = {
         [_entry(n, recalls=n % 2 * 9, passed=5) for n in range(1, 61)]
     ),
     "queue, empty": lambda: kit.queue_message([]),
+    "queue, within a team": lambda: kit.queue_message([_own(n) for n in range(1, 61)]),
 }
 VIEWS: dict[str, Callable[[], dict[str, Any]]] = {
     "home": lambda: kit.home_view(a_home()),
@@ -405,3 +418,69 @@ def test_any_parse_problem_renders_within_limits(text: str) -> None:
     got = parse("borrow " + text, now=T0, tz=ZoneInfo("UTC"), pools=("a100", "l40s"))
     if isinstance(got, ParseProblem):
         assert_within_limits(kit.problem_message(got))
+
+
+def test_the_queue_shows_a_teams_lower_priority_leases_preempted_for_a_request() -> None:
+    text = texts_of(kit.queue_message([_own(1)]))
+    assert (
+        "Lower-priority leases of its own team vision are preempted for it: L20 (<@U0BOB0001>, "
+        "3 GPUs, team vision): warned now, taken after the notice; L21 "
+    ) in text
+    assert "inside its team's nominal" not in text.lower()  # not a guarantee: no lender recall
+    young = PassedOver(Recalled(22, BOB, 1, "vision"), "too young to recall for another 25m")
+    stuck = replace(_own(1), recalls=(), passed_within=(young,))
+    assert (
+        "Lower-priority leases of its own team that cannot be preempted for it now: L22 "
+        "(<@U0BOB0001>, 1 GPU, team vision): too young to recall for another 25m."
+    ) in texts_of(kit.queue_message([stuck]))
+
+
+def test_a_preemption_within_a_team_is_told_as_such_to_the_holder() -> None:
+    recall = {
+        "request": 12,
+        "team": "vision",
+        "because": "preempted for R12, a high-priority request of your team vision",
+        "within_team": True,
+    }
+    warned = texts_of(
+        warning_message(
+            a_lease(),
+            "preempt",
+            "the sweep rule's reason",
+            grace=timedelta(minutes=30),
+            now=T0,
+            time_left_min=0,
+            idle_for_min=0,
+            snoozes_left=0,
+            recall=recall,
+            notice=timedelta(minutes=30),
+        )
+    )
+    assert "L7 is preempted" in warned
+    assert (
+        "The GPUs of *L7* are preempted for R12, a higher-priority request of your team "
+        "*vision*. Save your work: they are taken <!date^"
+    ) in warned
+    assert "preempted for R12, a high-priority request of your team vision" in warned
+    assert "borrowed" not in warned
+    reclaimed = texts_of(reclaimed_message(a_lease(), "preempted", "", within_team=True))
+    assert "reclaimed because a higher-priority request of your team needs the GPUs" in reclaimed
+    mine = texts_of(
+        kit.mine_message([a_lease(recalled_for="vision (R12)", recalled_within_team=True)], [])
+    )
+    assert "Preempted for a higher-priority request of your team: vision (R12)" in mine
+
+
+def test_the_approval_card_says_which_leases_of_the_team_approving_preempts() -> None:
+    effects = ApprovalEffects(
+        queued=0,
+        waits=True,
+        preempts=(Recalled(20, BOB, 3, "vision"),),
+        notice=timedelta(minutes=30),
+    )
+    card = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), effects, ""))
+    assert (
+        "It outranks these lower-priority leases of its own team, so approving *preempts* "
+        "L20 (<@U0BOB0001>, 3 GPUs): warned now, taken 30m after the warning."
+    ) in card
+    assert "recalls" not in card
