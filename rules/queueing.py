@@ -198,12 +198,14 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Slot:
-    """Where a waiting request stands: when it is expected to start, and whether it waits for
-    GPUs to come free at all (else for the rules: a lending limit, a manager)."""
+    """Where a waiting request stands: when it is expected to start, whether it waits for
+    GPUs to come free at all (else for the rules: a lending limit, a manager), and the earlier
+    requests a start now would delay (`pool.queued` counts them)."""
 
     request: int
     start: datetime | None  # None: not known (it waits for the rules, or never fits)
     for_gpus: bool
+    delays: tuple[int, ...] = ()
 
 
 def expected_starts(
@@ -214,18 +216,23 @@ def expected_starts(
     earliest slot that delays none before it; with `none`, nobody starts before those ahead;
     with `best_effort`, nothing is held, so the estimate counts only the leases' ends."""
     out: dict[int, Slot] = {}
+    before: list[int] = []
     floor: datetime | None = None
     blocked = False
     for q in waiting:
         for_gpus = not line.fits_now(q.gpus, q.duration)
+        delays: tuple[int, ...] = ()
         if backfill == Backfill.BEST_EFFORT:
             start = line.earliest(q.gpus, q.duration) if for_gpus else None
-        elif backfill == Backfill.NONE:
+        elif backfill == Backfill.NONE:  # behind a waiting request, it waits for that one
+            delays = tuple(before)
             start = None if blocked else line.reserve(q.request, q.gpus, q.duration, floor)
-            start = start if for_gpus or start is None else None
-            blocked = blocked or start is None
-            floor = start
+            if not (for_gpus or before):
+                start = None  # a head that fits now waits for the rules
+            blocked, floor, for_gpus = blocked or start is None, start, for_gpus or bool(before)
         else:
+            delays = tuple(line.delays(q.gpus, q.duration))
             start = line.reserve(q.request, q.gpus, q.duration) if for_gpus else None
-        out[q.request] = Slot(q.request, start, for_gpus)
+        out[q.request] = Slot(q.request, start, for_gpus, delays)
+        before.append(q.request)
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlmodel import Session
 
 from bot.services.context import Context
+from bot.services.results import FairShareUse
 from rules.fairshare import Share, decayed_usage, shares
 from storage.leases import held_since
 
@@ -26,3 +27,17 @@ def pool_shares(ctx: Context, session: Session, pool: str) -> dict[str, Share]:
         intervals = held_since(session, pool, now - HALF_LIVES_READ * half_life)
         usage = decayed_usage(intervals, now, half_life)
     return shares(spec.quotas, usage)
+
+
+def pool_uses(ctx: Context, session: Session, pool: str) -> dict[str, FairShareUse]:
+    """Each team's fair share in the pool as people read it (empty: fair share is off)."""
+    half_life = ctx.policy.queue.fair_share_half_life
+    if not half_life:
+        return {}
+    out = {}
+    for team, share in pool_shares(ctx, session, pool).items():
+        weights = share.weight / share.weight_share
+        out[team] = FairShareUse(
+            share.weight, weights, share.weight_share, share.usage, share.usage_share, half_life
+        )
+    return out

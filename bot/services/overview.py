@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from sqlmodel import Session
 
 from bot.services.context import Context
-from bot.services.fair_share import pool_shares
+from bot.services.fair_share import pool_uses
 from bot.services.grants import queue_of
 from bot.services.reads import list_leases, list_requests, request_view
 from bot.services.results import (
@@ -80,14 +80,7 @@ def quota_use(
 
 def _fair_share(session: Session, ctx: Context, pool: str, team: str) -> FairShareUse | None:
     """The team's fair share in the pool (None: fair share is off)."""
-    half_life = ctx.policy.queue.fair_share_half_life
-    if not half_life:
-        return None
-    share = pool_shares(ctx, session, pool)[team]
-    weights = share.weight / share.weight_share
-    return FairShareUse(
-        share.weight, weights, share.weight_share, share.usage, share.usage_share, half_life
-    )
+    return pool_uses(ctx, session, pool).get(team)
 
 
 def queue(session: Session, ctx: Context) -> list[RequestView]:

@@ -93,10 +93,14 @@ def timeline(ctx: Context, session: Session, pool: str, now: datetime) -> Timeli
 def taken_at(session: Session, row: LeaseRow, notice: timedelta) -> datetime | None:
     """The earliest a recalled lease is reclaimed: its warning's delivery plus the notice
     (None until the warning is delivered)."""
-    owed_id = row.warnings.warning_outbox("preempt")
-    owed = outbox.get(session, owed_id) if owed_id is not None else None
-    delivered = owed.delivered_at if owed is not None else None
+    delivered = delivered_at(session, row.warnings.warning_outbox("preempt"))
     return delivered + notice if delivered is not None else None
+
+
+def delivered_at(session: Session, outbox_id: int | None) -> datetime | None:
+    """When the message owed in outbox row `outbox_id` was delivered (None: not yet)."""
+    owed = outbox.get(session, outbox_id) if outbox_id is not None else None
+    return owed.delivered_at if owed is not None else None
 
 
 def slots(ctx: Context, session: Session, pool: str) -> dict[int, Slot]:

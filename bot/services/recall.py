@@ -15,19 +15,20 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from bot.services import admin, notices
+from bot.services import admin, notices, queueing
 from bot.services.context import Context, record
-from bot.services.grants import decide, facts_now, waiting_guarantees
+from bot.services.fair_share import pool_uses
+from bot.services.grants import decide, facts_now, queue_of, waiting_guarantees
 from bot.services.reads import request_view
 from bot.services.results import ApprovalEffects, HeldFor, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import Outcome, RequestKind, RequestState
-from storage import audit, outbox, requests
+from storage import audit, requests
 from storage import leases as storage_leases
 from storage.audit import AuditTag
 from storage.gpus import free_gpus
 from storage.pools import lock as lock_pool
-from storage.requests import ordered_queue, pools_with_queue
+from storage.requests import pools_with_queue
 from storage.tables import (
     LeaseRow,
     RequestRow,
@@ -74,7 +75,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         )
         for row in leases
     )
-    ordered = ordered_queue(session, ctx.policy, pool)
+    ordered = queue_of(ctx, session, pool)
     queue = tuple(_waiting(r, now) for r, _ in ordered)
     free = sum(len(v) for v in free_gpus(session, pool).values())
     return PoolPicture(
@@ -200,7 +201,7 @@ def _reassign(session: Session, row: LeaseRow, victim: recall.Victim, now: datet
 def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
     # Only a delivered warning was heard; one still in the outbox is dropped unsent, as the
     # warning it stood for is gone.
-    warned = _delivered(session, row.warnings.warning_outbox("preempt")) is not None
+    warned = queueing.delivered_at(session, row.warnings.warning_outbox("preempt")) is not None
     row.warnings = row.warnings.without_recall()
     session.add(row)
     why = "the GPUs it was recalled for came free another way, or nobody waits for them any more"
@@ -265,7 +266,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         )
     # It would join the queue at its place and recall what its guarantee needs (a pending
     # request has no place yet: it is ordered among the queue as if it had one).
-    placed = [r for r, _ in ordered_queue(session, ctx.policy, request.pool, extra=request)]
+    placed = [r for r, _ in queue_of(ctx, session, request.pool, extra=request)]
     queue = tuple(_waiting(r, now) for r in placed)
     after = recall.plan(
         quotas,
@@ -310,44 +311,59 @@ def _new(
 
 
 def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
-    """Every queued borrow, pool by pool in queue order, with its place and its reasons."""
+    """Every queued borrow, pool by pool in queue order, with its place, its expected start
+    and its reasons."""
     now = ctx.now()
     out: list[QueueEntry] = []
     for pool in sorted(pools_with_queue(session)):
         if pool not in ctx.policy.pools:
             continue
         seen = picture(ctx, session, pool, now)
-        plan = plan_for(ctx, seen, pool, now)
-        under_way = tuple(
-            Recall(
-                Recalled(h.lease, h.holder, h.gpus, h.team),
-                _taken_at(ctx, session, seen.rows[h.lease]),
-                h.recalled_for,
-                within_team=h.within_team,
-            )
-            for h in sorted(seen.holdings, key=lambda h: h.lease)
-            if h.recalled_at is not None
+        out += _pool_entries(ctx, session, pool, seen, plan_for(ctx, seen, pool, now))
+    return out
+
+
+def _pool_entries(
+    ctx: Context, session: Session, pool: str, seen: PoolPicture, plan: recall.Plan
+) -> list[QueueEntry]:
+    under_way = tuple(
+        Recall(
+            Recalled(h.lease, h.holder, h.gpus, h.team),
+            queueing.taken_at(session, seen.rows[h.lease], ctx.policy.recall.notice),
+            h.recalled_for,
+            within_team=h.within_team,
         )
-        passed = passed_over(seen, plan)
-        head = f"R{seen.queue[0].request}" if seen.queue else ""
-        wait = ctx.policy.pools[pool].limits.max_queue_wait
-        for position, waiting in enumerate(seen.queue, start=1):
-            row = seen.requests[waiting.request]
-            guaranteed = waiting.request in plan.guaranteed
-            out.append(
-                QueueEntry(
-                    request=request_view(row),
-                    position=position,
-                    head=head if position > 1 else "",
-                    waits_for=_waits_for(ctx, session, row, position - 1),
-                    free=seen.free,
-                    guaranteed=guaranteed,
-                    recalls=tuple(r for r in under_way if r.request == row.id),
-                    withdrawn_at=(row.decided_at or row.created_at) + wait,
-                    passed_over=passed if guaranteed else (),
-                    passed_within=_passed(seen, plan.passed_within.get(waiting.request, {})),
-                )
+        for h in sorted(seen.holdings, key=lambda h: h.lease)
+        if h.recalled_at is not None
+    )
+    passed = passed_over(seen, plan)
+    slots = queueing.slots(ctx, session, pool)
+    shares = pool_uses(ctx, session, pool)
+    heads: dict[str, int] = {}
+    wait = ctx.policy.pools[pool].limits.max_queue_wait
+    out = []
+    for position, waiting in enumerate(seen.queue, start=1):
+        row = seen.requests[waiting.request]
+        head = heads.setdefault(row.team, waiting.request)
+        guaranteed = waiting.request in plan.guaranteed
+        slot = slots.get(waiting.request)
+        out.append(
+            QueueEntry(
+                request=request_view(row),
+                position=position,
+                head=f"R{head}" if head != waiting.request else "",
+                waits_for=_waits_for(ctx, session, row, len(slot.delays) if slot else 0),
+                free=seen.free,
+                guaranteed=guaranteed,
+                recalls=tuple(r for r in under_way if r.request == row.id),
+                withdrawn_at=(row.decided_at or row.created_at) + wait,
+                passed_over=passed if guaranteed else (),
+                passed_within=_passed(seen, plan.passed_within.get(waiting.request, {})),
+                expected_start=slot.start if slot else None,
+                for_gpus=slot.for_gpus if slot else True,
+                share=None if guaranteed else shares.get(row.team),
             )
+        )
     return out
 
 
@@ -390,17 +406,3 @@ def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> s
     if holding:
         return holding[0]
     return "nothing holds it back any more: it is granted at the next pass of the queue"
-
-
-def _taken_at(ctx: Context, session: Session, row: LeaseRow) -> datetime | None:
-    """The earliest a recalled lease is reclaimed: its warning's delivery plus the notice."""
-    delivered = _delivered(session, row.warnings.warning_outbox("preempt"))
-    return delivered + ctx.policy.recall.notice if delivered is not None else None
-
-
-def _delivered(session: Session, outbox_id: int | None) -> datetime | None:
-    """When the warning owed in outbox row `outbox_id` reached its holder."""
-    if outbox_id is None:
-        return None
-    owed = outbox.get(session, outbox_id)
-    return owed.delivered_at if owed is not None else None

@@ -312,4 +312,5 @@ class QueueEntry:
     passed_over: tuple[PassedOver, ...] = ()  # borrowed leases recall may not take now (guaranteed)
     expected_start: datetime | None = None  # from the leases' end times (None: not known)
     for_gpus: bool = True  # it waits for GPUs to come free (else only for the rules)
+    share: FairShareUse | None = None  # its team's fair share, when it borrows
     passed_within: tuple[PassedOver, ...] = ()  # its team's lower-priority leases, likewise

@@ -201,9 +201,12 @@ def queue_text(entry: QueueEntry) -> str:
             "(sooner if GPUs are released)."
         )
     elif entry.for_gpus:
-        lines.append("No start can be foreseen: the GPUs in service do not stretch that far.")
+        lines.append("No start can be foreseen yet from the leases' end times.")
     if entry.waits_for:
         lines.append(f"Why it waits: {clip(escape(entry.waits_for), 300)}")
+    if entry.share is not None:
+        line = fair_share_line(entry.share)
+        lines.append(f"Team {team}'s {line[0].lower()}{line[1:]}.")
     lines += recall_lines(entry)
     lines.append(f"Withdrawn {slack_date(entry.withdrawn_at)} if still waiting.")
     return "\n".join(lines)

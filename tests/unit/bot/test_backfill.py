@@ -80,3 +80,26 @@ def test_the_queue_pass_backfills_too(services: Services, backfill: str) -> None
     bob = [lease.holder for lease in services.leases(BOB)]
     assert ([] if backfill == "none" else [BOB]) == bob
     assert "queued" == services.request(head.request.id).state  # type: ignore[union-attr]
+
+
+def test_the_queue_shows_each_heads_expected_start(
+    services: Services, clock: Clock, backfill: str
+) -> None:
+    """Alice's head expects Dave's 4 GPUs at 11:00. Erin's 2 GPUs for 4h fit beside her slot
+    (6 come free then, she needs 4), so with backfill Erin starts and Alice's expected start
+    does not move."""
+    head = vision_waits_for_six(services)
+    (entry,) = services.queue_explained()
+    assert entry.request.id == head.request.id
+    assert clock() + 2 * H == entry.expected_start
+    assert entry.for_gpus
+    assert "" == entry.head
+    borrowed(services, ERIN, BorrowAsk("a100", 2, 4 * H))
+    after = services.queue_explained()
+    assert clock() + 2 * H == after[0].expected_start
+    if backfill == "none":
+        assert 2 == len(after)
+        assert clock() + 2 * H == after[1].expected_start  # behind Alice, beside her
+        assert after[1].waits_for.startswith("1 waiting requests in a100 come first")
+    else:
+        assert 1 == len(after)
