@@ -95,6 +95,7 @@ class Replay:
     approvals: set[int] = field(default_factory=set)  # requests a manager will settle
     approved_at: dict[int, datetime] = field(default_factory=dict)  # request id -> when
     delays: _Delays = field(default_factory=_Delays)
+    skip_idle: bool = True  # False: the sweep job runs on every tick, idle or not
     last_lease: int = 0
     sweeps: int = 0
     telemetry: TelemetryWindow = field(init=False)
@@ -211,6 +212,8 @@ class Replay:
     def next_tick(self, candidate: datetime, until: datetime) -> datetime:
         """`candidate` while anything waits or is recalled; else the first grid point at which
         a lease's expiry warning or reclaim falls due (an idle stretch is skipped)."""
+        if not self.skip_idle:
+            return candidate
         with self.services.db.read() as session:
             busy = bool(storage_requests.pools_with_queue(session)) or any(
                 storage_leases.any_recalled(session, pool) for pool in world.POOLS
@@ -339,7 +342,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 # ---- running it -------------------------------------------------------------------------
 
 
-def run_policy(policy: str, jobs: Sequence[Job], span: timedelta, tick: timedelta) -> Figures:
+def run_policy(
+    policy: str, jobs: Sequence[Job], span: timedelta, tick: timedelta, *, skip_idle: bool = True
+) -> Figures:
     started = time.perf_counter()
     until = START + span
     with tempfile.TemporaryDirectory(prefix="gpubot-bench-fairness-") as name:
@@ -350,7 +355,7 @@ def run_policy(policy: str, jobs: Sequence[Job], span: timedelta, tick: timedelt
         clock = Clock(START)
         services = Services.open(db, read_rules_dir(world.rules_dir(tmp, policy)), clock=clock)
         try:
-            replay = Replay(services, clock, tick)
+            replay = Replay(services, clock, tick, skip_idle=skip_idle)
             replay.run(jobs, until)
             figures = measure(replay, policy, START, until)
         finally:

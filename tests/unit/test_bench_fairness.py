@@ -75,3 +75,23 @@ def test_a_few_hours_replayed_under_each_policy_report_every_figure(
     assert f"Workload: {len(jobs):,} requests" in out
     verdicts = [line for line in out.splitlines() if line.endswith(("PASS", "MISS"))]
     assert 4 == len(verdicts)
+
+
+def test_skipping_idle_stretches_changes_no_figure() -> None:
+    """The sweep job skipped while nothing waits and no lease nears its end: the same run as
+    with a sweep on every tick, in fewer passes."""
+    jobs = fairness_workload.generate(fairness.SEED, fairness.START, HOURS)
+    every = fairness.run_policy("gpubot", jobs, HOURS, fairness.TICK, skip_idle=False)
+    skipping = fairness.run_policy("gpubot", jobs, HOURS, fairness.TICK)
+    assert skipping.sweeps < every.sweeps
+    for f in (every, skipping):
+        f.sweeps, f.seconds = 0, 0.0
+    assert every == skipping
+
+
+@pytest.mark.parametrize(
+    ("shares", "index"),
+    [([3.0, 3.0, 3.0, 3.0], 1.0), ([4.0, 0.0, 0.0, 0.0], 0.25), ([2.0, 1.0], 0.9), ([], 1.0)],
+)
+def test_jains_index(shares: list[float], index: float) -> None:
+    assert index == pytest.approx(fairness.jain(shares))
