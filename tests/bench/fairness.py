@@ -1,6 +1,6 @@
 """Benchmark: fair sharing on a simulated workload, three policies side by side.
 
-A seeded workload (tests.bench.fairness_workload: four teams, two pools, two weeks, thousands of
+A seeded workload (tests.bench.fairness_workload: four teams, two pools, two weeks, some 1,300
 requests) is replayed through the real use cases on a SQLite file with a controlled clock,
 once per policy; the policies differ only in their limits.yaml. People borrow when their job
 arrives; a manager approves every `ask` a few minutes later; a job that ends early is
@@ -35,7 +35,7 @@ from bot.services import BorrowAsk, Services
 from bot.services.results import BorrowResult
 from bot.services.rule_files import read_rules_dir
 from bot.telemetry.window import TelemetryWindow
-from rules.domain import LeaseState, RequestKind, RequestState
+from rules.domain import LeaseState, RequestKind, RequestState, format_duration
 from storage import leases as storage_leases
 from storage import migrate, outbox
 from storage import requests as storage_requests
@@ -467,11 +467,12 @@ def report(
 ) -> None:
     sizes = ", ".join(f"{pool} {world.pool_size(pool)} GPUs" for pool in world.POOLS)
     weights = ", ".join(f"{team} {w:g}" for team, w in world.WEIGHTS.items())
+    teams, over = len(world.WEIGHTS), format_duration(span)
     print(
-        f"Workload: {len(jobs):,} requests from {len(world.WEIGHTS)} teams over {span.days} days "
-        f"(seed {SEED}) on {sizes}; weights {weights}"
+        f"Workload: {len(jobs):,} requests from {teams} teams over {over} (seed {SEED}) on {sizes};"
     )
-    every, bot = (minutes(t / timedelta(minutes=1)) for t in (tick, TICK_BOT))
+    print(f"weights {weights}")
+    every, bot = format_duration(tick), format_duration(TICK_BOT)
     print(f"The sweep job every {every} of simulated time (bot.main runs it every {bot}), skipped")
     print("while nothing waits and no lease nears its end; owed messages are delivered at once;")
     print("managers approve each ask after 5-20m. Waits run from when a request was made, or")
@@ -494,6 +495,9 @@ def main() -> int:
     print(f"gpubot benchmark: Python {py} on {platform.machine()}, {platform.system()}")
     print()
     jobs = world.generate(SEED, START, SPAN)
+    print(f"Replaying {len(jobs):,} requests under {len(world.POLICY_NAMES)} policies, one process")
+    print("each (about 4 minutes on 2 cores) ...", flush=True)
+    print()
     report(compare(jobs, SPAN, TICK), jobs, SPAN, TICK)
     return 0
 
