@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.rules
 	$(BIN)/python -m tests.bench.ack
 	$(BIN)/python -m tests.bench.sweep
+	$(BIN)/python -m tests.bench.fairness
 
 # The package-level import graph, every cycle and each module's size (tests/imports.py);
 # tests/unit/test_architecture.py guards the same graph.
