@@ -1,8 +1,9 @@
 """The queue: in what order a pool's waiting borrows are served, and which of them may start
 before those ahead of them (backfill).
 
-Order. Each team's requests form their own queue in the pool: the highest priority first, then
-the earliest. The heads of the teams' queues are served in this order:
+Order. Each team's requests form their own queue in the pool: those inside the team's nominal
+first, then the highest priority, then the earliest. The heads of the teams' queues are served
+in this order:
 
 1. a request inside its team's nominal quota (a guarantee) before one that borrows;
 2. among borrowers, the team with the smallest fair-share key first: its recent usage (decayed
@@ -15,7 +16,8 @@ Backfill (`queue.backfill`). A request further back may start now:
 - `reserve` (the default, as Slurm's backfill): when it fits the free GPUs and its lease ends
   before, or leaves room for, every earlier request still waiting for GPUs. Each such request
   holds a reservation at its expected start: the earliest time enough GPUs are free for its
-  whole duration, counting the leases' end times and the reservations before it;
+  whole duration, counting the leases' end times (a lease past its end gives its GPUs back at
+  the next sweep at the earliest) and the reservations before it;
 - `best_effort` (Kueue's BestEffortFIFO): whenever it fits; a large request may wait long;
 - `none`: never; the first request that waits holds up the pool.
 
@@ -93,8 +95,8 @@ def queue_order(
     by_priority = sorted(queued, key=lambda q: (-rank(q.priority), q.created_at, q.request))
     flags = inside_nominal(by_priority, used, quotas)
     lines: dict[str, list[tuple[Queued, bool]]] = {}
-    for item, inside in zip(by_priority, flags, strict=True):
-        lines.setdefault(item.team, []).append((item, inside))
+    for item, inside in sorted(zip(by_priority, flags, strict=True), key=lambda f: not f[1]):
+        lines.setdefault(item.team, []).append((item, inside))  # inside nominal first
     spent = dict(usage or {})
     fair = bool(usage)
     out: list[tuple[Queued, bool]] = []
@@ -115,6 +117,9 @@ def queue_order(
             del lines[team]
         spent[team] = spent.get(team, 0.0) + head.gpus * head.duration.total_seconds() / 3600
     return out
+
+
+SOON = timedelta(minutes=1)  # the earliest a lease past its end gives its GPUs back: a sweep
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,8 @@ class Timeline:
     def __init__(self, now: datetime, free: int, ending: Sequence[Ending]) -> None:
         self.now = now
         self.free = free
-        self.ending = sorted((max(e.at, now), e.gpus) for e in ending if e.gpus > 0)
+        # a lease past its end still holds its GPUs until the sweep reclaims it
+        self.ending = sorted((max(e.at, now + SOON), e.gpus) for e in ending if e.gpus > 0)
         self.reservations: list[Reservation] = []
         self.started: list[tuple[datetime, int]] = []  # (end, gpus) of what started now
 
@@ -162,12 +168,17 @@ class Timeline:
         return self._fits(gpus, self.now, self.now + duration)
 
     def delays(self, gpus: int, duration: timedelta) -> list[int]:
-        """The earlier requests a start now would delay: those whose reservation overlaps the
-        lease, when the GPUs do not stretch to both. Empty when it may start now."""
-        if self._fits(gpus, self.now, self.now + duration):
-            return []
+        """The earlier requests a start now would delay: those whose reservation begins while
+        the lease would run and leaves too few GPUs for it. Empty when it may start now, and
+        when it cannot start anyway (too few GPUs are free)."""
         end = self.now + duration
-        return [r.request for r in self.reservations if r.start < end]
+        if self.available(self.now) < gpus or self._fits(gpus, self.now, end):
+            return []  # it may start now, or it cannot anyway: the GPUs are not free
+        return [
+            r.request
+            for r in self.reservations
+            if r.start < end and r.end > self.now and self.available(max(r.start, self.now)) < gpus
+        ]
 
     def start(self, gpus: int, duration: timedelta) -> None:
         """A lease of `gpus` starts now."""

@@ -53,6 +53,14 @@ class PoolPicture:
     cooled: dict[str, datetime]  # holder -> last preempted or warned, within the cooldown
     rows: dict[int, LeaseRow]
     requests: dict[int, RequestRow]  # the queued ones, by id
+    # usable GPUs of leases ending within recall.notice, not recalled and not protected: they
+    # come back before a recall could, so nobody is preempted for them
+    soon: int = 0
+
+    @property
+    def coming(self) -> int:
+        """What recall counts as free: the free GPUs and those that come back soon."""
+        return self.free + self.soon
 
 
 def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
@@ -78,6 +86,12 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
     ordered = queue_of(ctx, session, pool)
     queue = tuple(_waiting(r, now) for r, _ in ordered)
     free = sum(len(v) for v in free_gpus(session, pool).values())
+    by = now + ctx.policy.recall.notice
+    soon = sum(
+        h.returns
+        for h, row in zip(holdings, leases, strict=True)
+        if not h.protected and h.recalled_at is None and now < row.expires_at <= by
+    )
     return PoolPicture(
         holdings,
         queue,
@@ -85,6 +99,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         _cooled(session, now - ctx.policy.recall.cooldown),
         {row.id or 0: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
+        soon,
     )
 
 
@@ -115,7 +130,7 @@ def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recal
         quotas,
         seen.holdings,
         seen.queue,
-        seen.free,
+        seen.coming,
         now=now,
         recall=ctx.policy.recall,
         cooled=seen.cooled,
@@ -249,7 +264,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
             quotas,
             (*seen.holdings, granted),
             seen.queue,
-            seen.free - request.gpus,
+            seen.coming - request.gpus,
             now=now,
             recall=rules,
             cooled=seen.cooled,
@@ -272,7 +287,7 @@ def effects_of_approval(ctx: Context, session: Session, request: RequestRow) -> 
         quotas,
         seen.holdings,
         queue,
-        seen.free,
+        seen.coming,
         now=now,
         recall=rules,
         cooled=seen.cooled,
@@ -362,6 +377,7 @@ def _pool_entries(
                 expected_start=slot.start if slot else None,
                 for_gpus=slot.for_gpus if slot else True,
                 share=None if guaranteed else shares.get(row.team),
+                backfill=ctx.policy.queue.backfill.value,
             )
         )
     return out

@@ -313,4 +313,5 @@ class QueueEntry:
     expected_start: datetime | None = None  # from the leases' end times (None: not known)
     for_gpus: bool = True  # it waits for GPUs to come free (else only for the rules)
     share: FairShareUse | None = None  # its team's fair share, when it borrows
+    backfill: str = "reserve"  # the pool's queue.backfill: who may start before it
     passed_within: tuple[PassedOver, ...] = ()  # its team's lower-priority leases, likewise

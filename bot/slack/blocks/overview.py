@@ -171,17 +171,30 @@ def queue_message(entries: Sequence[QueueEntry]) -> Message:
     if not entries:
         blocks.append(section("Nothing is queued: every request has been served."))
     else:
-        blocks.append(context(QUEUE_LEGEND))
+        blocks.append(context(queue_legend(entries[0].backfill)))
     return message(f"{plural(len(entries), 'request')} queued.", blocks)
 
 
-QUEUE_LEGEND = (
-    "Each team's requests wait in their own queue per pool (priority, then arrival). The teams' "
-    "first requests are served inside nominal quota first, then the team that used least of "
-    "its fair share lately, then priority, then arrival. A request further back starts first "
-    "only if it delays no earlier request's expected start. A request inside nominal recalls "
-    "borrowed GPUs; the cooldown never holds it up beyond recall.max_guarantee_wait."
+QUEUE_ORDER = (
+    "Each team's requests wait in their own queue per pool (inside nominal, then priority, then "
+    "arrival). The teams' first requests are served inside nominal quota first, then the team "
+    "that used least of its fair share lately, then priority, then arrival. "
 )
+BACKFILL = {
+    "reserve": "A request further back starts first only if it delays no earlier request's "
+    "expected start. ",
+    "best_effort": "A request further back starts first whenever it fits. ",
+    "none": "Nobody starts before a request ahead of them. ",
+}
+GUARANTEE = (
+    "A request inside nominal recalls borrowed GPUs; the cooldown never holds it up beyond "
+    "recall.max_guarantee_wait."
+)
+
+
+def queue_legend(backfill: str) -> str:
+    """How the queue is served, as the pool's `queue.backfill` says."""
+    return QUEUE_ORDER + BACKFILL.get(backfill, BACKFILL["reserve"]) + GUARANTEE
 
 
 def queue_text(entry: QueueEntry) -> str:
@@ -201,7 +214,7 @@ def queue_text(entry: QueueEntry) -> str:
             "(sooner if GPUs are released)."
         )
     elif entry.for_gpus:
-        lines.append("No start can be foreseen yet from the leases' end times.")
+        lines.append("No start can be foreseen yet.")
     if entry.waits_for:
         lines.append(f"Why it waits: {clip(escape(entry.waits_for), 300)}")
     if entry.share is not None:

@@ -489,3 +489,20 @@ def test_within_team_preemption_is_off_with_the_shipped_rules(
     alice = borrowed(services, ALICE, BorrowAsk("l40s", 2, DAY, priority=Priority.HIGH))
     assert "queued" == approved(services, VICTOR, alice).request.state
     assert "" == services.leases(BOB)[0].recalled_for
+
+
+def test_a_borrowed_lease_ending_within_the_notice_is_left_to_end(
+    services: Services, clock: Clock
+) -> None:
+    """l40s: Dave's loan ends 80 minutes in. At minute 61 Alice asks for vision's 3 with 1
+    free: Dave's 2 come back before a recall's notice would run out, so nobody is preempted;
+    once his lease ends, the queue serves Alice."""
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, timedelta(minutes=80))))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    clock.advance(timedelta(minutes=61))
+    alice = borrowed(services, ALICE, BorrowAsk("l40s", 3, DAY))
+    assert Outcome.QUEUE == alice.outcome
+    assert "" == services.leases(DAVE)[0].recalled_for
+    (entry,) = services.queue_explained()
+    assert clock() + timedelta(minutes=19, seconds=0) == entry.expected_start

@@ -429,10 +429,10 @@ class Governance(RuleBasedStateMachine):
     @invariant()
     def queue_in_order(self) -> None:
         """The documented order, worked out here from the database: per pool, each team's
-        requests in their own queue (priority, then arrival); the teams' heads served inside
-        nominal (held GPUs plus the team's earlier such requests) first, then the least fair
-        share used (decayed GPU-hours over weight, each request served adding its GPU-hours),
-        then priority, then arrival."""
+        requests in their own queue (inside nominal, then priority, then arrival); the teams'
+        heads served inside nominal (held GPUs plus the team's earlier such requests) first,
+        then the least fair share used (decayed GPU-hours over weight, each request served
+        adding its GPU-hours), then priority, then arrival."""
         with self.db.read() as session:
             queued = session.exec(
                 select(RequestRow).where(RequestRow.state == RequestState.QUEUED)
@@ -462,6 +462,8 @@ class Governance(RuleBasedStateMachine):
             inside = quota is not None and used[r.team] + r.gpus <= quota.nominal
             used[r.team] += r.gpus if inside else 0
             lines.setdefault(r.team, []).append((r, inside))
+        for line in lines.values():
+            line.sort(key=lambda item: not item[1])  # inside nominal first, order kept
 
         def turn(team: str) -> tuple[bool, float, int, datetime, int | None]:
             r, inside = lines[team][0]

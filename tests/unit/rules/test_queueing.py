@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rules.policy import Backfill, Quota
-from rules.queueing import Ending, Queued, Timeline, expected_starts, queue_order
+from rules.queueing import Ending, Queued, Reservation, Timeline, expected_starts, queue_order
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -110,8 +110,7 @@ def test_a_start_now_is_counted_for_those_after_it() -> None:
     assert [] == pool.delays(2, H)
     pool.start(2, H)
     assert not pool.fits_now(1, H)
-    assert [] == pool.delays(1, H)  # nothing free: it waits, yet delays nobody
-    assert [1] == pool.delays(1, 3 * H)
+    assert [] == pool.delays(1, 3 * H)  # nothing free: it waits, yet delays nobody
     assert NOW + 8 * H == pool.earliest(8, H)
 
 
@@ -147,3 +146,35 @@ def test_expected_starts_by_backfill(backfill: Backfill, starts: dict[int, int |
     }
     assert slots[1].for_gpus
     assert slots[2].for_gpus == (backfill == Backfill.NONE)  # else it waits for the rules
+
+
+def test_a_teams_guarantee_goes_before_its_own_borrowing_request() -> None:
+    """vision holds 4 of its 8: its high-priority 8 would borrow, its normal 2 is inside
+    nominal. The 2 leads vision's queue, and so comes before nlp's borrower too."""
+    queued = [
+        Queued(1, "vision", 8, "high", at(0), H),
+        Queued(2, "vision", 2, "normal", at(1), H),
+        Queued(3, "nlp", 1, "high", at(2), H),
+    ]
+    quotas = {**QUOTAS, "vision": Quota(nominal=8, borrowing_limit=4, lending_limit=4)}
+    order = queue_order(queued, {"vision": 4, "nlp": 3}, quotas, {"vision": 0, "nlp": 50})
+    assert [(2, True), (1, False), (3, False)] == ids(order)
+
+
+def test_a_lease_past_its_end_is_not_free_until_the_sweep_reclaims_it() -> None:
+    """2 free, and a 2-GPU lease that should have ended an hour ago: a request for 4 waits
+    (for the next sweep at the earliest) and holds that slot, so a long 2-GPU request may
+    not take the free ones."""
+    pool = Timeline(NOW, 2, [Ending(2, NOW - H)])
+    assert not pool.fits_now(4, H)
+    assert NOW + timedelta(minutes=1) == pool.reserve(1, 4, H)
+    assert [1] == pool.delays(2, 8 * H)
+
+
+def test_a_request_that_cannot_start_anyway_delays_nobody() -> None:
+    """2 free and 1 reserved at +30m: a request for 4 waits for GPUs, not for the reservation
+    (the rules then say too few are free, not that others come first)."""
+    pool = line(2, (4, 2))
+    pool.reservations.append(Reservation(1, 1, NOW + H / 2, NOW + 3 * H))
+    assert [] == pool.delays(4, H)
+    assert [1] == pool.delays(2, H)
