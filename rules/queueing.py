@@ -27,7 +27,9 @@ the rules, telling them how many earlier requests a start now would delay.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -86,32 +88,35 @@ def queue_order(
     queued: Sequence[Queued],
     used: Mapping[str, int],
     quotas: Mapping[str, Quota],
-    usage: Mapping[str, float] | None = None,
+    usage: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
 ) -> list[tuple[Queued, bool]]:
     """The pool's queue in serving order, each with whether it is inside its team's nominal.
 
-    `usage`: per team, its recent decayed GPU-hours in the pool (fair share); None or empty
-    leaves fair share out (priority, then arrival)."""
-    by_priority = sorted(queued, key=lambda q: (-rank(q.priority), q.created_at, q.request))
+    `usage`: per team, its recent decayed GPU-hours in the pool (fair share), or what reads
+    it (only called when two teams or more wait beyond their nominal); None or empty leaves
+    fair share out (priority, then arrival)."""
+    ranks = {q.request: rank(q.priority) for q in queued}
+    by_priority = sorted(queued, key=lambda q: (-ranks[q.request], q.created_at, q.request))
     flags = inside_nominal(by_priority, used, quotas)
-    lines: dict[str, list[tuple[Queued, bool]]] = {}
+    lines: dict[str, deque[tuple[Queued, bool]]] = {}
     for item, inside in sorted(zip(by_priority, flags, strict=True), key=lambda f: not f[1]):
-        lines.setdefault(item.team, []).append((item, inside))  # inside nominal first
+        lines.setdefault(item.team, deque()).append((item, inside))  # inside nominal first
+    borrowing = {q.team for q, inside in zip(by_priority, flags, strict=True) if not inside}
+    if callable(usage):
+        usage = usage() if len(borrowing) > 1 else None
     spent = dict(usage or {})
     fair = bool(usage)
+    weight = {team: (q.weight if (q := quotas.get(team)) else 1.0) for team in lines}
     out: list[tuple[Queued, bool]] = []
+
+    def key(team: str) -> tuple[bool, float, int, datetime, int]:
+        head, inside = lines[team][0]
+        share = spent.get(team, 0.0) / weight[team] if fair and not inside else 0.0
+        return (not inside, share, -ranks[head.request], head.created_at, head.request)
+
     while lines:
-
-        def key(team: str) -> tuple[bool, float, int, datetime, int]:
-            head, inside = lines[team][0]
-            share = 0.0
-            if fair and not inside:
-                quota = quotas.get(team)
-                share = spent.get(team, 0.0) / (quota.weight if quota else 1.0)
-            return (not inside, share, -rank(head.priority), head.created_at, head.request)
-
         team = min(lines, key=key)
-        head, inside = lines[team].pop(0)
+        head, inside = lines[team].popleft()
         out.append((head, inside))
         if not lines[team]:
             del lines[team]
@@ -120,6 +125,9 @@ def queue_order(
 
 
 SOON = timedelta(minutes=1)  # the earliest a lease past its end gives its GPUs back: a sweep
+# As Slurm's backfill looks only so deep: once this many requests hold reservations in a pool,
+# those further back wait their turn (nobody behind them starts first, so nobody is delayed).
+DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -141,61 +149,87 @@ class Reservation:
 class Timeline:
     """The pool's GPUs over time: free now, coming back as leases end, and promised to the
     requests that start now or hold a reservation. An estimate: leases may end early (a
-    release) or late (an extension, a lease that overruns until reclaimed)."""
+    release) or late (an extension, a lease that overruns until reclaimed).
+
+    Kept as a step function: `_avail[i]` GPUs are neither in use nor promised from `_times[i]`
+    until the next breakpoint (the last one lasts for ever)."""
 
     def __init__(self, now: datetime, free: int, ending: Sequence[Ending]) -> None:
         self.now = now
-        self.free = free
-        # a lease past its end still holds its GPUs until the sweep reclaims it
-        self.ending = sorted((max(e.at, now + SOON), e.gpus) for e in ending if e.gpus > 0)
+        self._times: list[datetime] = [now]
+        self._avail: list[int] = [free]
         self.reservations: list[Reservation] = []
-        self.started: list[tuple[datetime, int]] = []  # (end, gpus) of what started now
+        for e in ending:
+            if e.gpus > 0:  # a lease past its end holds its GPUs until the sweep reclaims it
+                self._add(max(e.at, now + SOON), None, e.gpus)
+
+    @property
+    def deep(self) -> bool:
+        """Do as many requests hold reservations as backfill looks at (DEPTH)?"""
+        return len(self.reservations) >= DEPTH
+
+    def _split(self, at: datetime) -> int:
+        """The index of the step that begins at `at`, made if needed."""
+        i = bisect_right(self._times, at) - 1
+        if self._times[i] == at:
+            return i
+        self._times.insert(i + 1, at)
+        self._avail.insert(i + 1, self._avail[i])
+        return i + 1
+
+    def _add(self, start: datetime, end: datetime | None, gpus: int) -> None:
+        first = self._split(start)
+        last = self._split(end) if end is not None else len(self._times)
+        for i in range(first, last):
+            self._avail[i] += gpus
 
     def available(self, at: datetime) -> int:
-        """GPUs neither in use nor promised at `at`."""
-        back = sum(g for t, g in self.ending if t <= at)
-        busy = sum(g for end, g in self.started if end > at)
-        held = sum(r.gpus for r in self.reservations if r.start <= at < r.end)
-        return self.free + back - busy - held
+        """GPUs neither in use nor promised at `at` (now or later)."""
+        return self._avail[bisect_right(self._times, max(at, self.now)) - 1]
 
-    def _fits(self, gpus: int, start: datetime, end: datetime) -> bool:
-        # what is available only drops where a reservation begins
-        points = {start} | {r.start for r in self.reservations if start < r.start < end}
-        return all(self.available(t) >= gpus for t in points)
+    def _blocked(self, gpus: int, start: datetime, end: datetime) -> int | None:
+        """The first step within [start, end) with fewer than `gpus` available, if any."""
+        i = bisect_right(self._times, start) - 1
+        while i < len(self._times) and self._times[i] < end:
+            if self._avail[i] < gpus:
+                return i
+            i += 1
+        return None
 
     def fits_now(self, gpus: int, duration: timedelta) -> bool:
         """May `gpus` start now for `duration` without delaying any reservation?"""
-        return self._fits(gpus, self.now, self.now + duration)
+        return self._blocked(gpus, self.now, self.now + duration) is None
 
     def delays(self, gpus: int, duration: timedelta) -> list[int]:
         """The earlier requests a start now would delay: those whose reservation begins while
         the lease would run and leaves too few GPUs for it. Empty when it may start now, and
         when it cannot start anyway (too few GPUs are free)."""
         end = self.now + duration
-        if self.available(self.now) < gpus or self._fits(gpus, self.now, end):
+        if self.available(self.now) < gpus or self.fits_now(gpus, duration):
             return []  # it may start now, or it cannot anyway: the GPUs are not free
         return [
             r.request
             for r in self.reservations
-            if r.start < end and r.end > self.now and self.available(max(r.start, self.now)) < gpus
+            if r.start < end and r.end > self.now and self.available(r.start) < gpus
         ]
 
     def start(self, gpus: int, duration: timedelta) -> None:
         """A lease of `gpus` starts now."""
-        self.started.append((self.now + duration, gpus))
+        self._add(self.now, self.now + duration, -gpus)
 
     def earliest(
         self, gpus: int, duration: timedelta, not_before: datetime | None = None
     ) -> datetime | None:
         """When `gpus` are free for `duration`, counting ends and reservations; None when the
         pool's GPUs never stretch that far."""
-        first = max(self.now, not_before or self.now)
-        candidates = [t for t, _ in self.ending] + [r.end for r in self.reservations]
-        candidates += [end for end, _ in self.started]
-        for at in sorted({first} | {c for c in candidates if c > first}):
-            if self._fits(gpus, at, at + duration):
+        at = max(self.now, not_before or self.now)
+        while True:
+            blocked = self._blocked(gpus, at, at + duration)
+            if blocked is None:
                 return at
-        return None
+            if blocked + 1 >= len(self._times):
+                return None
+            at = self._times[blocked + 1]  # any start before it runs into the blocked step
 
     def reserve(
         self, request: int, gpus: int, duration: timedelta, not_before: datetime | None = None
@@ -203,6 +237,7 @@ class Timeline:
         """Hold the earliest slot for a request that has to wait; its expected start."""
         at = self.earliest(gpus, duration, not_before)
         if at is not None:
+            self._add(at, at + duration, -gpus)
             self.reservations.append(Reservation(request, gpus, at, at + duration))
         return at
 
@@ -231,6 +266,9 @@ def expected_starts(
     floor: datetime | None = None
     blocked = False
     for q in waiting:
+        if line.deep:  # too far back to foresee: it waits its turn
+            out[q.request] = Slot(q.request, None, True, tuple(before))
+            continue
         for_gpus = not line.fits_now(q.gpus, q.duration)
         delays: tuple[int, ...] = ()
         if backfill == Backfill.BEST_EFFORT:

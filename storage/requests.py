@@ -4,7 +4,7 @@ request locked for a decision. Callers own the session (and so the transaction).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -134,11 +134,12 @@ def ordered_queue(
     pool: str,
     *,
     extra: RequestRow | None = None,
-    usage: Mapping[str, float] | None = None,
+    usage: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
 ) -> list[tuple[RequestRow, bool]]:
     """The pool's queued borrows in serving order (rules.queueing.queue_order), each with
     whether it is inside its team's nominal; `extra`, a request not queued (yet), placed
-    among them as if it were; `usage`, each team's recent usage for fair share."""
+    among them as if it were; `usage`, each team's recent usage for fair share (or what
+    reads it, called only when fair share can change the order)."""
     rows = list(
         session.exec(
             select(RequestRow).where(

@@ -211,6 +211,8 @@ def _queue_now(
         return (place if backfill == Backfill.NONE else 0), owed
     line = timeline(ctx, session, ask.pool, now)
     expected_starts([queued(r) for r, _ in queue[:place]], line, backfill)
+    if line.deep:
+        return place, owed  # too far back for backfill: it waits its turn
     return len(line.delays(ask.gpus, duration)), owed
 
 

@@ -191,7 +191,7 @@ def queue_of(
     """The pool's queue in serving order, fair share counted; each request with whether it is
     inside its team's nominal (see rules.queueing)."""
     return ordered_queue(
-        session, ctx.policy, pool, extra=extra, usage=recent_usage(ctx, session, pool)
+        session, ctx.policy, pool, extra=extra, usage=lambda: recent_usage(ctx, session, pool)
     )
 
 

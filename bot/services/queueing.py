@@ -47,16 +47,27 @@ def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]
 
 
 def _walk(ctx: Context, session: Session, pool: str) -> list[LeaseView]:
-    """Settle each queued request the rules now allow, in serving order. A request that
-    still waits for GPUs holds its expected start (with `reserve`), so those behind it start
-    only where they delay nobody; with `none`, the first that waits stops the walk."""
+    """Settle, in serving order, each team's first request and every request that could start
+    now, asking the rules again. One that waits for GPUs holds its expected start (with
+    `reserve`), so those behind it start only where they delay nobody; it is asked again when
+    it leads its team's queue or its GPUs come. With `none`, the first that waits stops the
+    walk."""
     backfill = ctx.policy.queue.backfill
-    now = ctx.now()
-    line = timeline(ctx, session, pool, now)
+    line = timeline(ctx, session, pool, ctx.now())
     remaining = queue_of(ctx, session, pool)
     granted: list[LeaseView] = []
+    heads: set[str] = set()  # teams whose first request was asked about
     for row, inside in list(remaining):
+        if line.deep:
+            break  # backfill looks no deeper: those further back wait their turn
         want = timedelta(seconds=row.duration_s)
+        fits = line.fits_now(row.gpus, want)
+        head = row.team not in heads
+        heads.add(row.team)
+        if backfill != Backfill.NONE and not fits and not head:
+            if backfill == Backfill.RESERVE:  # it waits for GPUs: asked again when they come
+                line.reserve(row.id or 0, row.gpus, want)
+            continue
         ahead = len(line.delays(row.gpus, want)) if backfill == Backfill.RESERVE else 0
         facts = facts_now(ctx, session, row, ahead=ahead, queue=remaining)
         lease, moved = _serve(ctx, session, row, decide(ctx, facts))
@@ -69,7 +80,7 @@ def _walk(ctx: Context, session: Session, pool: str) -> list[LeaseView]:
             continue
         elif backfill == Backfill.NONE:
             break
-        elif backfill == Backfill.RESERVE and not line.fits_now(row.gpus, want):
+        elif backfill == Backfill.RESERVE and not fits:
             line.reserve(row.id or 0, row.gpus, want)
     return granted
 

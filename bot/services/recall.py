@@ -23,6 +23,7 @@ from bot.services.reads import request_view
 from bot.services.results import ApprovalEffects, HeldFor, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import Outcome, RequestKind, RequestState
+from rules.queueing import Slot
 from storage import audit, requests
 from storage import leases as storage_leases
 from storage.audit import AuditTag
@@ -56,6 +57,7 @@ class PoolPicture:
     # usable GPUs of leases ending within recall.notice, not recalled and not protected: they
     # come back before a recall could, so nobody is preempted for them
     soon: int = 0
+    order: tuple[tuple[RequestRow, bool], ...] = ()  # the queue in serving order
 
     @property
     def coming(self) -> int:
@@ -100,6 +102,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         {row.id or 0: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
         soon,
+        tuple(ordered),
     )
 
 
@@ -367,7 +370,7 @@ def _pool_entries(
                 request=request_view(row),
                 position=position,
                 head=f"R{head}" if head != waiting.request else "",
-                waits_for=_waits_for(ctx, session, row, len(slot.delays) if slot else 0),
+                waits_for=_waits_for(ctx, session, row, slot, seen.order),
                 free=seen.free,
                 guaranteed=guaranteed,
                 recalls=tuple(r for r in under_way if r.request == row.id),
@@ -411,9 +414,16 @@ def waiting_guarantee(
     return passed_over(seen, plan)
 
 
-def _waits_for(ctx: Context, session: Session, row: RequestRow, ahead: int) -> str:
+def _waits_for(
+    ctx: Context,
+    session: Session,
+    row: RequestRow,
+    slot: Slot | None,
+    order: Iterable[tuple[RequestRow, bool]],
+) -> str:
     """Why a queued request waits, as the rules see it now (not when it was decided)."""
-    decision = decide(ctx, facts_now(ctx, session, row, ahead=ahead))
+    ahead = len(slot.delays) if slot else 0
+    decision = decide(ctx, facts_now(ctx, session, row, ahead=ahead, queue=order))
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return f"the rules would now refuse it: {decision.because}"
     holding = [

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rules.policy import Backfill, Quota
-from rules.queueing import Ending, Queued, Reservation, Timeline, expected_starts, queue_order
+from rules.queueing import DEPTH, Ending, Queued, Timeline, expected_starts, queue_order
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -175,6 +175,18 @@ def test_a_request_that_cannot_start_anyway_delays_nobody() -> None:
     """2 free and 1 reserved at +30m: a request for 4 waits for GPUs, not for the reservation
     (the rules then say too few are free, not that others come first)."""
     pool = line(2, (4, 2))
-    pool.reservations.append(Reservation(1, 1, NOW + H / 2, NOW + 3 * H))
+    assert NOW + H / 2 == pool.reserve(1, 1, 150 * timedelta(minutes=1), not_before=NOW + H / 2)
     assert [] == pool.delays(4, H)
     assert [1] == pool.delays(2, H)
+
+
+def test_backfill_looks_only_so_deep() -> None:
+    """Nothing free, one GPU back each hour: the first DEPTH requests waiting for GPUs hold
+    slots; those further back are not foreseen: they wait their turn."""
+    pool = Timeline(NOW, 0, [Ending(1, NOW + n * H) for n in range(1, 200)])
+    waiting = [Queued(n, "vision", 1, "normal", at(n), H) for n in range(DEPTH + 5)]
+    slots = expected_starts(waiting, pool, Backfill.RESERVE)
+    assert NOW + H == slots[0].start
+    assert all(slots[n].start is not None for n in range(DEPTH))
+    assert all(slots[n].start is None for n in range(DEPTH, DEPTH + 5))
+    assert pool.deep
