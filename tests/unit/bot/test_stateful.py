@@ -170,9 +170,10 @@ class Governance(RuleBasedStateMachine):
     def borrow(
         self, user: str, pool: str, gpus: int, duration: timedelta, priority: Priority
     ) -> None:
-        before = self.services.queue_explained()
+        waiting = any(r.pool == pool for r in self.services.queue())
+        before = self.services.queue_explained() if waiting else []
         result = self.services.borrow(user, BorrowAsk(pool, gpus, duration, priority))
-        if isinstance(result, BorrowResult) and result.outcome == Outcome.APPROVE:
+        if before and isinstance(result, BorrowResult) and result.outcome == Outcome.APPROVE:
             # Granted while others wait (backfill): it comes after every waiting guarantee of
             # its priority or higher, so it may delay none of them.
             after = {e.request.id: e for e in self.services.queue_explained()}
