@@ -1,9 +1,8 @@
-"""Lender recall: which borrowed leases give their GPUs back when a team needs its nominal,
-and the queue order that puts such guaranteed requests first.
+"""Lender recall: which borrowed leases give their GPUs back when a team needs its nominal.
 
 A queued request that fits inside its team's nominal quota is a guarantee: the pool's GPUs
 it waits for are held by teams above their own nominal, that is, borrowed. The planner walks
-the pool's queue in its order (priority, then arrival), adds up what the guaranteed requests
+the pool's queue in serving order (rules.queueing), adds up what the guaranteed requests
 need beyond the free GPUs, and covers that shortfall with recalls:
 
 1. recalls already under way stand, oldest first, as long as they are needed; the rest are
@@ -34,9 +33,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rules.domain import Priority, format_duration
+from rules.domain import format_duration
 from rules.policy import Quota, Recall
-from rules.queueing import inside_nominal
+from rules.queueing import inside_nominal, rank
 
 
 @dataclass(frozen=True)
@@ -103,20 +102,13 @@ class Plan:
         return max(0, self.need - self.covered)
 
 
-def _rank(priority: str) -> int:
-    try:
-        return Priority(priority).rank
-    except ValueError:
-        return Priority.NORMAL.rank
-
-
 def borrowed_parts(holdings: Sequence[Holding], quotas: Mapping[str, Quota]) -> dict[int, int]:
     """How many of each lease's GPUs are borrowed. A team's nominal covers its highest-priority
     leases first, the earliest granted first among equals; whatever lies beyond is borrowed, so
     the borrowed share falls on the lowest priority, most recently granted leases."""
     out: dict[int, int] = {}
     held: dict[str, int] = {}
-    for h in sorted(holdings, key=lambda h: (-_rank(h.priority), h.granted_at, h.lease)):
+    for h in sorted(holdings, key=lambda h: (-rank(h.priority), h.granted_at, h.lease)):
         quota = quotas.get(h.team)
         nominal = quota.nominal if quota is not None else 0
         before = held.get(h.team, 0)
@@ -281,7 +273,7 @@ class _Recruit:
         borrowed = self.borrowed
         candidates = sorted(
             (h for h in holdings if h.recalled_at is None and borrowed.get(h.lease, 0) > 0),
-            key=lambda h: (_rank(h.priority), -h.granted_at.timestamp(), -h.lease),
+            key=lambda h: (rank(h.priority), -h.granted_at.timestamp(), -h.lease),
         )
         # First the leases that hold only borrowed GPUs; one that holds some of its team's
         # nominal as well only when nothing else covers the need.
@@ -314,7 +306,7 @@ class _Recruit:
             for h in holdings
             if h.lease in self.passed and h.holder in cooled and not self._losing(h)
         ]
-        cooling.sort(key=lambda h: (cooled[h.holder], _rank(h.priority), h.lease))
+        cooling.sort(key=lambda h: (cooled[h.holder], rank(h.priority), h.lease))
         why = (
             f"the guarantee R{overdue.request} of team {overdue.team} waited "
             f"{format_duration(overdue.waited)}, past recall.max_guarantee_wait "
@@ -410,7 +402,7 @@ class _WithinTeam:
         )
         fresh = sorted(
             (h for h in holdings if h.recalled_at is None and h.lease not in self.chosen),
-            key=lambda h: (_rank(h.priority), -h.granted_at.timestamp(), -h.lease),
+            key=lambda h: (rank(h.priority), -h.granted_at.timestamp(), -h.lease),
         )
         for w in queue:
             got = min(self.spare, w.gpus)
@@ -484,7 +476,7 @@ class _WithinTeam:
 
 def _outranked(h: Holding, w: Waiting) -> bool:
     """May `w` preempt `h`: the same team, and a strictly higher priority?"""
-    return h.team == w.team and _rank(h.priority) < _rank(w.priority)
+    return h.team == w.team and rank(h.priority) < rank(w.priority)
 
 
 def _victim(h: Holding, w: Waiting, because: str) -> Victim:

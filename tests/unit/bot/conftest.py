@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.services import Services
+from bot.services import BorrowAsk, Services
+from bot.services.results import BorrowResult, SettleResult
 from storage.db import Database
 from tests.builders import default_sources
 
@@ -45,3 +46,17 @@ def services(database: Database, clock: Clock) -> Iterator[Services]:
     svc = Services.open(database, default_sources(), clock=clock)
     yield svc
     svc.close()
+
+
+def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
+    """The borrow's result, which must not be a refusal."""
+    result = services.borrow(user, ask)
+    assert isinstance(result, BorrowResult), result
+    return result
+
+
+def approved(services: Services, manager: str, result: BorrowResult) -> SettleResult:
+    """The manager approves the borrow, which must settle."""
+    settled = services.approve(manager, result.request.id)
+    assert isinstance(settled, SettleResult), settled
+    return settled

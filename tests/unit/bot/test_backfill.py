@@ -14,16 +14,10 @@ from bot.services.results import BorrowResult, SettleResult
 from rules.domain import Outcome
 from storage.db import Database
 from tests.builders import sources_with
-from tests.unit.bot.conftest import ALICE, BOB, CAROL, ERIN, NADIA, Clock
+from tests.unit.bot.conftest import ALICE, BOB, CAROL, ERIN, NADIA, Clock, borrowed
 
 DAVE = "U0DAVE001"
 H = timedelta(hours=1)
-
-
-def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
-    result = services.borrow(user, ask)
-    assert isinstance(result, BorrowResult), result
-    return result
 
 
 @pytest.fixture(params=["reserve", "none", "best_effort"])

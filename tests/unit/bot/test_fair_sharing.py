@@ -28,23 +28,22 @@ from storage.db import Database
 from storage.outbox import OutboxKind
 from storage.tables import AuditRow, OutboxRow
 from tests.builders import default_sources
-from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
+from tests.unit.bot.conftest import (
+    ADA,
+    ALICE,
+    BOB,
+    CAROL,
+    ERIN,
+    NADIA,
+    VICTOR,
+    Clock,
+    approved,
+    borrowed,
+)
 
 pytestmark = pytest.mark.usefixtures("services")
 DAVE, PAT = "U0DAVE001", "U0PMGR001"
 DAY = timedelta(days=1)
-
-
-def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
-    result = services.borrow(user, ask)
-    assert isinstance(result, BorrowResult), result
-    return result
-
-
-def approved(services: Services, manager: str, result: BorrowResult) -> SettleResult:
-    settled = services.approve(manager, result.request.id)
-    assert isinstance(settled, SettleResult), settled
-    return settled
 
 
 def lent_out(services: Services, clock: Clock) -> int:

@@ -15,18 +15,11 @@ from bot.services.notice_views import (
     RequestDecided,
     SettledCard,
 )
-from bot.services.results import BorrowResult
 from storage.outbox import OutboxKind
 from storage.tables import OutboxRow
-from tests.unit.bot.conftest import ALICE, BOB, VICTOR
+from tests.unit.bot.conftest import ALICE, BOB, VICTOR, borrowed
 
 DAY = timedelta(days=1)
-
-
-def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
-    result = services.borrow(user, ask)
-    assert isinstance(result, BorrowResult), result
-    return result
 
 
 def owed_id(services: Services, kind: OutboxKind, subject: str) -> int:

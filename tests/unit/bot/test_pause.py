@@ -10,22 +10,16 @@ import pytest
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Services
-from bot.services.results import BorrowResult, SettleResult
+from bot.services.results import SettleResult
 from rules.domain import Outcome
 from storage.db import Database
 from storage.tables import AuditRow, OutboxRow
 from tests.builders import default_sources
-from tests.unit.bot.conftest import ADA, ALICE, CAROL, ERIN, NADIA, Clock
+from tests.unit.bot.conftest import ADA, ALICE, CAROL, ERIN, NADIA, Clock, borrowed
 
 pytestmark = pytest.mark.usefixtures("services")
 DAVE = "U0DAVE001"
 DAY = timedelta(days=1)
-
-
-def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
-    result = services.borrow(user, ask)
-    assert isinstance(result, BorrowResult), result
-    return result
 
 
 def rows(services: Services, tag: str) -> list[AuditRow]:

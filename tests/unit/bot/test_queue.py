@@ -9,19 +9,13 @@ import pytest
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Services
-from bot.services.results import BorrowResult, ExtendResult, SettleResult
+from bot.services.results import ExtendResult, SettleResult
 from rules.domain import Outcome, Priority
 from storage.tables import AuditRow, OutboxRow
-from tests.unit.bot.conftest import ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
+from tests.unit.bot.conftest import ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock, borrowed
 
 pytestmark = pytest.mark.usefixtures("services")
 DAVE, PRIYA = "U0DAVE001", "U0PMGR001"
-
-
-def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
-    result = services.borrow(user, ask)
-    assert isinstance(result, BorrowResult), result
-    return result
 
 
 def full_a100(services: Services) -> int:

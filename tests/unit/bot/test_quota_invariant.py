@@ -13,14 +13,25 @@ from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Services
 from bot.services.grants import grant
-from bot.services.results import BorrowResult, ExtendResult, SettleResult
+from bot.services.results import ExtendResult
 from rules.domain import Outcome
 from rules.quota import QUOTA_RULE
 from storage import requests
 from storage.db import Database
 from storage.tables import AuditRow
 from tests.builders import permissive_sources
-from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
+from tests.unit.bot.conftest import (
+    ADA,
+    ALICE,
+    BOB,
+    CAROL,
+    ERIN,
+    NADIA,
+    VICTOR,
+    Clock,
+    approved,
+    borrowed,
+)
 
 DAVE, PAT = "U0DAVE001", "U0PMGR001"
 DAY = timedelta(days=1)
@@ -32,18 +43,6 @@ def services(database: Database, clock: Clock) -> Iterator[Services]:
     svc = Services.open(database, permissive_sources(), clock=clock)
     yield svc
     svc.close()
-
-
-def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
-    result = services.borrow(user, ask)
-    assert isinstance(result, BorrowResult), result
-    return result
-
-
-def approved(services: Services, manager: str, result: BorrowResult) -> SettleResult:
-    settled = services.approve(manager, result.request.id)
-    assert isinstance(settled, SettleResult), settled
-    return settled
 
 
 def audit_rows(services: Services, tag: str) -> list[AuditRow]:

@@ -8,19 +8,13 @@ import pytest
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Refused, Services
-from bot.services.results import BorrowResult, ExtendResult, ReleaseResult, SettleResult
+from bot.services.results import ExtendResult, ReleaseResult, SettleResult
 from rules.domain import Outcome, Priority
 from storage import audit
 from storage.tables import AuditRow, GpuRow, NodeRow
-from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock, borrowed
 
 pytestmark = pytest.mark.usefixtures("services")
-
-
-def borrowed(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
-    result = services.borrow(user, ask)
-    assert isinstance(result, BorrowResult), result
-    return result
 
 
 def tags(services: Services) -> list[str]:
