@@ -19,18 +19,37 @@ from bot.cli import audit, db, leases, nodes, org, processes, rules
 class _QuietPipeGroup(TyperGroup):
     """`gpubot … | head`: a reader that closes the pipe early ends the command quietly with
     exit 0 (Python's SIGPIPE recipe), never a traceback, and never exit 1, which says the
-    audit chain is broken."""
+    audit chain is broken. A command that ends with its own exit status keeps it."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             done = super().invoke(ctx)
-            sys.stdout.flush()  # what is still buffered meets the closed pipe here, not at exit
         except BrokenPipeError:
-            # The rest of the output, and Python's own flush at exit, go nowhere.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            _drop_stdout()
             raise typer.Exit(0) from None
+        except BaseException:
+            _flush_or_drop()  # the status stands; what a closed pipe did not take is dropped
+            raise
+        if not _flush_or_drop():  # what is still buffered meets the closed pipe here
+            raise typer.Exit(0)
         return done
+
+
+def _flush_or_drop() -> bool:
+    """Flush stdout; False when its reader has gone (the rest then goes nowhere)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+        return False
+    return True
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so Python's own flush at exit finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 app = typer.Typer(
