@@ -56,7 +56,11 @@ def person_of(user: dict[str, Any]) -> Person:
 def org_lookup(
     who: Annotated[
         list[str],
-        typer.Argument(help="@handle, email or name (several may be given)", show_default=False),
+        typer.Argument(
+            metavar="WHO",
+            help="@handle, email or name (several may be given)",
+            show_default=False,
+        ),
     ],
 ) -> None:
     """Print each person's Slack id, handle, real name and time zone, and the lines to add to
