@@ -192,13 +192,14 @@ function dayDivider(ts) {
 
 // Messages with a divider before each new day; a message follows its author's last one
 // without name or avatar when nothing else came between and it is within GROUP_S.
-function messageRows(items, conv, inThread) {
+// In a thread, `after` is the parent: a reply on the parent's day needs no divider.
+function messageRows(items, conv, inThread, after = null) {
   const rows = [];
   let previous = null;
   for (const item of items) {
-    const newDay = !previous || dayOf(previous.ts) !== dayOf(item.ts);
+    const newDay = dayOf((previous || after || { ts: 0 }).ts) !== dayOf(item.ts);
     if (newDay) rows.push(dayDivider(item.ts));
-    const grouped = !newDay && previous.user === item.user && previous.ephemeral === item.ephemeral
+    const grouped = !newDay && previous !== null && previous.user === item.user && previous.ephemeral === item.ephemeral
       && !item.ephemeral && !item.broadcast && !previous.reply_count
       && Number(item.ts) - Number(previous.ts) < GROUP_S;
     rows.push(messageRow(item, conv, { grouped, inThread }));
@@ -253,7 +254,7 @@ function drawThread() {
   const list = h("div", { class: "thread-body" },
     messageRow(parent, conv, { inThread: true }),
     h("div", { class: "thread-count" }, `${replies.length} ${replies.length === 1 ? "reply" : "replies"}`),
-    messageRows(replies, conv, true));
+    messageRows(replies, conv, true, parent));
   fill(pane,
     h("div", { class: "thread-head" },
       h("span", {}, "Thread", h("span", { class: "where" }, conv.kind === "channel" ? `#${conv.name}` : label(conv))),

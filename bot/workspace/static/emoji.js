@@ -51,8 +51,7 @@ function fallback(emoji) {
 
 function replaceIn(node) {
   const text = node.nodeValue;
-  PICTOGRAPH.lastIndex = 0;
-  if (!PICTOGRAPH.test(text)) return;
+  if (!text || !text.match(PICTOGRAPH)) return;
   const parent = node.parentNode;
   if (!parent || SKIP.has(parent.nodeName) || parent.closest(".emoji-text")) return;
   const inOption = parent.nodeName === "OPTION" || parent.nodeName === "SELECT";
