@@ -2,13 +2,14 @@
 // with a code point no font has; one that comes out as that same box is replaced by a short
 // plain-text badge, so nothing on the page is drawn as tofu. Where the font has it, it stays.
 
-// The emoji the bot and the page use, as [text, tone]; any other becomes a neutral "*".
+// The emoji the bot and the page use, as [text, tone]; any other becomes a neutral "*", and an
+// empty text (a decoration of the page's own) draws nothing.
 const FALLBACK = {
   "✅": ["ok", "good"], "✔": ["ok", "good"], "🎉": ["yay", "good"], "🚀": ["go", "good"],
   "🏁": ["end", "info"], "⚠": ["!", "warn"], "⌛": ["wait", "warn"], "⏱": ["time", "warn"],
   "🕒": ["time", "info"], "🔔": ["ping", "warn"], "🔥": ["hot", "bad"], "💤": ["zz", "warn"],
   "⛔": ["no", "bad"], "❌": ["x", "bad"], "ℹ": ["i", "info"], "♻": ["back", "info"],
-  "👀": ["look", "info"], "👁": ["eye", "info"], "📥": ["in", "info"], "⏸": ["||", "warn"],
+  "👀": ["look", "info"], "👁": ["", ""], "📥": ["in", "info"], "⏸": ["||", "warn"],
   "⏩": [">>", ""], "🔒": ["lock", ""], "⚡": ["bot", ""], "🖼": ["img", ""],
 };
 // Extended pictographs with an optional variation selector, and keycaps such as 1️⃣.
