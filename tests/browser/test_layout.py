@@ -191,6 +191,7 @@ def test_unread_badges_threads_and_emoji_without_an_emoji_font(slack: SlackPage)
     expect(thread.locator(".message", has_text="ends in 9m")).to_contain_text(
         "also sent to the channel"
     )
+    assert not page_scrolls(slack)
     glyphs = slack.page.evaluate(TOFU)
     assert [] == glyphs["tofu"]
     assert len(glyphs["seen"]) + glyphs["badges"] >= 5  # the check saw the emoji above
