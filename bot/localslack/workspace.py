@@ -143,6 +143,7 @@ class Workspace:
         thread_ts: str | None = None,
         files: Iterable[str] = (),
         metadata: JSON | None = None,
+        reply_broadcast: bool = False,
     ) -> Message:
         """A new message in `channel` (an id), from the bot unless `user` is given."""
         with self.lock:
@@ -154,6 +155,7 @@ class Workspace:
                 user=user or self.bot_user,
                 bot_id=None if user else self.bot_id,
                 thread_ts=thread_ts,
+                reply_broadcast=bool(thread_ts) and reply_broadcast,
                 files=list(files),
                 metadata=deepcopy(metadata) if metadata else None,
             )
