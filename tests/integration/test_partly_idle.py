@@ -9,7 +9,7 @@ from sqlmodel import col, select
 
 from bot.services import BorrowAsk
 from bot.services.results import BorrowResult, SettleResult
-from bot.slack.blocks.warnings import GIVE_BACK_IDLE_ACTION, KEEP_ALL_ACTION
+from bot.slack.blocks.warnings import GIVE_BACK_IDLE_ACTION, KEEP_ALL_ACTION, SNOOZE_ACTION
 from storage.tables import AuditRow
 from tests.integration.story import ADA, ALICE, ERIN, Story, _sample
 
@@ -105,3 +105,37 @@ def test_keep_stops_the_partly_idle_warnings_and_is_audited(story: Story) -> Non
     assert 1 == tags.count("lease:kept")
     assert "lease:shrunk" not in tags
     assert "keeps all 4 GPUs" in str(story.local.calls.of("response_url")[-1].args)
+
+
+def test_still_using_quiets_the_partly_idle_warning_until_the_snooze_ends(story: Story) -> None:
+    """Still using on the partly-idle warning snoozes it like the idle warning's button."""
+    lease = _borrow(story, ALICE, 4).lease
+    assert lease is not None
+    _run_on_one_gpu(story, lease.id, 95)
+    story.click_in_dm(ALICE, SNOOZE_ACTION)
+    _run_on_one_gpu(story, lease.id, 230)
+    warned = [(m, e) for m, e in story.lease_events() if e.startswith("warn")]
+    assert [(91, "warn partly_idle"), (215, "warn partly_idle")] == warned
+    assert "No idle warning for the next 2h" in str(story.local.calls.of("response_url")[-1].args)
+
+
+def test_the_slash_command_shrinks_a_lease_and_why_tells_the_story(story: Story) -> None:
+    """`/gpu release L1 gpus host:i` and `keep 1` through the real app; refusals are friendly."""
+    lease = _borrow(story, ALICE, 4).lease
+    assert lease is not None
+    last = lease.gpus[-1]
+    named = story.answer(ALICE, f"release {lease.code} gpus {last.node}:{last.index}")
+    assert f"{lease.code} gave back 1 GPU" in named
+    assert "keeps 3 GPUs" in named
+    assert "Keeping no GPUs is a release" in story.answer(ALICE, f"release {lease.code} keep 0")
+    assert "does not hold nowhere:0" in story.answer(ALICE, f"release {lease.code} gpus nowhere:0")
+    assert "only they or an admin may change it" in story.answer(
+        BOB, f"release {lease.code} keep 1"
+    )
+    assert "keeps 1 GPU" in story.answer(ALICE, f"release {lease.code} keep 1")
+    now = story.bot.services.lease(lease.id)
+    assert now is not None
+    assert (lease.gpus[0],) == now.gpus
+    why = story.answer(ALICE, f"why {lease.code}")
+    assert f"gave back {last.node}:{last.index}, kept 3" in why
+    assert why.count("lease:shrunk") == 2
