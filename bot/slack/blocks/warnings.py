@@ -55,7 +55,7 @@ def warning_message(
 ) -> Message:
     """Before anything is taken: what, why, the deadline, and Extend / Release now / Still using."""
     if reason == "partly_idle":
-        return partly_idle_message(lease, because, idle, idle_for_min, snoozes_left=snoozes_left)
+        return partly_idle_message(lease, idle, idle_for_min, snoozes_left=snoozes_left)
     if reason == "expiry":
         title = f"{lease.code} ends {'soon' if time_left_min else 'now'}"
         line = (
@@ -106,13 +106,13 @@ def warning_message(
 
 def partly_idle_message(
     lease: LeaseView,
-    because: str,
     idle: Sequence[str],
     idle_for_min: float,
     *,
     snoozes_left: int,
 ) -> Message:
-    """Some GPUs of a lease idle, at least one busy: Give back the idle ones, Still using, Keep."""
+    """Some GPUs of a lease idle, at least one busy: Give back the idle ones, Still using, Keep.
+    The rule's own words are left to `/gpu why`: the first line says the same."""
     count, total = len(idle), len(lease.gpus)
     them = "it" if count == 1 else "them"
     title = f"{lease.code}: {count} of {total} GPUs idle"
@@ -137,15 +137,16 @@ def partly_idle_message(
     elements.append(button("Keep", KEEP_ALL_ACTION, str(lease.id)))
     blocks = [
         header(title),
-        section(f":hourglass: {line}\n{clip(escape(because), 500)}"),
+        section(f":hourglass: {line}"),
         section("\n".join(placement_lines(lease))),
         context(
             "“Still using” quiets this warning for a while; “Keep” keeps every GPU and ends "
-            f"these warnings for {lease.code}. `/gpu release {lease.code} keep 1` keeps one."
+            f"these warnings for {lease.code}. `/gpu release {lease.code} keep 1` keeps one; "
+            f"`/gpu why {lease.code}` shows the rule that sent this."
         ),
         actions(lease_block(lease.id), *elements),
     ]
-    return message(f"{title}: {clip(because, 300)}", blocks)
+    return message(f"{title}: give them back, or say you still need them.", blocks)
 
 
 def _named(idle: Sequence[str]) -> str:
@@ -217,6 +218,7 @@ def _preempt_message(
 _WARNED_OF = {
     "expiry": "its end",
     "idle": "idle GPUs",
+    "partly_idle": "some idle GPUs",
     "preempt": "a recall",
     "unhealthy": "a GPU fault",
 }
