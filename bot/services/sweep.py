@@ -62,6 +62,7 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
             lease_readings = [reading(node, index) for node, index in lease.slots]
             facts = lease_facts(policy, lease, lease_readings, warned[lease.id], now)
             _act_on_lease(run, lease, decide(Subject.LEASE, facts), warned[lease.id])
+            _narrow_idle(run, lease)
 
     act(active, warned)
     for gpu in gpus:
@@ -202,6 +203,23 @@ def _idle_named(run: Pass, lease: LeaseSnapshot) -> tuple[tuple[str, int], ...]:
     """The GPUs of the lease idle for the idle threshold, as this pass reads them."""
     readings = [run.reading(node, index) for node, index in lease.slots]
     return gpu_idleness(run.ctx.policy, lease, readings, run.now).idle
+
+
+def _narrow_idle(run: Pass, lease: LeaseSnapshot) -> None:
+    """A GPU the partly-idle warning named is no longer idle (busy again, or unknown): its
+    Give back button no longer offers it. Nothing is written while the named GPUs stay idle."""
+    named = lease.warnings.idle_slots()
+    if not named:
+        return
+    idle = set(_idle_named(run, lease))
+    still = tuple(slot for slot in named if slot in idle)
+    if len(still) == len(named):
+        return
+    with run.ctx.db.write() as session:
+        row = _locked(session, lease)
+        if row is not None and row.warnings.idle_slots() == named:
+            row.warnings = row.warnings.with_idle_slots(still)
+            session.add(row)
 
 
 def _shrink(run: Pass, lease: LeaseSnapshot, decision: Decision) -> None:

@@ -139,3 +139,24 @@ def test_the_slash_command_shrinks_a_lease_and_why_tells_the_story(story: Story)
     why = story.answer(ALICE, f"why {lease.code}")
     assert f"gave back {last.node}:{last.index}, kept 3" in why
     assert why.count("lease:shrunk") == 2
+
+
+def test_a_named_gpu_that_got_busy_again_is_not_given_back(story: Story) -> None:
+    """Warned about three idle GPUs; one starts working before the click: two go back."""
+    lease = _borrow(story, ALICE, 4).lease
+    assert lease is not None
+    _run_on_one_gpu(story, lease.id, 95)
+    first, second, *rest = lease.gpus
+    for _ in range(2):  # a minute in which the second GPU works too
+        story.clock.tick(timedelta(seconds=30))
+        story.telemetry.observe(
+            [_sample(s.node, s.index, 85.0) for s in (first, second)]
+            + [_sample(s.node, s.index, 0.0) for s in rest]
+        )
+    story.minute += 1
+    story.pass_()
+    story.click_in_dm(ALICE, GIVE_BACK_IDLE_ACTION)
+    now = story.bot.services.lease(lease.id)
+    assert now is not None
+    assert (first, second) == now.gpus
+    assert "gave back 2 GPUs" in str(story.local.calls.of("response_url")[-1].args)
