@@ -160,6 +160,20 @@ def reclaimed_from(session: Session, gpu_id: int, since: datetime) -> set[str]:
     return set(session.exec(stmt).all())
 
 
+def gave_back(session: Session, gpu_id: int) -> set[str]:
+    """The holders of active leases that gave this GPU back (a shrink) and run on without it."""
+    stmt = (
+        select(LeaseRow.holder)
+        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
+        .where(
+            LeaseGpuRow.gpu_id == gpu_id,
+            col(LeaseGpuRow.active).is_(False),
+            LeaseRow.state == LeaseState.ACTIVE,
+        )
+    )
+    return set(session.exec(stmt).all())
+
+
 def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
     """The (node, index) of every GPU a lease holds, or held once it ended (GPUs a shrink gave
     back are no longer its own while it runs)."""

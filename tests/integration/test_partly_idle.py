@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlmodel import col, select
 
 from bot.services import BorrowAsk
-from bot.services.results import BorrowResult, SettleResult
+from bot.services.results import BorrowResult, GpuSlot, SettleResult
 from bot.slack.blocks.warnings import GIVE_BACK_IDLE_ACTION, KEEP_ALL_ACTION, SNOOZE_ACTION
 from storage.tables import AuditRow
 from tests.integration.story import ADA, ALICE, ERIN, Story, _sample
@@ -86,6 +86,33 @@ def test_a_lease_busy_on_one_of_four_gpus_gives_back_three_and_the_queue_moves(
     assert "gave back 3 GPUs" in answer
     assert "keeps 1 GPU" in answer
     assert "The freed GPUs went to the queue at once" in answer
+    assert "Stop anything still running on the GPUs you gave back" in answer
+
+
+def _all_four_on(story: Story, gpus: tuple[GpuSlot, ...], minutes: int) -> None:
+    """Alice's processes stay on all four GPUs, the first one working."""
+    for _ in range(minutes):
+        for _ in range(2):
+            story.clock.tick(timedelta(seconds=30))
+            story.telemetry.observe(
+                [_sample(s.node, s.index, 85.0 if s == gpus[0] else 0.0) for s in gpus]
+            )
+        story.minute += 1
+        story.pass_()
+
+
+def test_processes_left_on_given_back_gpus_are_not_offered_back_to_their_owner(
+    story: Story,
+) -> None:
+    """The shrink reply told the holder; the admins hear whose processes stayed behind."""
+    lease = _borrow(story, ALICE, 4).lease
+    assert lease is not None
+    _run_on_one_gpu(story, lease.id, 95)
+    story.click_in_dm(ALICE, GIVE_BACK_IDLE_ACTION)
+    _all_four_on(story, lease.gpus, 3)
+    assert not any("without a lease" in dm for dm in story.dms(ALICE))
+    told = " ".join(story.dms(ADA))
+    assert "Not offered a lease: alice, whose lease gave it back." in told
 
 
 def test_keep_stops_the_partly_idle_warnings_and_is_audited(story: Story) -> None:

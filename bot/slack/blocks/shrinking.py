@@ -38,7 +38,12 @@ def shrink_reply(result: ShrinkResult) -> Message:
     if result.started:
         codes = ", ".join(started.code for started in result.started)
         blocks.append(context(f"The freed GPUs went to the queue at once: {codes} started."))
-    blocks.append(context(f"Thank you. `/gpu why {lease.code}` shows the whole story."))
+    blocks.append(
+        context(
+            "Stop anything still running on the GPUs you gave back: others may be given them. "
+            f"`/gpu why {lease.code}` shows the whole story."
+        )
+    )
     return message(text, blocks)
 
 
