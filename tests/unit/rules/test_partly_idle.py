@@ -249,3 +249,14 @@ def test_which_gpus_a_shrink_gives_back(
     """Named GPUs, or all but `keep`: idle ones first, then empty ones, highest index first."""
     got = to_give_back("L7", HELD, named=named, keep=keep, idle=idle, empty=empty)
     assert expected == got, case
+
+
+def test_the_partly_idle_mark_names_its_gpus_and_keep_answers_it() -> None:
+    """The warning's idle GPUs survive the JSON round trip; Keep drops the warning."""
+    marks = Marks().with_warning("partly_idle", outbox=4, owed_at=NOW, lead_min=0.0)
+    named = marks.with_idle_slots((("a100-node-01", 2), ("node:with:colons", 3)))
+    assert (("a100-node-01", 2), ("node:with:colons", 3)) == Marks.of(named.to_json()).idle_slots()
+    assert {"partly_idle": 4} == named.outboxes()
+    kept = named.with_kept(at=NOW)
+    assert (True, (), {}) == (kept.kept, kept.idle_slots(), kept.outboxes())
+    assert not Marks().kept
