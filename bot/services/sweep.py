@@ -1,4 +1,5 @@
-"""The sweep: the periodic, level-triggered reconcile pass that warns, reclaims and notifies.
+"""The sweep: the periodic, level-triggered reconcile pass that warns, reclaims and notifies
+(and, where a rule says `shrink idle`, gives back a lease's idle GPUs).
 
 It builds one fact per active lease and per GPU, lets the sweep rules say what to do, lets
 `rules.reclaim` turn that into the steps the safety invariants allow, and takes them: nothing
