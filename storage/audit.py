@@ -84,6 +84,8 @@ class AuditTag(StrEnum):
     LEASE_RECALL_WITHDRAWN = "lease:recall-withdrawn"
     LEASE_RELEASED = "lease:released"
     LEASE_RECLAIMED = "lease:reclaimed"
+    LEASE_SHRUNK = "lease:shrunk"  # some GPUs given back, the lease runs on with the rest
+    LEASE_KEPT = "lease:kept"  # the holder keeps every GPU: no more partly-idle warnings
     NODE_UNKNOWN = "node:unknown"
     NODE_NOT_REPORTING = "node:not-reporting"
     NODE_BACK = "node:back"

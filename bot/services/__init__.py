@@ -25,6 +25,7 @@ from bot.services import (
     queueing,
     recall,
     settling,
+    shrinking,
     strangers,
     sweep,
 )
@@ -47,6 +48,7 @@ from bot.services.results import (
     ReleaseResult,
     RequestView,
     SettleResult,
+    ShrinkResult,
 )
 from bot.services.rule_files import read_rules_dir
 from bot.services.sweep_pass import SweepReport
@@ -137,6 +139,31 @@ class Services:
             pools = {lease.pool for lease in result.released}
             self.serve_queue(sorted(pools | {r.pool for r in result.cancelled}))
         return result
+
+    def shrink(
+        self,
+        user: str,
+        lease_id: int,
+        *,
+        gpus: tuple[tuple[str, int], ...] = (),
+        keep: int | None = None,
+    ) -> ShrinkResult | Refused:
+        """Give back some GPUs of a lease (named, or all but `keep`); the queue is served."""
+        return self._served(shrinking.shrink(self.ctx, user, lease_id, gpus=gpus, keep=keep))
+
+    def give_back_idle(self, user: str, lease_id: int) -> ShrinkResult | Refused:
+        """The Give back button of a partly-idle warning; the queue is served."""
+        return self._served(shrinking.give_back_idle(self.ctx, user, lease_id))
+
+    def keep_all(self, user: str, lease_id: int) -> LeaseView | Refused:
+        """The Keep button of a partly-idle warning: no more of them for this lease."""
+        return shrinking.keep_all(self.ctx, user, lease_id)
+
+    def _served(self, result: ShrinkResult | Refused) -> ShrinkResult | Refused:
+        if isinstance(result, Refused):
+            return result
+        started = self.serve_queue([result.lease.pool])
+        return ShrinkResult(result.lease, result.given_back, tuple(started))
 
     def serve_queue(self, pools: list[str] | None = None) -> list[LeaseView]:
         """Grant waiting requests that fit now (after a release, and on every sweep)."""

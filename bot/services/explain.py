@@ -199,6 +199,9 @@ def _done(row: AuditRow) -> str:
         )
     if row.tag == AuditTag.LEASE_RECALL_WITHDRAWN:
         return f": recall withdrawn, as {row.detail.get('why')}"
+    if row.tag == AuditTag.LEASE_SHRUNK:
+        given = ", ".join(str(gpu) for gpu in row.detail.get("gave_back", []))
+        return f": gave back {given}, kept {row.detail.get('kept')} ({row.detail.get('why')})"
     if row.detail.get("reason"):
         return f": {row.detail['reason']}"
     return ""

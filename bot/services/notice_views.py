@@ -87,6 +87,7 @@ class LeaseWarning:
     snoozes_left: int
     recall: Mapping[str, Any] | None
     notice: timedelta  # how long a recall's holder has
+    idle: tuple[str, ...] = ()  # partly_idle: the idle GPUs it names ("node:index")
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,7 @@ def _warning(ctx: Context, owed: OutboxRow, row: LeaseRow, lease: LeaseView) -> 
         snoozes_left=max(0, timing.max_snoozes - row.snoozes),
         recall=data.get("recall") if isinstance(data.get("recall"), dict) else None,
         notice=ctx.policy.recall.notice,
+        idle=tuple(str(gpu) for gpu in data.get("idle_gpus") or ()),
     )
 
 

@@ -147,6 +147,15 @@ class ReleaseResult:
 
 
 @dataclass(frozen=True)
+class ShrinkResult:
+    """A lease that gave back some GPUs and runs on with the rest (`lease`, as it is now)."""
+
+    lease: LeaseView
+    given_back: tuple[GpuSlot, ...]
+    started: tuple[LeaseView, ...] = ()  # waiting requests the freed GPUs started
+
+
+@dataclass(frozen=True)
 class Explanation:
     """The stored reasons behind a request or a lease, newest last."""
 

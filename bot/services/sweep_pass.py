@@ -14,6 +14,7 @@ from rules.lease_facts import Reading, Readings
 class SweepReport:
     warned: list[str] = field(default_factory=list)
     reclaimed: list[str] = field(default_factory=list)
+    shrunk: list[str] = field(default_factory=list)  # leases that gave back their idle GPUs
     notified: list[str] = field(default_factory=list)
     would_have: list[str] = field(default_factory=list)
     held_back: list[str] = field(default_factory=list)  # reclaims the invariants refused
@@ -25,6 +26,7 @@ class SweepReport:
         return bool(
             self.warned
             or self.reclaimed
+            or self.shrunk
             or self.notified
             or self.would_have
             or self.recalled

@@ -127,6 +127,7 @@ def _lease_message(
                 snoozes_left=w.snoozes_left,
                 recall=w.recall,
                 notice=w.notice,
+                idle=w.idle,
             )
         case EndedWarning(lease=lease, reason=reason, because=because, by=by):
             return ended_warning_message(lease, reason, because, by)

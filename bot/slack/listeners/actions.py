@@ -28,7 +28,13 @@ from bot.slack.blocks import (
     settle_reply,
 )
 from bot.slack.blocks.kit import Message, message, section
-from bot.slack.blocks.warnings import BORROW_QUICK_ACTION, SNOOZE_ACTION
+from bot.slack.blocks.shrinking import kept_reply, shrink_reply
+from bot.slack.blocks.warnings import (
+    BORROW_QUICK_ACTION,
+    GIVE_BACK_IDLE_ACTION,
+    KEEP_ALL_ACTION,
+    SNOOZE_ACTION,
+)
 from bot.slack.inbox import Answer
 from bot.slack.listeners.commands import borrow_form, borrowed
 from rules.domain import format_duration
@@ -43,10 +49,13 @@ MAX_ID = 2**31 - 1  # ids are database integers; anything larger was never a but
 
 # The buttons that act on the request or lease id they carry.
 _ON_AN_ID = (APPROVE_ACTION, CANCEL_ACTION, EXTEND_ACTION, RELEASE_ACTION, SNOOZE_ACTION)
+_ON_A_PARTLY_IDLE_LEASE = (GIVE_BACK_IDLE_ACTION, KEEP_ALL_ACTION)
 
 
 def register(app: App, deps: SlackDeps) -> None:
     for action_id in (*_ON_AN_ID, DENY_ACTION, BORROW_QUICK_ACTION, BORROW_OPEN_ACTION):
+        app.action(action_id)(_accepting(deps))
+    for action_id in _ON_A_PARTLY_IDLE_LEASE:  # Give back the idle GPUs, Keep
         app.action(action_id)(_accepting(deps))
 
 
@@ -54,7 +63,7 @@ def _accepting(deps: SlackDeps) -> Callable[..., None]:
     def clicked(ack: Ack, body: dict[str, Any]) -> None:
         action = body["actions"][0]
         action_id, value = str(action.get("action_id", "")), str(action.get("value") or "")
-        if action_id in (*_ON_AN_ID, DENY_ACTION) and _id(value) is None:
+        if action_id in (*_ON_AN_ID, *_ON_A_PARTLY_IDLE_LEASE, DENY_ACTION) and _id(value) is None:
             ack()  # a button without an id does nothing; there is nothing to record
             return
         user = str(body["user"]["id"])
@@ -107,6 +116,8 @@ def _act(deps: SlackDeps, action_id: str, user: str, value: str) -> Answer:
         ),
         RELEASE_ACTION: (services.release, release_reply),
         SNOOZE_ACTION: (services.snooze, lambda lease: _noted(deps, lease)),
+        GIVE_BACK_IDLE_ACTION: (services.give_back_idle, shrink_reply),
+        KEEP_ALL_ACTION: (services.keep_all, kept_reply),
     }
     act, render = acts[action_id]
     return Answer(reply=_reply(act(user, target), render))
