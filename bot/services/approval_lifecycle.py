@@ -152,7 +152,7 @@ def escalate(
     ctx: Context, session: Session, row: RequestRow, settings: Approvals, *, now: datetime
 ) -> None:
     """A new card for each escalation target that has none yet; the people among them may
-    settle the request; every card says it was escalated."""
+    settle the request; every card says it was escalated. The next reminder counts from now."""
     subject = f"request:{row.id}"
     targets = escalation_targets(ctx.policy, settings)
     carded = {card.recipient for card in outbox.owed_about(session, subject)}
@@ -162,6 +162,8 @@ def escalate(
         *(t for t in targets if t[:1] in "UW" and t not in row.approvers),
     ]
     row.escalated_at = now
+    if row.reminders:
+        row.reminded_at = now  # the new card is a reminder too: the next one waits its turn
     session.add(row)
     for target in targets:
         if target not in carded:

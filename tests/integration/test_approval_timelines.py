@@ -14,10 +14,10 @@ from sqlmodel import col, select
 
 from bot.localslack.model import Message
 from bot.services import BorrowAsk
-from bot.services.results import BorrowResult
+from bot.services.results import BorrowResult, Refused, SettleResult
 from rules.domain import Outcome
 from storage.tables import AuditRow
-from tests.integration.story import ADA, ALICE, T0, Story
+from tests.integration.story import ADA, ALICE, T0, Story, busy
 
 VMGR, CHANNEL = "U0VMGR001", "C0VAPPROV"
 LIFECYCLE = ("request:reminded", "request:escalated", "request:expired", "request:would-have")
@@ -58,19 +58,19 @@ def thread(story: Story, parent: Message) -> list[str]:
 
 
 def test_a_request_nobody_decides_is_reminded_escalated_and_expires(story: Story) -> None:
-    """Reminders at 30, 150 and 270 in the card's thread and by DM; escalated to the admin at
-    240; expired at 24 h with the card redrawn and *Ask again*, which files it once more."""
+    """Reminders at 30 and 150 in the card's thread and by DM; escalated to the admin at 240,
+    reminded again 2 h later; expired at 24 h with the card redrawn and *Ask again*, which files it once more."""
     request = ask(story)
     for minute in (29, 30, 31, 149, 150, 240, 241):
         at(story, minute)
     assert "Escalated to <@U0ADMIN01> after 4h" in json.dumps(card(story).blocks)
-    for minute in (270, 600, 1439, 1440, 1441):
+    for minute in (270, 359, 360, 600, 1439, 1440, 1441):
         at(story, minute)
     assert [
         (30, "request:reminded"),
         (150, "request:reminded"),
         (240, "request:escalated"),
-        (270, "request:reminded"),
+        (360, "request:reminded"),
         (1440, "request:expired"),
     ] == steps(story)
     parent = card(story)
@@ -79,7 +79,7 @@ def test_a_request_nobody_decides_is_reminded_escalated_and_expires(story: Story
     assert all(f"Still waiting for you, <@{VMGR}>" in r for r in replies)
     assert f"<@{VMGR}> and <@{ADA}>" in replies[2]  # escalated by then
     assert "filed 30m ago" in replies[0]
-    assert "filed 4h 30m ago" in replies[2]
+    assert "filed 6h ago" in replies[2]
     manager_dms = story.dms(VMGR)
     assert 3 == sum("Still waiting for you" in m for m in manager_dms)
     # escalation: a card of its own in the admin's DM, and the mark on every card
@@ -153,3 +153,40 @@ def test_remind_approvers_is_throttled_to_once_every_15_minutes(story: Story) ->
     with story.bot.db.read() as session:
         nudges = session.exec(select(AuditRow).where(AuditRow.tag == "request:nudged")).all()
     assert [ALICE, ALICE] == [n.actor for n in nudges]
+
+
+def test_an_extension_still_pending_near_the_lease_end_is_said_plainly(story: Story) -> None:
+    """Alice clicks Extend on a borrowed lease; her manager does not answer. At the first
+    expiry warning she is told the extension still waits and when the lease ends; the lease
+    ends as it said; the manager's late Approve is refused with that reason."""
+    story.borrow(ALICE, "a100", 8, hours=2)  # the team's whole nominal
+    lease = story.borrow(ALICE, "a100", 1, hours=2)  # borrowed: extending it asks the manager
+    extended = story.bot.services.extend(ALICE, lease, timedelta(hours=2))
+    assert not isinstance(extended, Refused)
+    assert Outcome.ASK == extended.outcome
+    assert extended.request is not None
+    request = extended.request.id
+    story.run(61, busy, lease=lease)
+    told = [m for m in story.dms(ALICE) if "is still waiting for" in m]
+    assert 1 == len(told)
+    assert f"Your extension request R{request} (+2h for L{lease}) is still waiting for" in told[0]
+    assert f"<@{VMGR}>; L{lease} ends at <!date^" in told[0]
+    assert "unless it is approved before then" in told[0]
+    story.run(200, busy, lease=lease)
+    assert 1 == sum("is still waiting for" in m for m in story.dms(ALICE))  # told once
+    assert "reclaimed" == story.state(lease)
+    late = story.bot.services.approve(VMGR, request)
+    assert isinstance(late, SettleResult)
+    assert late.already_settled
+    assert f"R{request} can no longer be approved: L{lease} ended before anyone answered" in (
+        late.message
+    )
+    withdrawn = [m for m in story.dms(ALICE) if f"R{request} was withdrawn" in m]
+    assert withdrawn, story.dms(ALICE)
+    assert [(60, "request:still-pending")] == steps_with(story, "request:still-pending")
+
+
+def steps_with(story: Story, tag: str) -> list[tuple[int, str]]:
+    with story.bot.db.read() as session:
+        found = session.exec(select(AuditRow).where(AuditRow.tag == tag)).all()
+        return [(int((r.at - T0).total_seconds() // 60), r.tag) for r in found]

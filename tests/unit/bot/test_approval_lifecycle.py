@@ -1,0 +1,92 @@
+"""The approval lifecycle's use cases on SQLite and PostgreSQL: what waits for whom, the
+requester's throttled nudge, a second sweep taking no step twice, and Ask again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from bot.services import BorrowAsk, Services
+from bot.services.approval_lifecycle import Nudged, TooSoon, chase
+from bot.services.results import BorrowResult, Refused
+from rules.domain import Outcome
+from storage import outbox
+from storage.outbox import OutboxKind
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, NADIA, VICTOR, Clock, borrowed
+
+LONG = BorrowAsk("a100", 1, timedelta(days=2))  # longer than a day: a manager decides
+
+
+def test_waiting_for_lists_what_each_person_may_decide_oldest_first(
+    services: Services, clock: Clock
+) -> None:
+    first = borrowed(services, ALICE, LONG)
+    clock.advance(timedelta(minutes=5))
+    second = borrowed(services, BOB, LONG)
+    nlp = borrowed(services, CAROL, LONG)
+    assert Outcome.ASK == first.outcome == second.outcome == nlp.outcome
+    mine = [first.request.id, second.request.id]
+    assert mine == [r.id for r in services.waiting_for(VICTOR)]
+    assert [nlp.request.id] == [r.id for r in services.waiting_for(NADIA)]
+    assert [*mine, nlp.request.id] == [r.id for r in services.waiting_for(ADA)]
+    assert [] == services.waiting_for(ALICE)  # nobody decides their own request
+    services.approve(VICTOR, first.request.id)
+    assert [second.request.id] == [r.id for r in services.waiting_for(VICTOR)]
+
+
+def test_a_nudge_is_refused_for_someone_else_and_throttled_for_the_requester(
+    services: Services, clock: Clock
+) -> None:
+    asked = borrowed(services, ALICE, LONG).request.id
+    assert isinstance(services.nudge(BOB, asked), Refused)
+    done = services.nudge(ALICE, asked)
+    assert isinstance(done, Nudged)
+    assert (VICTOR,) == done.approvers
+    clock.advance(timedelta(minutes=14))
+    soon = services.nudge(ALICE, asked)
+    assert isinstance(soon, TooSoon)
+    assert timedelta(minutes=14) == soon.ago
+    assert done.at + timedelta(minutes=15) == soon.again_at
+    clock.advance(timedelta(minutes=1))
+    assert isinstance(services.nudge(ALICE, asked), Nudged)
+    services.approve(VICTOR, asked)
+    clock.advance(timedelta(minutes=30))
+    assert isinstance(services.nudge(ALICE, asked), Refused)  # settled: nobody to remind
+
+
+def test_a_second_pass_at_the_same_time_takes_no_step_twice(
+    services: Services, clock: Clock
+) -> None:
+    asked = borrowed(services, ALICE, LONG).request.id
+    clock.advance(timedelta(minutes=30))
+    assert [f"R{asked} remind"] == chase(services.ctx).steps()
+    assert [] == chase(services.ctx).steps()
+    clock.advance(timedelta(hours=4))
+    assert [f"R{asked} escalate"] == chase(services.ctx).steps()
+    assert [] == chase(services.ctx).steps()
+    clock.advance(timedelta(hours=2))  # the escalation counts as a reminder: the next is 2 h on
+    assert [f"R{asked} remind"] == chase(services.ctx).steps()
+    assert [] == chase(services.ctx).steps()
+    with services.db.read() as session:
+        owed = outbox.owed_about(session, f"request:{asked}")
+    # no card has landed here (nothing delivers): each reminder is a DM to the manager (and,
+    # once escalated, to the admin too)
+    assert 3 == sum(r.kind == OutboxKind.APPROVAL_REMINDER for r in owed)
+
+
+def test_ask_again_files_the_same_borrow_only_for_its_requester(
+    services: Services, clock: Clock
+) -> None:
+    asked = borrowed(services, ALICE, BorrowAsk("a100", 2, timedelta(days=2), reason="ablation"))
+    clock.advance(timedelta(days=1))
+    assert [f"R{asked.request.id} expire"] == chase(services.ctx).steps()
+    assert isinstance(services.ask_again(BOB, asked.request.id), Refused)
+    again = services.ask_again(ALICE, asked.request.id)
+    assert isinstance(again, BorrowResult)
+    view = again.request
+    assert ("a100", 2, timedelta(days=2), "ablation") == (
+        view.pool,
+        view.gpus,
+        view.duration,
+        view.reason,
+    )
+    assert asked.request.id != view.id
