@@ -59,7 +59,8 @@ def thread(story: Story, parent: Message) -> list[str]:
 
 def test_a_request_nobody_decides_is_reminded_escalated_and_expires(story: Story) -> None:
     """Reminders at 30 and 150 in the card's thread and by DM; escalated to the admin at 240,
-    reminded again 2 h later; expired at 24 h with the card redrawn and *Ask again*, which files it once more."""
+    reminded again 2 h later; expired at 24 h with the card redrawn and *Ask again*, which
+    files it once more."""
     request = ask(story)
     for minute in (29, 30, 31, 149, 150, 240, 241):
         at(story, minute)
