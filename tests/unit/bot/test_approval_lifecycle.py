@@ -3,14 +3,16 @@ requester's throttled nudge, a second sweep taking no step twice, and Ask again.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from bot.services import BorrowAsk, Services
 from bot.services.approval_lifecycle import Nudged, TooSoon, chase
 from bot.services.results import BorrowResult, Refused
 from rules.domain import Outcome
 from storage import outbox
+from storage.db import Database
 from storage.outbox import OutboxKind
+from tests.builders import default_sources
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, NADIA, VICTOR, Clock, borrowed
 
 LONG = BorrowAsk("a100", 1, timedelta(days=2))  # longer than a day: a manager decides
@@ -90,3 +92,41 @@ def test_ask_again_files_the_same_borrow_only_for_its_requester(
         view.reason,
     )
     assert asked.request.id != view.id
+
+
+def test_a_team_with_working_hours_is_chased_only_within_them_and_escalates_to_a_channel(
+    database: Database,
+) -> None:
+    """Vision works 09:00-18:00 Berlin on weekdays and escalates to a channel: a request filed
+    on Friday at 17:45 is reminded on Monday at 09:15 and 11:15, escalated (a card to the
+    channel) once four working hours have passed, and nothing happens over the weekend."""
+    sources = default_sources()
+    sources["org.yaml"] = sources["org.yaml"].replace(
+        "    approval: {channel: C0VAPPROV}   # cards go to this channel",
+        "    approval: {channel: C0VAPPROV}\n    approvals:\n"
+        "      escalate_to: [C0ESCAL01]\n"
+        '      working_hours: {days: mon-fri, from: "09:00", to: "18:00", tz: Europe/Berlin}\n',
+    )
+    friday = datetime(2026, 3, 6, 16, 45, tzinfo=UTC)  # 17:45 in Berlin
+    clock = Clock(friday)
+    services = Services.open(database, sources, clock=clock)
+    try:
+        asked = borrowed(services, ALICE, LONG).request.id
+        taken: list[tuple[datetime, str]] = []
+        while clock.now < datetime(2026, 3, 9, 12, 0, tzinfo=UTC):
+            clock.advance(timedelta(minutes=15))
+            taken += [(clock.now, step) for step in chase(services.ctx).steps()]
+        assert [
+            (datetime(2026, 3, 9, 8, 15, tzinfo=UTC), f"R{asked} remind"),  # Monday 09:15
+            (datetime(2026, 3, 9, 10, 15, tzinfo=UTC), f"R{asked} remind"),
+            (datetime(2026, 3, 9, 11, 45, tzinfo=UTC), f"R{asked} escalate"),  # 4 working hours
+        ] == taken
+        with services.db.read() as session:
+            cards = [
+                r.recipient
+                for r in outbox.owed_about(session, f"request:{asked}")
+                if r.kind == OutboxKind.APPROVAL_CARD
+            ]
+        assert ["C0VAPPROV", "C0ESCAL01"] == cards
+    finally:
+        services.close()
