@@ -49,14 +49,17 @@ class Step:
 _FIRST = {StepKind.EXPIRE: 0, StepKind.ESCALATE: 1, StepKind.REMIND: 2}
 
 
-def next_step(waiting: Waiting, now: datetime, settings: Approvals) -> Step:
-    """The step due now (expiry before escalation before a reminder), else the next to come."""
+def next_step(
+    waiting: Waiting, now: datetime, settings: Approvals, *, deadline: datetime | None = None
+) -> Step:
+    """The step due now (expiry before escalation before a reminder), else the next to come.
+    `deadline`: past it the answer comes too late (an extension's lease is about to end), so
+    the request is escalated then if it was not yet, working hours or not."""
     hours = settings.working_hours
     steps = [Step(StepKind.EXPIRE, working_add(waiting.filed_at, settings.expire_after, hours))]
     if not waiting.escalated and settings.escalate_after is not None:
-        steps.append(
-            Step(StepKind.ESCALATE, working_add(waiting.filed_at, settings.escalate_after, hours))
-        )
+        at = working_add(waiting.filed_at, settings.escalate_after, hours)
+        steps.append(Step(StepKind.ESCALATE, min(at, deadline) if deadline else at))
     if waiting.reminders < settings.max_reminders:
         if waiting.reminders == 0 or waiting.reminded_at is None:
             at = working_add(waiting.filed_at, settings.remind_after, hours)
@@ -119,3 +122,11 @@ def _windows(start: datetime, hours: WorkingHours) -> Iterator[tuple[datetime, d
             opens = datetime.combine(date, hours.start, tzinfo=zone).astimezone(UTC)
             closes = datetime.combine(date, hours.end, tzinfo=zone).astimezone(UTC)
             yield opens, closes
+
+
+def tell_at(filed_at: datetime, ends_at: datetime, leads: tuple[timedelta, ...]) -> datetime | None:
+    """When the holder of a lease ending at `ends_at` hears that an extension filed at
+    `filed_at` still waits: at the first expiry warning after it was filed (None: it was filed
+    after the last one, and the answer to the request said so already)."""
+    after = [ends_at - lead for lead in leads if ends_at - lead > filed_at]
+    return min(after) if after else None

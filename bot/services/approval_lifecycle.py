@@ -16,7 +16,7 @@ from bot.services import admin, borrowing, notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
-from rules.approval_clock import StepKind, Waiting, next_step
+from rules.approval_clock import StepKind, Waiting, next_step, tell_at
 from rules.approvals import escalation_targets
 from rules.domain import Priority, RequestKind, RequestState, format_duration
 from rules.policy import Approvals, Policy
@@ -93,7 +93,7 @@ def _chase_one(
     if row.kind == RequestKind.EXTEND and _tell_if_lease_ends_soon(ctx, session, row, now):
         report.told.append(f"R{row.id}")
     waiting = Waiting(row.created_at, row.reminders, row.reminded_at, row.escalated_at is not None)
-    step = next_step(waiting, now, settings)
+    step = next_step(waiting, now, settings, deadline=_too_late(ctx, session, row))
     if not step.due(now):
         return
     code = f"R{row.id}"
@@ -220,17 +220,30 @@ def expire(
     return True
 
 
+def _too_late(ctx: Context, session: Session, row: RequestRow) -> datetime | None:
+    """For an extension: from the last expiry warning before its lease ends, an answer comes
+    too late to be of use, so it is escalated then."""
+    if row.kind != RequestKind.EXTEND or row.lease_id is None:
+        return None
+    lease = leases.get(session, row.lease_id)
+    if lease is None or lease.ended_at is not None:
+        return None
+    leads = ctx.policy.timing.expiry_leads
+    return lease.expires_at - (leads[-1] if leads else timedelta(minutes=10))
+
+
 def _tell_if_lease_ends_soon(
     ctx: Context, session: Session, row: RequestRow, now: datetime
 ) -> bool:
-    """Tell an extension's holder once, when the lease is within its first expiry warning's
-    lead, that the extension still waits and the lease ends unless it is approved."""
+    """Tell an extension's holder once, at the first expiry warning after it was filed, that
+    the extension still waits and the lease ends unless it is approved."""
     if row.told_at is not None or row.lease_id is None:
         return False
     lease = leases.get(session, row.lease_id)
-    leads = ctx.policy.timing.expiry_leads
-    lead = leads[0] if leads else timedelta(minutes=60)
-    if lease is None or lease.ended_at is not None or lease.expires_at - now > lead:
+    if lease is None or lease.ended_at is not None:
+        return False
+    when = tell_at(row.created_at, lease.expires_at, ctx.policy.timing.expiry_leads)
+    if when is None or now < when:
         return False
     subject = f"request:{row.id}"
     data = {"request": row.id, "to": REQUESTER}

@@ -13,7 +13,17 @@ from storage import outbox
 from storage.db import Database
 from storage.outbox import OutboxKind
 from tests.builders import default_sources
-from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, NADIA, VICTOR, Clock, borrowed
+from tests.unit.bot.conftest import (
+    ADA,
+    ALICE,
+    BOB,
+    CAROL,
+    NADIA,
+    VICTOR,
+    Clock,
+    approved,
+    borrowed,
+)
 
 LONG = BorrowAsk("a100", 1, timedelta(days=2))  # longer than a day: a manager decides
 
@@ -130,3 +140,27 @@ def test_a_team_with_working_hours_is_chased_only_within_them_and_escalates_to_a
         assert ["C0VAPPROV", "C0ESCAL01"] == cards
     finally:
         services.close()
+
+
+def test_extend_clicked_on_the_first_warning_is_chased_before_the_lease_ends(
+    services: Services, clock: Clock
+) -> None:
+    """Alice clicks Extend on the 60-minute warning of a borrowed lease: her manager is
+    reminded after 30 minutes; at the last warning (10 minutes before the end) she hears it
+    still waits, and it is escalated to the admins so someone can still answer in time."""
+    borrowed(services, ALICE, BorrowAsk("a100", 8, timedelta(hours=2)))
+    extra = borrowed(services, ALICE, BorrowAsk("a100", 1, timedelta(hours=2)))
+    lease = approved(services, VICTOR, extra).lease
+    assert lease is not None
+    clock.advance(timedelta(minutes=61))
+    asked = services.extend(ALICE, lease.id, timedelta(hours=2))
+    assert not isinstance(asked, Refused)
+    assert asked.request is not None
+    code = asked.request.code
+    taken: list[tuple[int, str]] = []
+    for minute in range(62, 121):
+        clock.advance(timedelta(minutes=1))
+        taken += [(minute, step) for step in chase(services.ctx).steps()]
+    assert [(91, f"{code} remind"), (110, f"{code} escalate"), (110, f"{code} tell")] == sorted(
+        taken
+    )

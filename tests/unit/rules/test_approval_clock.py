@@ -15,6 +15,7 @@ from rules.approval_clock import (
     Waiting,
     in_hours,
     next_step,
+    tell_at,
     working_add,
     working_between,
 )
@@ -165,3 +166,31 @@ def test_bad_approval_settings_are_refused_with_their_line(setting: str, problem
         load_policy(sources)
     found = [str(p) for p in caught.value.problems]
     assert any(problem in p and p.startswith("limits.yaml:") for p in found), found
+
+
+def test_an_extension_is_escalated_when_its_answer_would_come_too_late() -> None:
+    """The deadline (the lease's last expiry warning) brings escalation forward, even outside
+    working hours; once escalated it changes nothing."""
+    deadline = T0 + 50 * M
+    settings = replace(SETTINGS, working_hours=BERLIN)
+    assert Step(StepKind.ESCALATE, deadline) == next_step(
+        Waiting(T0), T0 + 50 * M, settings, deadline=deadline
+    )
+    assert StepKind.REMIND == next_step(Waiting(T0), T0 + 49 * M, settings, deadline=deadline).kind
+    done = Waiting(T0, 1, T0 + 30 * M, escalated=True)
+    assert StepKind.REMIND == next_step(done, T0 + 51 * M, SETTINGS, deadline=deadline).kind
+
+
+@pytest.mark.parametrize(
+    ("filed", "expected"),
+    [
+        (T0, T0 + 60 * M),  # before the first warning: told with it
+        (T0 + 61 * M, T0 + 110 * M),  # after it (Extend on the warning): told with the last
+        (T0 + 111 * M, None),  # after the last: the answer to the request said it
+    ],
+)
+def test_a_pending_extension_is_told_at_the_first_warning_after_it(
+    filed: datetime, expected: datetime | None
+) -> None:
+    leads = (60 * M, 10 * M)
+    assert expected == tell_at(filed, T0 + 120 * M, leads)
