@@ -155,7 +155,11 @@ def escalate(
     settle the request; every card says it was escalated. The next reminder counts from now."""
     subject = f"request:{row.id}"
     targets = escalation_targets(ctx.policy, settings)
-    carded = {card.recipient for card in outbox.owed_about(session, subject)}
+    carded = {
+        card.recipient
+        for card in outbox.owed_about(session, subject)
+        if card.kind == OutboxKind.APPROVAL_CARD
+    }
     carded |= {row.approval_route} if row.approval_route.startswith(("C", "G")) else set()
     row.approvers = [
         *row.approvers,

@@ -164,3 +164,33 @@ def test_extend_clicked_on_the_first_warning_is_chased_before_the_lease_ends(
     assert [(91, f"{code} remind"), (110, f"{code} escalate"), (110, f"{code} tell")] == sorted(
         taken
     )
+
+
+def test_a_person_a_request_is_escalated_to_gets_a_card_and_may_settle_it(
+    database: Database, clock: Clock
+) -> None:
+    """Escalated to a person who was not asked: a card in their DM, and their Approve counts;
+    before the escalation the same click was refused."""
+    sources = default_sources()
+    sources["limits.yaml"] = sources["limits.yaml"].replace(
+        "  escalate_to: admins ", f"  escalate_to: [{NADIA}] "
+    )
+    services = Services.open(database, sources, clock=clock)
+    try:
+        asked = borrowed(services, ALICE, LONG).request.id
+        assert isinstance(services.approve(NADIA, asked), Refused)
+        clock.advance(timedelta(hours=4))
+        assert f"R{asked} escalate" in chase(services.ctx).steps()
+        with services.db.read() as session:
+            cards = [
+                r.recipient
+                for r in outbox.owed_about(session, f"request:{asked}")
+                if r.kind == OutboxKind.APPROVAL_CARD
+            ]
+        assert ["C0VAPPROV", NADIA] == cards
+        assert [asked] == [r.id for r in services.waiting_for(NADIA)]
+        settled = services.approve(NADIA, asked)
+        assert not isinstance(settled, Refused)
+        assert "approved" == settled.request.state
+    finally:
+        services.close()
