@@ -231,11 +231,14 @@ def approval_reminder(
     ago = format_duration(_minutes(waited))
     lead = f"{escape(requester_name)} asked me to remind you. " if by else ""
     text = f"{lead}Still waiting for you, {_people(asked)}: {what}, filed {ago} ago."
-    where = (
-        "Approve or deny it on the card above."
-        if in_thread
-        else "Approve or deny it on the approval card, or open Home for everything waiting for you."
-    )
+    route = request.approval_route
+    if in_thread:
+        where = "Approve or deny it on the card above."
+    elif route.startswith(("C", "G")):
+        where = f"Approve or deny it on its card in <#{route}>."
+    else:
+        where = "Approve or deny it on its card in this conversation."
+    where += " Home lists everything waiting for you."
     return message(text, [section(text), context(where)])
 
 
