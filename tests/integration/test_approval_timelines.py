@@ -98,6 +98,10 @@ def test_a_request_nobody_decides_is_reminded_escalated_and_expires(story: Story
     assert "cancelled" == gone.state
     (expired,) = [m for m in story.dms(ALICE) if "Expired after 1d, nobody decided" in m]
     assert "request_ask_again" in expired
+    why = story.answer(ALICE, f"why R{request}")
+    assert "`request:reminded` by gpubot: reminded <@U0VMGR001>" in why
+    assert "`request:escalated` by gpubot: escalated to <@U0ADMIN01>" in why
+    assert "`request:expired` by gpubot: withdrawn, as nobody decided within 1d" in why
     # Ask again: the same request, filed again
     story.click_in_dm(ALICE, "request_ask_again")
     again = story.bot.services.requests(ALICE)
