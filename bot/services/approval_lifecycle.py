@@ -23,7 +23,7 @@ from rules.policy import Approvals, Policy
 from storage import leases, outbox, requests
 from storage.audit import AuditTag
 from storage.outbox import OutboxKind, Owed, owe
-from storage.tables import RequestRow
+from storage.tables import LeaseRow, RequestRow
 
 #: How often a requester may remind the approvers of one request themselves.
 NUDGE_EVERY = timedelta(minutes=15)
@@ -76,7 +76,10 @@ def chase(ctx: Context) -> ChaseReport:
     report = ChaseReport()
     now = ctx.now()
     with ctx.db.read() as session:
-        waiting = [r.id for r in requests.pending(session) if r.id is not None]
+        # Only a request with a step due is locked: most passes write nothing.
+        waiting = [
+            r.id for r in requests.pending(session) if r.id and _anything_due(ctx, session, r, now)
+        ]
     for request_id in sorted(waiting):
         with ctx.db.write() as session:
             row = requests.lock(session, request_id)
@@ -86,11 +89,19 @@ def chase(ctx: Context) -> ChaseReport:
     return report
 
 
+def _anything_due(ctx: Context, session: Session, row: RequestRow, now: datetime) -> bool:
+    if _to_tell(ctx, session, row, now) is not None:
+        return True
+    waiting = Waiting(row.created_at, row.reminders, row.reminded_at, row.escalated_at is not None)
+    settings = ctx.policy.approvals_for(row.team)
+    return next_step(waiting, now, settings, deadline=_too_late(ctx, session, row)).due(now)
+
+
 def _chase_one(
     ctx: Context, session: Session, row: RequestRow, now: datetime, report: ChaseReport
 ) -> None:
     settings = ctx.policy.approvals_for(row.team)
-    if row.kind == RequestKind.EXTEND and _tell_if_lease_ends_soon(ctx, session, row, now):
+    if _tell_if_lease_ends_soon(ctx, session, row, now):
         report.told.append(f"R{row.id}")
     waiting = Waiting(row.created_at, row.reminders, row.reminded_at, row.escalated_at is not None)
     step = next_step(waiting, now, settings, deadline=_too_late(ctx, session, row))
@@ -236,18 +247,24 @@ def _too_late(ctx: Context, session: Session, row: RequestRow) -> datetime | Non
     return lease.expires_at - (leads[-1] if leads else timedelta(minutes=10))
 
 
+def _to_tell(ctx: Context, session: Session, row: RequestRow, now: datetime) -> LeaseRow | None:
+    """The lease of an extension whose holder is owed "it still waits" now, else None."""
+    if row.kind != RequestKind.EXTEND or row.told_at is not None or row.lease_id is None:
+        return None
+    lease = leases.get(session, row.lease_id)
+    if lease is None or lease.ended_at is not None:
+        return None
+    when = tell_at(row.created_at, lease.expires_at, ctx.policy.timing.expiry_leads)
+    return lease if when is not None and when <= now else None
+
+
 def _tell_if_lease_ends_soon(
     ctx: Context, session: Session, row: RequestRow, now: datetime
 ) -> bool:
     """Tell an extension's holder once, at the first expiry warning after it was filed, that
     the extension still waits and the lease ends unless it is approved."""
-    if row.told_at is not None or row.lease_id is None:
-        return False
-    lease = leases.get(session, row.lease_id)
-    if lease is None or lease.ended_at is not None:
-        return False
-    when = tell_at(row.created_at, lease.expires_at, ctx.policy.timing.expiry_leads)
-    if when is None or now < when:
+    lease = _to_tell(ctx, session, row, now)
+    if lease is None:
         return False
     subject = f"request:{row.id}"
     data = {"request": row.id, "to": REQUESTER}
