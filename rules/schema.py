@@ -6,6 +6,7 @@ rules.policy; this module only says what a well-formed file looks like.
 
 from __future__ import annotations
 
+import re
 from datetime import time, timedelta
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo
@@ -162,9 +163,15 @@ def _escalate_to(value: object) -> object:
     return [value] if isinstance(value, str) else value
 
 
-EscalationTarget = Annotated[
-    str, StringConstraints(pattern=r"^(admins|[UW][A-Z0-9]{2,}|[CG][A-Z0-9]{2,})$")
-]
+def _escalation_target(value: str) -> str:
+    if not re.fullmatch(r"admins|[UW][A-Z0-9]{2,}|[CG][A-Z0-9]{2,}", value):
+        raise ValueError(
+            f"expected admins, a Slack user id (U…) or a channel id (C…), got {value!r}"
+        )
+    return value
+
+
+EscalationTarget = Annotated[str, AfterValidator(_escalation_target)]
 
 
 class ApprovalsSpec(_Strict):

@@ -150,7 +150,7 @@ def test_a_team_overrides_some_keys_and_keeps_the_rest() -> None:
     [
         ("remind_every_x: 1h", "remind_every_x"),
         ("max_reminders: many", "max_reminders"),
-        ("escalate_to: [bob]", "escalate_to"),
+        ("escalate_to: [bob]", "expected admins, a Slack user id (U…) or a channel id (C…)"),
         ("working_hours: {tz: Mars/Olympus}", "unknown time zone"),
         ('working_hours: {from: "18:00", to: "09:00"}', "must end after they start"),
         ("working_hours: {days: funday}", "expected days like mon-fri"),
@@ -159,13 +159,20 @@ def test_a_team_overrides_some_keys_and_keeps_the_rest() -> None:
 )
 def test_bad_approval_settings_are_refused_with_their_line(setting: str, problem: str) -> None:
     sources = default_sources()
-    old = "  expire_after: 24h"
-    assert old in sources["limits.yaml"]
-    sources["limits.yaml"] = sources["limits.yaml"].replace(old, f"  {setting}\n{old}", 1)
+    key = setting.split(":", maxsplit=1)[0]
+    lines = sources["limits.yaml"].splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  expire_after:"))
+    same = [i for i, line in enumerate(lines) if line.startswith(f"  {key}:")]
+    if same:  # a key the section sets already: its value replaced
+        lines[same[0]] = f"  {setting}"
+    else:
+        lines.insert(at, f"  {setting}")
+    sources["limits.yaml"] = "\n".join(lines) + "\n"
     with pytest.raises(PolicyError) as caught:
         load_policy(sources)
     found = [str(p) for p in caught.value.problems]
     assert any(problem in p and p.startswith("limits.yaml:") for p in found), found
+    assert not any("duplicate" in p for p in found), found
 
 
 def test_an_extension_is_escalated_when_its_answer_would_come_too_late() -> None:
