@@ -211,6 +211,7 @@ class Policy:
     preemption: Preemption = field(default_factory=Preemption)
     fleet: FleetLimits = field(default_factory=FleetLimits)
     approvals: Approvals = field(default_factory=Approvals)
+    names: Mapping[str, str] = field(default_factory=dict)  # Slack id: how to show the person
     _team_of: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def rules_for(self, subject: Subject) -> tuple[Rule, ...]:
