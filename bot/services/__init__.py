@@ -13,6 +13,7 @@ from typing import Any
 from bot.services import (
     admin,
     agents,
+    approval_lifecycle,
     borrowing,
     device_records,
     devices,
@@ -116,6 +117,24 @@ class Services:
 
     def deny(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
         return settling.settle(self.ctx, user, request_id, approve=False, reason=reason)
+
+    def nudge(
+        self, user: str, request_id: int
+    ) -> approval_lifecycle.Nudged | approval_lifecycle.TooSoon | Refused:
+        """The requester's *Remind approvers* (at most once every 15 minutes per request)."""
+        return approval_lifecycle.nudge(self.ctx, user, request_id)
+
+    def ask_again(self, user: str, request_id: int) -> BorrowResult | Refused:
+        """*Ask again* on an expired request: the same borrow filed once more."""
+        result = approval_lifecycle.ask_again(self.ctx, user, request_id)
+        if not isinstance(result, Refused):
+            recall.reconcile(self.ctx, [result.request.pool])
+        return result
+
+    def waiting_for(self, user: str) -> list[RequestView]:
+        """The requests and extensions waiting for `user`'s decision, oldest first."""
+        with self.db.read() as session:
+            return approval_lifecycle.waiting_for(session, self.ctx, user)
 
     def may_settle(self, user: str, request_id: int) -> Refused | None:
         return settling.may_settle(self.ctx, user, request_id)

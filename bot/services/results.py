@@ -98,6 +98,8 @@ class RequestView:
     created_at: datetime
     decided_at: datetime | None = None
     decided_by: str | None = None
+    escalated_at: datetime | None = None  # the approval lifecycle escalated it then
+    reminders: int = 0  # how often the approvers were reminded
 
     @property
     def code(self) -> str:

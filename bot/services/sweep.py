@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from bot.services import admin, enforcement, notices, recall
+from bot.services import admin, approval_lifecycle, enforcement, notices, recall
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.shrinking import shrink_in
@@ -77,6 +77,7 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         with ctx.db.read() as session:
             fresh, warned = leases.active_snapshots(session)
         act([s for s in fresh if f"L{s.id}" in recalled.started], warned)
+    run.report.chased = approval_lifecycle.chase(ctx).steps()
     return run.report
 
 

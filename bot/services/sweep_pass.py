@@ -20,6 +20,7 @@ class SweepReport:
     held_back: list[str] = field(default_factory=list)  # reclaims the invariants refused
     recalled: list[str] = field(default_factory=list)  # leases chosen for a lender recall
     recall_withdrawn: list[str] = field(default_factory=list)
+    chased: list[str] = field(default_factory=list)  # "R4 remind": the approval lifecycle
 
     @property
     def changed(self) -> bool:
@@ -31,6 +32,7 @@ class SweepReport:
             or self.would_have
             or self.recalled
             or self.recall_withdrawn
+            or self.chased
         )
 
 
