@@ -1,7 +1,8 @@
 """How one outbox row reaches Slack, and what became of it: a message posted (carrying its
 outbox id in Slack's message metadata), a card updated, a Home tab published, or a reply POSTed
 to its response_url (a DM once that has expired); and, for a send left in doubt, whether the
-message landed after all, looked up in its conversation by that outbox id.
+message landed after all, looked up in its conversation (or, for a reply in a lease's thread,
+in that thread) by that outbox id.
 
 No retry happens here: the outbox retries, so a timeout is never followed by a second post of
 a message Slack may already have taken.
@@ -41,6 +42,10 @@ class Rendered:
     view: dict[str, Any] | None = None  # a Home tab to publish instead of a message
     # Messages already posted to redraw in place instead: (channel, ts, what it says now).
     updates: tuple[tuple[str, str, Rendered], ...] = ()
+    # A reply in the thread of this message (its ts), shown in the conversation too when
+    # `broadcast`.
+    thread_ts: str | None = None
+    broadcast: bool = False
 
 
 #: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
@@ -48,7 +53,34 @@ class Rendered:
 UPDATES: dict[str, tuple[str, ...]] = {
     OutboxKind.CARD_SETTLED: (OutboxKind.APPROVAL_CARD,),
     OutboxKind.LEASE_CLOSED: (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING),
+    # The grant DM shows the lease as it stands once what its thread was told has landed.
+    OutboxKind.LEASE_REDRAWN: (
+        OutboxKind.LEASE_GRANTED,
+        OutboxKind.LEASE_WARNING,
+        OutboxKind.LEASE_RECLAIMED,
+        OutboxKind.LEASE_ENDED,
+        OutboxKind.RECALL_WITHDRAWN,
+    ),
 }
+
+#: Kinds that arrive as replies in the thread of their lease's grant DM, the lease's home.
+THREADED = frozenset(
+    {
+        OutboxKind.LEASE_WARNING,
+        OutboxKind.LEASE_RECLAIMED,
+        OutboxKind.LEASE_ENDED,
+        OutboxKind.RECALL_WITHDRAWN,
+    }
+)
+
+
+def home_of(row: OutboxRow) -> str | None:
+    """The subject whose grant DM is `row`'s thread ("lease:7"), or None: a message of its own.
+    A settled extension goes to its lease's thread."""
+    if row.kind in THREADED:
+        return row.subject
+    lease = row.data.get("lease") if row.kind == OutboxKind.REQUEST_DECIDED else None
+    return f"lease:{lease}" if lease else None
 
 
 # Renders one owed message from the database as it stands now; None: nothing left to say.
@@ -113,18 +145,27 @@ class Sender:
         except (SlackRequestError, OSError, http.client.HTTPException) as exc:
             return NotSent(_describe(exc), in_doubt=_maybe_arrived(exc))
 
-    def landed(self, row: OutboxRow, now: datetime) -> Sent | None:
-        """Where a message in doubt landed, if Slack has it (looked up by its outbox id). None
-        for what cannot be looked up: a reply on a live response_url; or need not be: a card
-        update or a Home tab, which are the same however often they are sent."""
+    def landed(self, row: OutboxRow, now: datetime, prepared: Any = None) -> Sent | None:
+        """Where a message in doubt landed, if Slack has it (looked up by its outbox id, in its
+        thread for a reply). None for what cannot be looked up: a reply on a live
+        response_url; or need not be: a redraw or a Home tab, which are the same however often
+        they are sent."""
         if row.kind in UPDATES or row.kind == OutboxKind.HOME or _live_url(row, now):
             return None
+        if isinstance(prepared, Rendered) and prepared.updates:
+            return None
+        thread = prepared.thread_ts if isinstance(prepared, Rendered) else None
         try:
             channel = self._channel_for(row.recipient)
-            oldest = (row.created_at - HISTORY_SLACK).timestamp()
-            history = self.client.conversations_history(
-                channel=channel, oldest=f"{oldest:.6f}", limit=200, include_all_metadata=True
-            )
+            oldest = f"{(row.created_at - HISTORY_SLACK).timestamp():.6f}"
+            if thread:
+                history = self.client.conversations_replies(
+                    channel=channel, ts=thread, oldest=oldest, include_all_metadata=True
+                )
+            else:
+                history = self.client.conversations_history(
+                    channel=channel, oldest=oldest, limit=200, include_all_metadata=True
+                )
         except (SlackApiError, SlackRequestError, OSError) as exc:
             log.warning("cannot check whether outbox row %s landed (%s)", row.id, exc)
             return None
@@ -143,7 +184,7 @@ class Sender:
                     channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks
                 )
             return Sent(cards[0][0], cards[0][1])
-        if row.kind in UPDATES:
+        if row.kind in UPDATES or (isinstance(prepared, Rendered) and prepared.updates):
             for channel, ts, shown in prepared.updates:
                 self.client.chat_update(
                     channel=channel, ts=ts, text=shown.text, blocks=shown.blocks
@@ -162,11 +203,15 @@ class Sender:
                     raise
                 log.info("outbox row %s: the response_url is gone; answering by DM", row.id)
         channel = self._channel_for(row.recipient)
+        threaded: dict[str, Any] = {}
+        if prepared.thread_ts:
+            threaded = {"thread_ts": prepared.thread_ts, "reply_broadcast": prepared.broadcast}
         answer = self.client.chat_postMessage(
             channel=channel,
             text=prepared.text,
             blocks=prepared.blocks,
             metadata={"event_type": METADATA_TYPE, "event_payload": {"outbox_id": row.id}},
+            **threaded,
         )
         return Sent(str(answer["channel"]), str(answer["ts"]))
 
