@@ -214,6 +214,7 @@ _POSTED = tuple(
     )
 )
 DIGEST_SHOWN = 30  # lines a digest shows; older ones are counted
+DIGEST_UPDATES = 24  # sweeps one digest message takes in before the next starts a new one
 
 
 def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
@@ -308,21 +309,24 @@ def _redrawn(session: Session, owed: OutboxRow, row: LeaseRow, lease: LeaseView)
 
 
 def _digest(session: Session, owed: OutboxRow) -> AdminDigest:
-    """The digest's lines, after those of the digest it updates in place, if it does."""
+    """The digest's lines, after those of the digest it updates in place, if it does: the
+    admin's newest message from the bot, unless that took in `DIGEST_UPDATES` sweeps already."""
     lines = [str(line.get("text") or "") for line in owed.data.get("lines") or []]
     latest = outbox.latest_posted(session, owed.recipient, _POSTED)
-    if (
-        latest is None
-        or latest.kind != OutboxKind.ADMIN_DIGEST
-        or latest.id == owed.id
-        or latest.channel is None
-        or latest.ts is None
-    ):
+    rows = (
+        outbox.delivered_as(session, OutboxKind.ADMIN_DIGEST, latest.channel, latest.ts)
+        if latest is not None
+        and latest.kind == OutboxKind.ADMIN_DIGEST
+        and latest.id != owed.id
+        and latest.channel
+        and latest.ts
+        else []
+    )
+    if latest is None or not rows or len(rows) >= DIGEST_UPDATES:
         return AdminDigest(tuple(lines[-DIGEST_SHOWN:]), None, max(0, len(lines) - DIGEST_SHOWN))
-    shown: list[str] = []
-    for before in outbox.delivered_as(session, OutboxKind.ADMIN_DIGEST, latest.channel, latest.ts):
-        if before.id != owed.id:
-            shown += [str(line.get("text") or "") for line in before.data.get("lines") or []]
+    assert latest.channel is not None
+    assert latest.ts is not None
+    shown = [str(line.get("text") or "") for r in rows for line in r.data.get("lines") or []]
     shown += lines
     earlier = max(0, len(shown) - DIGEST_SHOWN)
     return AdminDigest(tuple(shown[-DIGEST_SHOWN:]), (latest.channel, latest.ts), earlier)

@@ -101,9 +101,12 @@ def lease_changed(session: Session, lease_id: int | None, holder: str, *, at: da
     grant DM, the thread's parent, is redrawn in place as the lease stands then."""
     if lease_id is None:
         return
-    data = {"lease": lease_id}
-    message = Owed(OutboxKind.LEASE_REDRAWN, f"lease:{lease_id}", holder, data)
-    redraw(session, message, at=at, again=True, after=PARENT_EVERY)
+    subject = f"lease:{lease_id}"
+    # Only a redraw nobody has taken yet still shows this change: one being sent may have
+    # been drawn before it.
+    if not outbox.any_about(session, subject, OutboxKind.LEASE_REDRAWN, [outbox.PENDING]):
+        message = Owed(OutboxKind.LEASE_REDRAWN, subject, holder, {"lease": lease_id})
+        owe(session, message, at=at, after=PARENT_EVERY)
 
 
 def warned(session: Session, lease: LeaseRow, data: dict[str, object], *, at: datetime) -> int:

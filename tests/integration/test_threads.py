@@ -12,7 +12,7 @@ from slack_sdk import WebClient
 from sqlmodel import col, select
 
 from bot.localslack import BOT_TOKEN, Message
-from bot.services import notices
+from bot.services import notice_views, notices
 from storage import outbox
 from storage.tables import OutboxRow
 from tests.integration.story import ADA, ALICE, Story, busy
@@ -201,3 +201,15 @@ def test_admin_notices_of_a_sweep_are_one_digest_updated_in_place(story: Story) 
     assert "node-4 reports again" in _said(newest)
     assert "node-1" not in _said(newest)
     assert [] == story.local.violations
+
+
+def test_a_digest_edited_for_many_sweeps_gives_way_to_a_new_one(story: Story) -> None:
+    """An edit does not notify: after DIGEST_UPDATES sweeps a new digest message starts."""
+    dm = story.local.dm_channel(ADA)
+    for sweep in range(notice_views.DIGEST_UPDATES + 1):
+        _tell_admins(story, f"sweep {sweep}: node-1 has sent no telemetry")
+        _deliver_digests(story)
+    first, second = story.local.messages(dm)
+    assert f"{notice_views.DIGEST_UPDATES} notices for admins" in _said(first)
+    assert f"sweep {notice_views.DIGEST_UPDATES}:" in _said(second)
+    assert "sweep 0:" not in _said(second)
