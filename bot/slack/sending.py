@@ -14,7 +14,7 @@ import http.client
 import logging
 import urllib.error
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -135,9 +135,15 @@ class Sender:
         self._dm: dict[str, str] = {}
 
     def send(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
-        """One attempt: a Rendered, or (Rendered, cards) for a card update."""
+        """One attempt: a Rendered, or (Rendered, cards) for a card update. A reply whose
+        thread is gone (its parent deleted) is posted on its own instead."""
         try:
-            return self._call(row, prepared, now)
+            try:
+                return self._call(row, prepared, now)
+            except SlackApiError as exc:
+                if not (_thread_gone(exc) and isinstance(prepared, Rendered)):
+                    raise
+                return self._call(row, replace(prepared, thread_ts=None, broadcast=False), now)
         except ResponseUrlError as exc:
             return NotSent(str(exc), exc.retry_after)
         except SlackApiError as exc:
@@ -273,6 +279,10 @@ def _retry_after(headers: Any) -> timedelta | None:
     except (TypeError, ValueError):
         return None
     return timedelta(seconds=min(max(seconds, 0.0), 3600.0)) if seconds is not None else None
+
+
+def _thread_gone(exc: SlackApiError) -> bool:
+    return bool(exc.response.get("error") == "thread_not_found")
 
 
 def _describe(exc: Exception) -> str:

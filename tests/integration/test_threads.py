@@ -213,3 +213,18 @@ def test_a_digest_edited_for_many_sweeps_gives_way_to_a_new_one(story: Story) ->
     assert f"{notice_views.DIGEST_UPDATES} notices for admins" in _said(first)
     assert f"sweep {notice_views.DIGEST_UPDATES}:" in _said(second)
     assert "sweep 0:" not in _said(second)
+
+
+def test_a_reply_whose_grant_was_deleted_is_posted_on_its_own(story: Story) -> None:
+    """Someone deleted the grant DM: Slack answers thread_not_found and the warning is posted
+    as a message of its own rather than retried in vain."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.pass_()
+    dm = story.local.dm_channel(ALICE)
+    [grant] = story.local.messages(dm)
+    assert story.local.workspace.delete(dm, grant.ts)
+    story.run(61, busy, lease=lease)
+    [warning] = story.local.messages(dm)
+    assert warning.thread_ts is None
+    assert warning.text.startswith(f"L{lease} ends soon")
+    assert "delivered" == _rows(story, "lease_warning")[0].state
