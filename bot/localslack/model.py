@@ -84,11 +84,10 @@ class Message:
     user: str
     bot_id: str | None = None
     thread_ts: str | None = None
+    reply_broadcast: bool = False  # a thread reply also shown in the channel
     edited: bool = False
     files: list[str] = field(default_factory=list)
     metadata: JSON | None = None  # Slack's message metadata: {event_type, event_payload}
-    # A reply (thread_ts set, not its own ts) also shown in the conversation itself.
-    reply_broadcast: bool = False
     # A thread's parent: how many replies, the newest one's ts and who wrote them.
     reply_count: int = 0
     latest_reply: str | None = None

@@ -86,6 +86,11 @@ class Workspace:
             found = [user for user in self.users.values() if user.email == email.lower()]
             return deepcopy(found[0]) if found else None
 
+    def everyone(self) -> list[User]:
+        """Every user, by id: the order users.list pages through."""
+        with self.lock:
+            return [deepcopy(self.users[user_id]) for user_id in sorted(self.users)]
+
     def add_user(self, user: User) -> None:
         with self.lock:
             self.users[user.id] = deepcopy(user)

@@ -76,8 +76,9 @@ THREADED = frozenset(
 
 def home_of(row: OutboxRow) -> str | None:
     """The subject whose grant DM is `row`'s thread ("lease:7"), or None: a message of its own.
-    A settled extension goes to its lease's thread."""
-    if row.kind in THREADED:
+    A settled extension, and a notice about a lease (a shrink, someone else on its GPUs), go
+    to its lease's thread."""
+    if row.kind in THREADED or (row.kind == OutboxKind.NOTICE and row.subject.startswith("lease:")):
         return row.subject
     lease = row.data.get("lease") if row.kind == OutboxKind.REQUEST_DECIDED else None
     return f"lease:{lease}" if lease else None
