@@ -51,11 +51,13 @@ class OutboxKind(StrEnum):
     LEASE_GRANTED = "lease_granted"  # the holder's grant DM
     LEASE_ENDED = "lease_ended"  # someone else ended the holder's lease
     LEASE_CLOSED = "lease_closed"  # redraw an ended lease's grant and warning DMs in place
+    LEASE_REDRAWN = "lease_redrawn"  # redraw a lease's grant DM (its thread's parent) in place
     LEASE_WARNING = "lease_warning"  # expiry, idle, preempt or unhealthy, before anything is taken
     LEASE_RECLAIMED = "lease_reclaimed"  # the lease was reclaimed, and why
     RECALL_WITHDRAWN = "recall_withdrawn"  # the lease warned of preemption stays
     UNRESERVED_USE = "unreserved_use"  # a process runs on a GPU no lease covers
-    ADMIN_NOTICE = "admin_notice"  # a line for each admin
+    ADMIN_NOTICE = "admin_notice"  # a line for each admin (one message per line, as before)
+    ADMIN_DIGEST = "admin_digest"  # the lines a sweep owes one admin, in one message
     NOTICE = "notice"  # a line for one person
 
 
@@ -117,6 +119,56 @@ def owe(
     if not after:
         session.info.setdefault(_OWED, []).append(row.id)
     return row
+
+
+def waiting(
+    session: Session, kind: str, recipient: str, *, not_before: datetime
+) -> OutboxRow | None:
+    """The newest row of `kind` for `recipient` never tried and not due before `not_before`:
+    one that no deliverer can be reading, so what it says may still grow."""
+    stmt = (
+        select(OutboxRow)
+        .where(
+            OutboxRow.kind == kind,
+            OutboxRow.recipient == recipient,
+            OutboxRow.state == PENDING,
+            OutboxRow.attempts == 0,
+            col(OutboxRow.next_attempt_at) > not_before,
+        )
+        .order_by(col(OutboxRow.id).desc())
+    )
+    return session.exec(stmt).first()
+
+
+def latest_posted(session: Session, recipient: str, kinds: Sequence[str]) -> OutboxRow | None:
+    """The newest message delivered to `recipient` among `kinds` (by its Slack ts)."""
+    stmt = (
+        select(OutboxRow)
+        .where(
+            OutboxRow.recipient == recipient,
+            col(OutboxRow.kind).in_(list(kinds)),
+            OutboxRow.state == DELIVERED,
+            col(OutboxRow.ts).is_not(None),
+        )
+        .order_by(col(OutboxRow.ts).desc(), col(OutboxRow.id).desc())
+    )
+    return session.exec(stmt).first()
+
+
+def delivered_as(session: Session, kind: str, channel: str, ts: str) -> list[OutboxRow]:
+    """The rows of `kind` delivered as the message (channel, ts), oldest first: a message
+    updated in place by later rows is recorded under each of them."""
+    stmt = (
+        select(OutboxRow)
+        .where(
+            OutboxRow.kind == kind,
+            OutboxRow.channel == channel,
+            OutboxRow.ts == ts,
+            OutboxRow.state == DELIVERED,
+        )
+        .order_by(col(OutboxRow.id))
+    )
+    return list(session.exec(stmt).all())
 
 
 def get(session: Session, row_id: int) -> OutboxRow | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .api import ApiError, Args, Context, Method
 from .limits import check_blocks
-from .model import JSON, Channel
+from .model import JSON, Channel, Message
 from .workspace import Workspace
 
 MAX_TEXT = 40_000
@@ -46,15 +48,17 @@ def post_message(ctx: Context, args: Args) -> JSON:
     text, blocks = content("chat.postMessage", args)
     thread_ts = args.get("thread_ts") or None
     metadata = _metadata(args.get("metadata"))
-    broadcast = args.get("reply_broadcast") in (True, "true", "1")
-    message = ws.post(
-        channel.id,
-        text or "",
-        blocks,
-        thread_ts=thread_ts,
-        metadata=metadata,
-        reply_broadcast=broadcast,
-    )
+    try:
+        message = ws.post(
+            channel.id,
+            text or "",
+            blocks,
+            thread_ts=thread_ts,
+            metadata=metadata,
+            reply_broadcast=args.flag("reply_broadcast"),
+        )
+    except LookupError:
+        raise ApiError("thread_not_found") from None
     return {
         "channel": channel.id,
         "ts": message.ts,
@@ -76,24 +80,52 @@ def _metadata(raw: object) -> JSON | None:
 
 
 def history(ctx: Context, args: Args) -> JSON:
-    """conversations.history: newest first, from `oldest` on; metadata only when asked for."""
+    """conversations.history: newest first, from `oldest` on; metadata only when asked for.
+    Replies stay in their threads unless broadcast; a parent carries its reply_count."""
     ws = ctx.workspace
     channel = joined_channel(ws, args.required("channel"))
     oldest = float(args.get("oldest") or 0)
     limit = min(int(args.get("limit") or 100), 999)
-    with_metadata = args.flag("include_all_metadata")
-    found = [m for m in ws.messages(channel.id) if float(m.ts) >= oldest]
-    messages = []
-    for message in reversed(found[-limit:]):
-        shown = message.as_json(ws.team_id, ws.app_id)
-        if not with_metadata:
-            shown.pop("metadata", None)
-        messages.append(shown)
+    found = [
+        m
+        for m in ws.messages(channel.id)
+        if float(m.ts) >= oldest and (not m.is_reply or m.reply_broadcast)
+    ]
     return {
-        "messages": messages,
+        "messages": _shown(ctx, reversed(found[-limit:]), args),
         "has_more": len(found) > limit,
         "response_metadata": {"next_cursor": ""},
     }
+
+
+def replies(ctx: Context, args: Args) -> JSON:
+    """conversations.replies: a thread, its parent first, then its replies from `oldest` on."""
+    ws = ctx.workspace
+    channel = joined_channel(ws, args.required("channel"))
+    thread = ws.replies(channel.id, str(args.required("ts")))
+    if thread is None:
+        raise ApiError("thread_not_found")
+    oldest = float(args.get("oldest") or 0)
+    limit = min(int(args.get("limit") or 1000), 1000)
+    found = thread[:1] + [m for m in thread[1:] if float(m.ts) >= oldest]
+    return {
+        "messages": _shown(ctx, found[:limit], args),
+        "has_more": len(found) > limit,
+        "response_metadata": {"next_cursor": ""},
+    }
+
+
+def _shown(ctx: Context, messages: Iterable[Message], args: Args) -> list[JSON]:
+    """Messages as the conversations.* methods return them; metadata only when asked for."""
+    ws = ctx.workspace
+    with_metadata = args.flag("include_all_metadata")
+    shown = []
+    for message in messages:
+        body = message.as_json(ws.team_id, ws.app_id)
+        if not with_metadata:
+            body.pop("metadata", None)
+        shown.append(body)
+    return shown
 
 
 def update(ctx: Context, args: Args) -> JSON:
@@ -190,6 +222,7 @@ METHODS: dict[str, Method] = {
     "conversations.members": conversations_members,
     "chat.postMessage": post_message,
     "conversations.history": history,
+    "conversations.replies": replies,
     "chat.update": update,
     "chat.postEphemeral": post_ephemeral,
     "chat.delete": delete,

@@ -92,7 +92,10 @@ def complete_upload(ctx: Context, args: Args) -> JSON:
     comment = str(args.get("initial_comment") or "")
     for channel in channels:
         thread_ts = args.get("thread_ts") or None
-        ws.post(channel, comment, None, thread_ts=thread_ts, files=[f.id for f in done])
+        try:
+            ws.post(channel, comment, None, thread_ts=thread_ts, files=[f.id for f in done])
+        except LookupError:
+            raise ApiError("thread_not_found") from None
     return {"files": [file.as_json() for file in done]}
 
 

@@ -88,17 +88,35 @@ class Message:
     edited: bool = False
     files: list[str] = field(default_factory=list)
     metadata: JSON | None = None  # Slack's message metadata: {event_type, event_payload}
+    # A thread's parent: how many replies, the newest one's ts and who wrote them.
+    reply_count: int = 0
+    latest_reply: str | None = None
+    reply_users: list[str] = field(default_factory=list)
+
+    @property
+    def is_reply(self) -> bool:
+        """A message inside a thread (a parent's thread_ts is its own ts)."""
+        return self.thread_ts is not None and self.thread_ts != self.ts
 
     def as_json(self, team_id: str, app_id: str) -> JSON:
         """The `message` object Slack returns and embeds in block_actions payloads."""
         body: JSON = {"type": "message", "text": self.text, "ts": self.ts, "user": self.user}
         if self.bot_id is not None:
             body |= {"subtype": "bot_message", "bot_id": self.bot_id, "app_id": app_id}
+        if self.reply_broadcast:
+            body["subtype"] = "thread_broadcast"
         body["team"] = team_id
         if self.blocks:
             body["blocks"] = self.blocks
         if self.thread_ts is not None:
             body["thread_ts"] = self.thread_ts
+        if self.reply_count:
+            body |= {
+                "reply_count": self.reply_count,
+                "reply_users_count": len(self.reply_users),
+                "reply_users": list(self.reply_users),
+                "latest_reply": self.latest_reply,
+            }
         if self.edited:
             body["edited"] = {"user": self.user, "ts": self.ts}
         if self.files:

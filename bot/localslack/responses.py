@@ -53,7 +53,10 @@ def _apply(
         return _replace(ws, url, original_ts, text, blocks or [], ephemeral=ephemeral)
     thread_ts = body.get("thread_ts") or None
     if body.get("response_type") == "in_channel":
-        ws.post(url.channel, text, blocks, thread_ts=thread_ts)
+        try:
+            ws.post(url.channel, text, blocks, thread_ts=thread_ts)
+        except LookupError:
+            return 404, "thread_not_found"
     else:
         posted = ws.post_ephemeral(url.channel, url.user, text, blocks, thread_ts)
         ws.tokens.note_response(url.token, posted.ts)

@@ -145,8 +145,13 @@ class Workspace:
         metadata: JSON | None = None,
         reply_broadcast: bool = False,
     ) -> Message:
-        """A new message in `channel` (an id), from the bot unless `user` is given."""
+        """A new message in `channel` (an id), from the bot unless `user` is given; with
+        `thread_ts`, a reply in the thread of that message (LookupError: there is no such
+        message), which `reply_broadcast` also shows in the conversation."""
         with self.lock:
+            parent = self._parent(channel, thread_ts) if thread_ts else None
+            if thread_ts and parent is None:
+                raise LookupError(f"no message {thread_ts} in {channel}")
             message = Message(
                 channel=channel,
                 ts=self.next_ts(),
@@ -154,13 +159,38 @@ class Workspace:
                 blocks=deepcopy(blocks or []),
                 user=user or self.bot_user,
                 bot_id=None if user else self.bot_id,
-                thread_ts=thread_ts,
-                reply_broadcast=bool(thread_ts) and reply_broadcast,
+                thread_ts=parent.ts if parent is not None else None,
                 files=list(files),
                 metadata=deepcopy(metadata) if metadata else None,
+                reply_broadcast=bool(reply_broadcast and parent is not None),
             )
+            if parent is not None:
+                parent.thread_ts = parent.ts
+                parent.reply_count += 1
+                parent.latest_reply = message.ts
+                if message.user not in parent.reply_users:
+                    parent.reply_users.append(message.user)
             self._messages.setdefault(channel, []).append(message)
             return deepcopy(message)
+
+    def _parent(self, channel: str, thread_ts: str) -> Message | None:
+        """The thread's parent: the message `thread_ts` names, or the parent of that reply."""
+        found = [m for m in self._messages.get(channel, []) if m.ts == thread_ts]
+        if not found:
+            return None
+        if found[0].is_reply:
+            assert found[0].thread_ts is not None
+            return self._parent(channel, found[0].thread_ts)
+        return found[0]
+
+    def replies(self, channel: str, ts: str) -> list[Message] | None:
+        """A thread: its parent, then its replies, oldest first (None: no such message)."""
+        with self.lock:
+            parent = self._parent(channel, ts)
+            if parent is None:
+                return None
+            replies = [m for m in self._messages.get(channel, []) if m.is_reply]
+            return deepcopy([parent] + [m for m in replies if m.thread_ts == parent.ts])
 
     def message(self, channel: str, ts: str) -> Message | None:
         with self.lock:

@@ -205,6 +205,7 @@ def apply_extension(
             "extensions": lease.extensions,
         },
     )
+    notices.lease_changed(session, lease.id, lease.holder, at=now)
     return lease_view(session, lease)
 
 

@@ -88,10 +88,12 @@ class RequestDecided:
 
 @dataclass(frozen=True)
 class Grant:
-    """The holder's DM for an active lease; `unknown`: its GPUs with no fresh telemetry."""
+    """The holder's DM for an active lease; `unknown`: its GPUs with no fresh telemetry;
+    `warned`: the warnings it stands on now ("expiry", "idle", ...), told in its thread."""
 
     lease: LeaseView
     unknown: tuple[str, ...]
+    warned: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ class Redraw:
 
     channel: str
     ts: str
-    shows: EndedGrant | EndedWarning
+    shows: Grant | EndedGrant | EndedWarning
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,26 @@ class LeaseClosed:
     lease: LeaseView
     by: str
     redraws: tuple[Redraw, ...]
+
+
+@dataclass(frozen=True)
+class LeaseRedrawn:
+    """An active lease's grant DM, the parent of its thread, drawn as the lease stands now
+    (`redraws` empty: the grant never landed)."""
+
+    lease: LeaseView
+    redraws: tuple[Redraw, ...]
+
+
+@dataclass(frozen=True)
+class AdminDigest:
+    """The lines owed to one admin, in one message. `replaces`: the digest (channel, ts) to
+    update in place, with the lines it showed first, while it is the admin's newest message
+    from the bot; `earlier`: how many older lines no longer fit."""
+
+    lines: tuple[str, ...]
+    replaces: tuple[str, str] | None = None
+    earlier: int = 0
 
 
 @dataclass(frozen=True)
@@ -197,8 +219,10 @@ Notice = (
     | RecallWithdrawn
     | EndedByOther
     | LeaseClosed
+    | LeaseRedrawn
     | UnreservedUse
     | AdminNotice
+    | AdminDigest
 )
 
 _REQUEST_KINDS = (
@@ -213,6 +237,21 @@ _LEASE_KINDS = (
     OutboxKind.LEASE_WARNING,
     OutboxKind.LEASE_RECLAIMED,
 )
+_REDRAW_KINDS = (OutboxKind.RECALL_WITHDRAWN, OutboxKind.LEASE_CLOSED, OutboxKind.LEASE_REDRAWN)
+# Kinds that post a message of their own where a person reads it (not redraws, Home tabs).
+_POSTED = tuple(
+    k
+    for k in OutboxKind
+    if k
+    not in (
+        OutboxKind.HOME,
+        OutboxKind.CARD_SETTLED,
+        OutboxKind.LEASE_CLOSED,
+        OutboxKind.LEASE_REDRAWN,
+    )
+)
+DIGEST_SHOWN = 30  # lines a digest shows; older ones are counted
+DIGEST_UPDATES = 24  # sweeps one digest message takes in before the next starts a new one
 
 
 def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
@@ -221,7 +260,7 @@ def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
     if owed.kind in _REQUEST_KINDS:
         request = requests.get(session, int(data["request"]))
         return _about_request(session, ctx, owed, request) if request else None
-    if owed.kind in (*_LEASE_KINDS, OutboxKind.RECALL_WITHDRAWN, OutboxKind.LEASE_CLOSED):
+    if owed.kind in (*_LEASE_KINDS, *_REDRAW_KINDS):
         lease = leases.get(session, int(data["lease"]))
         return _about_lease(session, ctx, owed, lease) if lease else None
     if owed.kind == OutboxKind.UNRESERVED_USE:
@@ -230,6 +269,8 @@ def notice(session: Session, ctx: Context, owed: OutboxRow) -> Notice | None:
         )
     if owed.kind in (OutboxKind.ADMIN_NOTICE, OutboxKind.NOTICE):
         return AdminNotice(str(data["text"]))
+    if owed.kind == OutboxKind.ADMIN_DIGEST:
+        return _digest(session, owed)
     return None
 
 
@@ -303,7 +344,7 @@ def _about_lease(session: Session, ctx: Context, owed: OutboxRow, row: LeaseRow)
         case OutboxKind.LEASE_GRANTED:
             if not active:  # ended before its grant went out: say so rather than offer buttons
                 return EndedGrant(lease)
-            return Grant(lease, tuple(str(u) for u in data.get("unknown", [])))
+            return _grant(owed, row, lease)
         case OutboxKind.LEASE_WARNING:
             # Superseded, or released or extended before it could go out: nothing to say.
             return _warning(ctx, owed, row, lease) if active and _stands(owed, row) else None
@@ -316,7 +357,47 @@ def _about_lease(session: Session, ctx: Context, owed: OutboxRow, row: LeaseRow)
             return EndedByOther(lease, str(data["by"]))
         case OutboxKind.LEASE_CLOSED:
             return None if active else _closed(session, owed, lease)
+        case OutboxKind.LEASE_REDRAWN:  # an ended lease's grant is redrawn by lease_closed
+            return _redrawn(session, owed, row, lease) if active else None
     return None
+
+
+def _grant(grant: OutboxRow, row: LeaseRow, lease: LeaseView) -> Grant:
+    unknown = tuple(str(u) for u in grant.data.get("unknown", []))
+    return Grant(lease, unknown, tuple(sorted(row.warnings.outboxes())))
+
+
+def _redrawn(session: Session, owed: OutboxRow, row: LeaseRow, lease: LeaseView) -> LeaseRedrawn:
+    redraws = tuple(
+        Redraw(g.channel, g.ts, _grant(g, row, lease))
+        for g in outbox.landed(session, owed.subject, (OutboxKind.LEASE_GRANTED,))
+        if g.channel and g.ts
+    )
+    return LeaseRedrawn(lease, redraws)
+
+
+def _digest(session: Session, owed: OutboxRow) -> AdminDigest:
+    """The digest's lines, after those of the digest it updates in place, if it does: the
+    admin's newest message from the bot, unless that took in `DIGEST_UPDATES` sweeps already."""
+    lines = [str(line.get("text") or "") for line in owed.data.get("lines") or []]
+    latest = outbox.latest_posted(session, owed.recipient, _POSTED)
+    rows = (
+        outbox.delivered_as(session, OutboxKind.ADMIN_DIGEST, latest.channel, latest.ts)
+        if latest is not None
+        and latest.kind == OutboxKind.ADMIN_DIGEST
+        and latest.id != owed.id
+        and latest.channel
+        and latest.ts
+        else []
+    )
+    if latest is None or not rows or len(rows) >= DIGEST_UPDATES:
+        return AdminDigest(tuple(lines[-DIGEST_SHOWN:]), None, max(0, len(lines) - DIGEST_SHOWN))
+    assert latest.channel is not None
+    assert latest.ts is not None
+    shown = [str(line.get("text") or "") for r in rows for line in r.data.get("lines") or []]
+    shown += lines
+    earlier = max(0, len(shown) - DIGEST_SHOWN)
+    return AdminDigest(tuple(shown[-DIGEST_SHOWN:]), (latest.channel, latest.ts), earlier)
 
 
 def _stands(owed: OutboxRow, lease: LeaseRow) -> bool:

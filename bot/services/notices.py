@@ -10,12 +10,20 @@ Kinds (the Slack adapter renders each from the database when it delivers):
     lease_ended      tell the holder someone else ended their lease
     lease_closed     update the lease's grant and warning DMs in place once it ended: no
                      buttons, how and when it ended (recipient the holder)
+    lease_redrawn    update the grant DM in place with the lease as it stands (warned,
+                     extended, recalled, ended): the parent of the lease's thread
     lease_warning    expiry, idle or unhealthy, before anything is taken (buttons to answer)
     lease_reclaimed  the lease was reclaimed, and why
     recall_withdrawn the lease warned of preemption stays: its recall is no longer needed
     unreserved_use   a process runs on a GPU no lease covers: offer a borrow
-    admin_notice     a line for each admin (faults, would-haves, unreserved use, devices)
+    admin_digest     the lines owed to one admin within a few seconds (a sweep's faults,
+                     would-haves, unreserved use, devices), in one message
+    admin_notice     one line for each admin (rows owed before the digest existed)
     notice           a line for one person (someone else runs on their leased GPU, ...)
+
+The grant DM is the lease's home: warnings, the reclaim, the end, a withdrawn recall and a
+settled extension are replies in its thread (`bot.slack.sending.THREADED`), and each of them
+owes a `lease_redrawn` of the grant.
 """
 
 from __future__ import annotations
@@ -56,9 +64,17 @@ def settled(
     tell_requester: bool = True,
 ) -> None:
     subject = f"request:{request.id}"
-    data = {"request": request.id, "by": by, "verdict": verdict, "reason": reason}
+    data: dict[str, object] = {
+        "request": request.id,
+        "by": by,
+        "verdict": verdict,
+        "reason": reason,
+    }
     owe(session, Owed(OutboxKind.CARD_SETTLED, subject, CARDS, data), at=at)
     if tell_requester:
+        if request.lease_id is not None:  # an extension: told in its lease's thread
+            data = {**data, "lease": request.lease_id}
+            lease_changed(session, request.lease_id, request.requester, at=at)
         owe(session, Owed(OutboxKind.REQUEST_DECIDED, subject, request.requester, data), at=at)
 
 
@@ -75,6 +91,34 @@ def granted(
 def ended_by_other(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
     data = {"lease": lease.id, "by": by}
     owe(session, Owed(OutboxKind.LEASE_ENDED, f"lease:{lease.id}", lease.holder, data), at=at)
+
+
+# A grant DM is redrawn at most this often: what happens to its lease meanwhile (a warning, a
+# reply, an extension) folds into the one pending redraw.
+PARENT_EVERY = timedelta(seconds=2)
+
+
+def lease_changed(session: Session, lease_id: int | None, holder: str, *, at: datetime) -> None:
+    """The lease moved (warned, extended, recalled, shrunk, told something in its thread): its
+    grant DM, the thread's parent, is redrawn in place as the lease stands then."""
+    if lease_id is None:
+        return
+    subject = f"lease:{lease_id}"
+    # Only a redraw nobody has taken yet still shows this change: one being sent may have
+    # been drawn before it.
+    if not outbox.any_about(session, subject, OutboxKind.LEASE_REDRAWN, [outbox.PENDING]):
+        message = Owed(OutboxKind.LEASE_REDRAWN, subject, holder, {"lease": lease_id})
+        owe(session, message, at=at, after=PARENT_EVERY)
+
+
+def warned(session: Session, lease: LeaseRow, data: dict[str, object], *, at: datetime) -> int:
+    """A warning in the lease's thread (and its grant DM redrawn); the outbox row's id."""
+    owed = owe(
+        session, Owed(OutboxKind.LEASE_WARNING, f"lease:{lease.id}", lease.holder, data), at=at
+    )
+    lease_changed(session, lease.id, lease.holder, at=at)
+    assert owed.id is not None
+    return owed.id
 
 
 def lease_closed(session: Session, lease: LeaseRow, *, by: str, at: datetime) -> None:
@@ -131,6 +175,7 @@ def waiting_cards(session: Session, pool: str, *, at: datetime, besides: int | N
 def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:
     data = {"lease": lease.id}
     owe(session, Owed(OutboxKind.RECALL_WITHDRAWN, f"lease:{lease.id}", lease.holder, data), at=at)
+    lease_changed(session, lease.id, lease.holder, at=at)
 
 
 def tell(session: Session, user: str, subject: str, text: str, *, at: datetime) -> None:
@@ -138,8 +183,25 @@ def tell(session: Session, user: str, subject: str, text: str, *, at: datetime) 
     owe(session, Owed(OutboxKind.NOTICE, subject, user, {"text": text}), at=at)
 
 
+# Lines for an admin owed within this long share one digest message (a sweep owes all of its
+# lines within a pass). A digest is only grown while no deliverer can be reading it.
+DIGEST_WAIT = timedelta(seconds=10)
+_DIGEST_MARGIN = timedelta(seconds=3)
+DIGEST_MAX_LINES = 40
+
+
 def tell_admins(
     session: Session, admins: Iterable[str], subject: str, text: str, *, at: datetime
 ) -> None:
+    """A line for each admin, in their digest: the one still waiting to go out, or a new one."""
     for user in sorted(admins):
-        owe(session, Owed(OutboxKind.ADMIN_NOTICE, subject, user, {"text": text}), at=at)
+        digest = outbox.waiting(
+            session, OutboxKind.ADMIN_DIGEST, user, not_before=at + _DIGEST_MARGIN
+        )
+        line = {"subject": subject, "text": text}
+        if digest is not None and len(digest.data.get("lines") or []) < DIGEST_MAX_LINES:
+            digest.data = {**digest.data, "lines": [*digest.data["lines"], line]}
+            session.add(digest)
+            continue
+        data = {"lines": [line]}
+        owe(session, Owed(OutboxKind.ADMIN_DIGEST, "admins", user, data), at=at, after=DIGEST_WAIT)

@@ -112,6 +112,7 @@ def shrink_in(
             f"{lease.gpus} GPU{'s' if lease.gpus != 1 else ''} until it ends as planned.",
             at=now,
         )
+    notices.lease_changed(session, lease.id, lease.holder, at=now)  # its grant DM shows the rest
     notices.waiting_cards(session, lease.pool, at=now, besides=None)
     return ShrinkResult(lease_view(session, lease), tuple(GpuSlot(*slot) for slot in slots))
 

@@ -144,11 +144,9 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
         if idle:
             data["idle_gpus"] = [f"{node}:{index}" for node, index in idle]
             data["idle_for_min"] = facts["lease.idle_gpus_for"]
-        owed = outbox.owe(
-            session, Owed(OutboxKind.LEASE_WARNING, f"lease:{lease.id}", lease.holder, data), at=now
-        )
+        owed = notices.warned(session, row, data, at=now)
         row.warnings = row.warnings.with_warning(
-            key, outbox=owed.id, owed_at=now, lead_min=stage or 0.0
+            key, outbox=owed, owed_at=now, lead_min=stage or 0.0
         )
         if idle:
             row.warnings = row.warnings.with_idle_slots(idle)
@@ -161,7 +159,7 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
             subject=f"lease:{lease.id}",
             decision=decision,
             outcome=f"warn {key}",
-            detail={"reason": key, "outbox": owed.id},
+            detail={"reason": key, "outbox": owed},
         )
     run.report.warned.append(f"L{lease.id} {key}")
 

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -34,9 +35,11 @@ from bot.slack.sending import (
     NotSent,
     Outcome,
     Render,
+    Rendered,
     Sender,
     Sent,
     has_live_url,
+    home_of,
 )
 from storage import outbox
 from storage.db import Database, one_line
@@ -45,7 +48,8 @@ from storage.tables import OutboxRow
 
 log = logging.getLogger(__name__)
 
-_DEFERRED = object()  # not yet: a card update waiting for its card
+_DEFERRED = object()  # not yet: a card update waiting for its card, a reply for its parent
+_UNSENT = (outbox.PENDING, outbox.SENDING)
 EXPRESS_BATCH = 50  # rows the express thread sends before it records their outcomes at once
 
 
@@ -179,8 +183,9 @@ class Deliverer:
         now = self.clock()
         sent: list[tuple[OutboxRow, Outcome]] = []
         for row in rows:
-            if row.kind in UPDATES and sent:
-                # The message it updates may be among those just sent: on record first.
+            if (row.kind in UPDATES or home_of(row)) and sent:
+                # The message it updates (or replies to) may be among those just sent: on
+                # record first.
                 self._record_all(sent, report)
                 sent = []
             # A reply on a response_url cannot be looked up after a crash: its outcome is
@@ -271,7 +276,7 @@ class Deliverer:
         cannot be drawn)."""
         if isinstance(prepared, NotSent):
             return None
-        return self.sender.landed(row, self.clock())
+        return self.sender.landed(row, self.clock(), prepared)
 
     def _send(
         self,
@@ -313,12 +318,18 @@ class Deliverer:
                 waiting = [
                     r
                     for r in outbox.owed_about(session, row.subject)
-                    if r.kind in UPDATES[row.kind] and r.state in (outbox.PENDING, outbox.SENDING)
+                    if r.kind in UPDATES[row.kind] and r.state in _UNSENT
                 ]
             if waiting:  # a message still on its way: update it once it has landed
                 return _DEFERRED
+        home = home_of(row)
+        thread = self._thread(row, home) if home is not None else None
+        if thread is _DEFERRED:
+            return _DEFERRED
         rendered = self.render(row)
-        if row.kind == OutboxKind.LEASE_CLOSED:
+        if isinstance(thread, Rendered) and rendered is not None:
+            rendered = replace(rendered, thread_ts=thread.thread_ts, broadcast=thread.broadcast)
+        if row.kind in (OutboxKind.LEASE_CLOSED, OutboxKind.LEASE_REDRAWN):
             if rendered is None or not rendered.updates:
                 return Dropped("no message to update")
             return rendered
@@ -329,6 +340,30 @@ class Deliverer:
         if rendered is None or not cards:
             return Dropped("no card to update")
         return rendered, [(c.channel, c.ts) for c in cards]
+
+    def _thread(self, row: OutboxRow, home: str) -> Any:
+        """Where a reply goes: the thread of its lease's grant DM once that has landed
+        (broadcast too when it is the lease's first warning); _DEFERRED while the grant is
+        on its way; None (a message of its own) when the grant never landed."""
+        with self.db.read() as session:
+            about = outbox.owed_about(session, home)
+            if home != row.subject:
+                about += outbox.owed_about(session, row.subject)
+        grants = [r for r in about if r.kind == OutboxKind.LEASE_GRANTED]
+        if any(g.state in _UNSENT for g in grants):
+            return _DEFERRED
+        landed = [
+            g
+            for g in grants
+            if g.state == outbox.DELIVERED and g.ts and g.recipient == row.recipient
+        ]
+        if not landed:
+            return None
+        first = row.kind == OutboxKind.LEASE_WARNING and not any(
+            r.kind == OutboxKind.LEASE_WARNING and r.state == outbox.DELIVERED and r.id != row.id
+            for r in about
+        )
+        return Rendered("", [], thread_ts=landed[0].ts, broadcast=first)
 
     def _record(self, row: OutboxRow, outcome: Outcome, report: Report) -> bool:
         return self._record_all([(row, outcome)], report)[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bot.services import Services
 from bot.services.notice_views import (
+    AdminDigest,
     AdminNotice,
     ApprovalCard,
     ApprovalReminder,
@@ -18,6 +19,7 @@ from bot.services.notice_views import (
     ExtensionWaiting,
     Grant,
     LeaseClosed,
+    LeaseRedrawn,
     LeaseWarning,
     Notice,
     RecallWithdrawn,
@@ -39,6 +41,7 @@ from bot.slack.blocks.kit import (
 )
 from bot.slack.blocks.leases import ended_grant_message, ended_text
 from bot.slack.blocks.warnings import (
+    admin_digest,
     admin_notice,
     ended_warning_message,
     recall_withdrawn_message,
@@ -73,6 +76,16 @@ def drawn(notice: Notice, people: People) -> Rendered:
                 (r.channel, r.ts, _rendered(_drawn_message(r.shows, people))) for r in redraws
             )
             return Rendered(ended_text(lease, by), [], updates=updates)
+        case LeaseRedrawn(lease=lease, redraws=redraws):
+            updates = tuple(
+                (r.channel, r.ts, _rendered(_drawn_message(r.shows, people))) for r in redraws
+            )
+            return Rendered(f"{lease.code} redrawn", [], updates=updates)
+        case AdminDigest(lines=lines, replaces=replaces, earlier=earlier):
+            drawn = _rendered(admin_digest(lines, earlier))
+            if replaces is None:
+                return drawn
+            return Rendered(drawn.text, drawn.blocks, updates=((*replaces, drawn),))
         case ApprovalReminder(request=request, thread_ts=thread_ts):
             name = people.name(request.requester)
             built = approval_reminder(
@@ -143,8 +156,8 @@ def _lease_message(
     | EndedByOther,
 ) -> Message:
     match notice:
-        case Grant(lease=lease, unknown=unknown):
-            return grant_message(lease, list(unknown))
+        case Grant(lease=lease, unknown=unknown, warned=warned):
+            return grant_message(lease, list(unknown), list(warned))
         case EndedGrant(lease=lease, by=by):
             return ended_grant_message(lease, by)
         case LeaseWarning() as w:

@@ -1,7 +1,8 @@
 """How one outbox row reaches Slack, and what became of it: a message posted (carrying its
 outbox id in Slack's message metadata), a card updated, a Home tab published, or a reply POSTed
 to its response_url (a DM once that has expired); and, for a send left in doubt, whether the
-message landed after all, looked up in its conversation by that outbox id.
+message landed after all, looked up in its conversation (or, for a reply in a lease's thread,
+in that thread) by that outbox id.
 
 No retry happens here: the outbox retries, so a timeout is never followed by a second post of
 a message Slack may already have taken.
@@ -13,7 +14,7 @@ import http.client
 import logging
 import urllib.error
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,7 +42,10 @@ class Rendered:
     view: dict[str, Any] | None = None  # a Home tab to publish instead of a message
     # Messages already posted to redraw in place instead: (channel, ts, what it says now).
     updates: tuple[tuple[str, str, Rendered], ...] = ()
-    thread_ts: str | None = None  # a reply in the thread of this message
+    # A reply in the thread of this message (its ts), shown in the conversation too when
+    # `broadcast`.
+    thread_ts: str | None = None
+    broadcast: bool = False
 
 
 #: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
@@ -49,7 +53,35 @@ class Rendered:
 UPDATES: dict[str, tuple[str, ...]] = {
     OutboxKind.CARD_SETTLED: (OutboxKind.APPROVAL_CARD,),
     OutboxKind.LEASE_CLOSED: (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING),
+    # The grant DM shows the lease as it stands once what its thread was told has landed.
+    OutboxKind.LEASE_REDRAWN: (
+        OutboxKind.LEASE_GRANTED,
+        OutboxKind.LEASE_WARNING,
+        OutboxKind.LEASE_RECLAIMED,
+        OutboxKind.LEASE_ENDED,
+        OutboxKind.RECALL_WITHDRAWN,
+    ),
 }
+
+#: Kinds that arrive as replies in the thread of their lease's grant DM, the lease's home.
+THREADED = frozenset(
+    {
+        OutboxKind.LEASE_WARNING,
+        OutboxKind.LEASE_RECLAIMED,
+        OutboxKind.LEASE_ENDED,
+        OutboxKind.RECALL_WITHDRAWN,
+    }
+)
+
+
+def home_of(row: OutboxRow) -> str | None:
+    """The subject whose grant DM is `row`'s thread ("lease:7"), or None: a message of its own.
+    A settled extension, and a notice about a lease (a shrink, someone else on its GPUs), go
+    to its lease's thread."""
+    if row.kind in THREADED or (row.kind == OutboxKind.NOTICE and row.subject.startswith("lease:")):
+        return row.subject
+    lease = row.data.get("lease") if row.kind == OutboxKind.REQUEST_DECIDED else None
+    return f"lease:{lease}" if lease else None
 
 
 # Renders one owed message from the database as it stands now; None: nothing left to say.
@@ -104,9 +136,15 @@ class Sender:
         self._dm: dict[str, str] = {}
 
     def send(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
-        """One attempt: a Rendered, or (Rendered, cards) for a card update."""
+        """One attempt: a Rendered, or (Rendered, cards) for a card update. A reply whose
+        thread is gone (its parent deleted) is posted on its own instead."""
         try:
-            return self._call(row, prepared, now)
+            try:
+                return self._call(row, prepared, now)
+            except SlackApiError as exc:
+                if not (_thread_gone(exc) and isinstance(prepared, Rendered)):
+                    raise
+                return self._call(row, replace(prepared, thread_ts=None, broadcast=False), now)
         except ResponseUrlError as exc:
             return NotSent(str(exc), exc.retry_after)
         except SlackApiError as exc:
@@ -114,18 +152,27 @@ class Sender:
         except (SlackRequestError, OSError, http.client.HTTPException) as exc:
             return NotSent(_describe(exc), in_doubt=_maybe_arrived(exc))
 
-    def landed(self, row: OutboxRow, now: datetime) -> Sent | None:
-        """Where a message in doubt landed, if Slack has it (looked up by its outbox id). None
-        for what cannot be looked up: a reply on a live response_url; or need not be: a card
-        update or a Home tab, which are the same however often they are sent."""
+    def landed(self, row: OutboxRow, now: datetime, prepared: Any = None) -> Sent | None:
+        """Where a message in doubt landed, if Slack has it (looked up by its outbox id, in its
+        thread for a reply). None for what cannot be looked up: a reply on a live
+        response_url; or need not be: a redraw or a Home tab, which are the same however often
+        they are sent."""
         if row.kind in UPDATES or row.kind == OutboxKind.HOME or _live_url(row, now):
             return None
+        if isinstance(prepared, Rendered) and prepared.updates:
+            return None
+        thread = prepared.thread_ts if isinstance(prepared, Rendered) else None
         try:
             channel = self._channel_for(row.recipient)
-            oldest = (row.created_at - HISTORY_SLACK).timestamp()
-            history = self.client.conversations_history(
-                channel=channel, oldest=f"{oldest:.6f}", limit=200, include_all_metadata=True
-            )
+            oldest = f"{(row.created_at - HISTORY_SLACK).timestamp():.6f}"
+            if thread:
+                history = self.client.conversations_replies(
+                    channel=channel, ts=thread, oldest=oldest, include_all_metadata=True
+                )
+            else:
+                history = self.client.conversations_history(
+                    channel=channel, oldest=oldest, limit=200, include_all_metadata=True
+                )
         except (SlackApiError, SlackRequestError, OSError) as exc:
             log.warning("cannot check whether outbox row %s landed (%s)", row.id, exc)
             return None
@@ -144,7 +191,7 @@ class Sender:
                     channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks
                 )
             return Sent(cards[0][0], cards[0][1])
-        if row.kind in UPDATES:
+        if row.kind in UPDATES or (isinstance(prepared, Rendered) and prepared.updates):
             for channel, ts, shown in prepared.updates:
                 self.client.chat_update(
                     channel=channel, ts=ts, text=shown.text, blocks=shown.blocks
@@ -163,12 +210,15 @@ class Sender:
                     raise
                 log.info("outbox row %s: the response_url is gone; answering by DM", row.id)
         channel = self._channel_for(row.recipient)
+        threaded: dict[str, Any] = {}
+        if prepared.thread_ts:
+            threaded = {"thread_ts": prepared.thread_ts, "reply_broadcast": prepared.broadcast}
         answer = self.client.chat_postMessage(
             channel=channel,
             text=prepared.text,
             blocks=prepared.blocks,
             metadata={"event_type": METADATA_TYPE, "event_payload": {"outbox_id": row.id}},
-            **({"thread_ts": prepared.thread_ts} if prepared.thread_ts else {}),
+            **threaded,
         )
         return Sent(str(answer["channel"]), str(answer["ts"]))
 
@@ -230,6 +280,10 @@ def _retry_after(headers: Any) -> timedelta | None:
     except (TypeError, ValueError):
         return None
     return timedelta(seconds=min(max(seconds, 0.0), 3600.0)) if seconds is not None else None
+
+
+def _thread_gone(exc: SlackApiError) -> bool:
+    return bool(exc.response.get("error") == "thread_not_found")
 
 
 def _describe(exc: Exception) -> str:

@@ -49,12 +49,14 @@ def steps(story: Story) -> list[tuple[int, str]]:
 
 
 def card(story: Story) -> Message:
-    (posted,) = [m for m in story.local.messages(CHANNEL) if m.thread_ts is None]
+    (posted,) = [m for m in story.local.messages(CHANNEL) if not m.is_reply]
     return posted
 
 
 def thread(story: Story, parent: Message) -> list[str]:
-    return [m.text for m in story.local.messages(CHANNEL) if m.thread_ts == parent.ts]
+    return [
+        m.text for m in story.local.messages(CHANNEL) if m.is_reply and m.thread_ts == parent.ts
+    ]
 
 
 def test_a_request_nobody_decides_is_reminded_escalated_and_expires(story: Story) -> None:

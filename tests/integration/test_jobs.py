@@ -57,7 +57,7 @@ def test_unreserved_use_reaches_the_user_and_one_click_reserves_that_gpu(
     lease = bot.services.leases(DAVE)[0]
     assert ("a100-node-02", 6) == (lease.gpus[0].node, lease.gpus[0].index)
     admin = local.dm_channel("U0ADMIN01")
-    assert any("a100-node-02 GPU 6" in m.text for m in local.messages(admin))
+    assert any("a100-node-02 GPU 6" in json.dumps(m.blocks) for m in local.messages(admin))
     before = len(local.messages(dm))
     run_minutes(bot, clock, 3)
     assert before + 1 >= len(local.messages(dm))  # the grant DM at most; no second notice

@@ -98,9 +98,38 @@ def unvouched(unknown: Sequence[str]) -> Block:
     )
 
 
-def grant_message(lease: LeaseView, unknown: Sequence[str] = ()) -> Message:
+_WARNED = {
+    "expiry": "a warning that it ends soon",
+    "idle": "a warning that its GPUs look idle",
+    "preempt": "a recall notice",
+    "unhealthy": "a warning of a GPU fault",
+}
+
+
+def grant_status(lease: LeaseView, warned: Sequence[str] = ()) -> str:
+    """The lease as it stands, for its grant DM (the thread's parent): "" when nothing has
+    happened since the grant."""
+    said = [f"Ends {slack_date(lease.expires_at)}"]
+    if lease.extensions:
+        said.append(f"extended {_times(lease.extensions)} by {format_duration(lease.extended)}")
+    if lease.recalled_for:
+        said.append("recall pending")
+    said += [f"{_WARNED.get(w, escape(w))} sent" for w in warned if w in _WARNED]
+    if len(said) == 1:
+        return ""
+    return " · ".join(said) + " (the thread has the details)."
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def grant_message(
+    lease: LeaseView, unknown: Sequence[str] = (), warned: Sequence[str] = ()
+) -> Message:
     """The DM to the holder when GPUs are granted: where to run, until when, and two buttons;
-    `unknown`: its GPUs ("node:index") that had no fresh telemetry when they were chosen."""
+    `unknown`: its GPUs ("node:index") that had no fresh telemetry when they were chosen;
+    `warned`: the warnings it stands on now. Redrawn in place as the lease changes."""
     hosts = ", ".join(lease.by_node) or "no host yet"
     length = format_duration(lease.expires_at - lease.granted_at)
     text = (
@@ -122,6 +151,9 @@ def grant_message(lease: LeaseView, unknown: Sequence[str] = ()) -> Message:
     ]
     if unknown:
         blocks.insert(3, unvouched(unknown))
+    status = grant_status(lease, warned)
+    if status:
+        blocks.insert(2, context(f":hourglass_flowing_sand: {status}"))
     return message(escape(text), blocks)
 
 

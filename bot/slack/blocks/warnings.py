@@ -3,6 +3,7 @@ and notices for admins."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -84,9 +85,11 @@ def warning_message(
     ]
     if reason == "idle" and snoozes_left > 0:
         elements.append(button("Still using", SNOOZE_ACTION, str(lease.id)))
+    # The reason is said once, in our words; the rule's `because` restates it (`/gpu why`
+    # shows it with the rule that matched).
     blocks = [
         header(title),
-        section(f":warning: {line}\n{clip(escape(because), 500)}"),
+        section(f":warning: {line}"),
         section("\n".join(placement_lines(lease))),
     ]
     if reason in ("expiry", "idle"):
@@ -101,7 +104,12 @@ def warning_message(
             )
         )
     blocks.append(actions(lease_block(lease.id), *elements))
-    return message(f"{title}: {clip(because, 300)}", blocks)
+    return message(f"{title}: {_plain(line)}", blocks)
+
+
+def _plain(line: str) -> str:
+    """A line's notification text: no bold, no date tokens (their fallback text instead)."""
+    return re.sub(r"<!date\^[^|>]*\|([^>]*)>", r"\1", line).replace("*", "")
 
 
 def partly_idle_message(
@@ -290,3 +298,29 @@ def unreserved_message(node: str, index: int, pool: str, unix_user: str) -> Mess
 
 def admin_notice(text: str) -> Message:
     return message(defang(text), [section(f":information_source: {defang(text)}")])
+
+
+def admin_digest(lines: Sequence[str], earlier: int = 0) -> Message:
+    """The notices for an admin in one message, a line each, oldest first; `earlier`: older
+    lines that no longer fit."""
+    shown = [f"• {clip(defang(_counted(line)), 400)}" for line in lines]
+    chunks: list[str] = []
+    for line in shown:  # sections of at most ~2,900 characters (Slack allows 3,000)
+        if chunks and len(chunks[-1]) + len(line) < 2_900:
+            chunks[-1] += "\n" + line
+        else:
+            chunks.append(line)
+    title = f":information_source: {plural(len(lines) + earlier, 'notice')} for admins"
+    blocks: list[Block] = [section(f"*{title}*")]
+    blocks += [section(chunk) for chunk in chunks[:45]]
+    if earlier:
+        blocks.append(context(f"{plural(earlier, 'older notice')} no longer shown here."))
+    newest = _counted(lines[-1]) if lines else ""
+    text = f"{plural(len(lines) + earlier, 'notice')} for admins, the newest: {newest}"
+    return message(clip(defang(text), 300), blocks)
+
+
+def _counted(line: str) -> str:
+    """ "1 processes run" as people write it: "1 process runs"."""
+    line = re.sub(r"\b1 processes run\b", "1 process runs", line)
+    return re.sub(r"\b1 processes\b", "1 process", line)

@@ -216,12 +216,12 @@ def test_a_node_that_stops_reporting_leaves_service_and_admins_hear_once(
     assert (4, 4, 4) == (status.free, status.unhealthy, status.silent)
     lease = granted(services.borrow(ALICE, BorrowAsk("l40s", 3)))
     assert {"l40s-node-01"} == set(lease.by_node)
-    told = [r.data["text"] for r in owed(services, "admin_notice")]
+    told = [line["text"] for r in owed(services, "admin_digest") for line in r.data["lines"]]
     assert 1 == sum("l40s-node-02 has sent no telemetry" in t for t in told)
     fleet.quiet.clear()
     fleet.poll()
     assert Place.FREE == places(services)[("l40s-node-02", 0)]
-    told = [r.data["text"] for r in owed(services, "admin_notice")]
+    told = [line["text"] for r in owed(services, "admin_digest") for line in r.data["lines"]]
     assert 1 == sum("l40s-node-02 reports again" in t for t in told)
     kinds = [(e.device, e.kind) for e in services.node_history("l40s-node-02")]
     assert [("l40s-node-02", "not-reporting"), ("l40s-node-02", "back")] == kinds[-2:]
@@ -292,7 +292,7 @@ def test_a_swapped_card_and_an_unknown_node_are_flagged_to_admins(
     fleet.telemetry.observe([stray], clock())
     fleet.poll()
     fleet.poll()
-    told = [r.data["text"] for r in owed(services, "admin_notice")]
+    told = [line["text"] for r in owed(services, "admin_digest") for line in r.data["lines"]]
     assert 1 == sum("l40s-node-01 GPU 3 has a new UUID (GPU-new-card" in t for t in told)
     assert 1 == sum("l40s-node-9 sends telemetry for 1 GPUs but is in no pool" in t for t in told)
     assert 1 == sum("Is it `l40s-node-02` in pools.yaml, misspelt?" in t for t in told)
@@ -391,5 +391,5 @@ def test_turning_telemetry_off_returns_silent_gpus_to_unknown_without_a_word(
     clock.advance(timedelta(minutes=1))
     services.observe_fleet(TelemetryWindow(timedelta(minutes=3)), None)
     assert Place.FREE == places(services)[("l40s-node-02", 0)]
-    told = [r.data["text"] for r in owed(services, "admin_notice")]
+    told = [line["text"] for r in owed(services, "admin_digest") for line in r.data["lines"]]
     assert not [t for t in told if "back in service" in t]

@@ -30,9 +30,9 @@ def rows(services: Services, tag: str) -> list[AuditRow]:
 def admin_notices(services: Services) -> list[str]:
     with services.db.read() as session:
         found = session.exec(
-            select(OutboxRow).where(OutboxRow.kind == "admin_notice").order_by(col(OutboxRow.id))
+            select(OutboxRow).where(OutboxRow.kind == "admin_digest").order_by(col(OutboxRow.id))
         )
-        return [str(row.data["text"]) for row in found]
+        return [str(line["text"]) for row in found for line in row.data["lines"]]
 
 
 def waiting_in_full_a100(services: Services) -> int:

@@ -161,9 +161,9 @@ def test_users_info_and_lookup_by_email(client: WebClient) -> None:
 def test_an_unknown_method_is_a_violation(client: WebClient, local: LocalSlack) -> None:
     """The app calling something the local Slack does not know must not go unnoticed."""
     with pytest.raises(SlackApiError) as refused:
-        client.api_call("conversations.replies", params={"channel": "C0GPU"})
+        client.api_call("conversations.mark", params={"channel": "C0GPU"})
     assert "unknown_method" == error_of(refused)
-    assert ["conversations.replies: unknown method"] == local.violations
+    assert ["conversations.mark: unknown method"] == local.violations
 
 
 def test_history_finds_a_message_by_its_metadata(client: WebClient, local: LocalSlack) -> None:
