@@ -56,15 +56,21 @@ def test_unreserved_use_shows_in_the_fleet_and_one_click_reserves_it(slack: Slac
 
 def test_an_idle_lease_is_warned_and_then_reclaimed_as_time_moves_on(slack: SlackPage) -> None:
     """Bob's forgotten notebook holds an l40s GPU doing nothing: warned after 90 idle minutes,
-    reclaimed after the 30 minutes of grace."""
+    reclaimed after the 30 minutes of grace; the grant DM says how it ended, the reclaim notice
+    is a reply in its thread."""
     slack.open(BOB, "dm")
     slack.forward("1 hour")
     slack.forward("1 hour")
-    reclaimed = slack.message("was reclaimed")
-    expect(reclaimed).to_contain_text("l40s")
-    # The idle warning, redrawn once the lease ended: how it ended, and no buttons left.
+    # The idle warning, a reply also sent to the DM, redrawn once the lease ended: no buttons.
     warning = slack.message("warned of idle GPUs")
     expect(warning).to_contain_text("reclaimed because its GPUs stayed idle")
     expect(warning.get_by_role("button")).to_have_count(0)
+    home = slack.page.locator(".message", has_text="has ended").filter(
+        has=slack.page.locator(".replies")
+    )
+    expect(home).to_contain_text("l40s-node-02")
+    thread = slack.thread(home)
+    expect(thread.locator(".message", has_text="was reclaimed")).to_contain_text("l40s")
+    thread.get_by_role("button", name="Close thread").click()
     gpu = slack.page.locator(".node", has_text="l40s-node-02").locator(".gpu").nth(1)
     expect(gpu).to_have_attribute("data-status", "unreserved")

@@ -1,6 +1,7 @@
 """The story from the README in a real browser: a researcher borrows over quota, the manager
 approves with the button, the DM says where to run, the clock moves on, the expiry warning
-arrives, and Extend works (over quota, the manager agrees to the extension too)."""
+arrives in the lease's thread, and Extend works (over quota, the manager agrees to the extension
+too); a 4-GPU lease that runs on one GPU is warned and gives the idle three back."""
 
 from __future__ import annotations
 
@@ -63,12 +64,42 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     slack.click(extension, "Approve")
     expect(extension).to_contain_text("Approved by @Victor Vision")
 
+    # The grant DM is the lease's home: the warning and the extension are replies in its thread.
     slack.act_as(ALICE)
     slack.go("dm")
-    slack.message("@Victor Vision approved")
+    granted = slack.message(f"Your GPUs are ready: {lease.code}")
+    expect(granted.locator(".replies")).to_contain_text(re.compile(r"\d+ replies"))
+    thread = slack.thread(granted)
+    expect(thread.locator(".message", has_text=f"{lease.code} ends soon")).to_have_count(1)
+    expect(thread).to_contain_text("@Victor Vision approved")
+    slack.screenshot("demo-thread")
     later = slack.demo.bot.services.lease(lease.id)
     assert later is not None
     assert lease.expires_at + timedelta(hours=2) == later.expires_at
     services = slack.demo.bot.services
     assert [] == services.intrusions()  # no leased GPU runs anyone else's work
     assert {"a100-node-02:6 by dave", "l40s-node-01:2 by carol"} <= set(services.unreserved())
+
+
+def test_reserve_four_run_on_one_then_give_back_the_idle_gpus(slack: SlackPage) -> None:
+    """Alice's training holds a100-node-01 GPUs 0-3 and runs on GPU 0 alone after 20 minutes:
+    the partly-idle warning arrives in the lease's thread, and Give back leaves a 1-GPU lease."""
+    slack.open(ALICE, "dm")
+    services = slack.demo.bot.services
+    training = next(lease for lease in services.leases(ALICE) if len(lease.gpus) == 4)
+    slack.forward("1 hour")
+    slack.forward("1 hour")
+    granted = slack.message(f"Your GPUs are ready: {training.code}")
+    thread = slack.thread(granted)
+    warning = thread.locator(".message", has_text="3 of your 4 GPUs")
+    expect(warning).to_contain_text("idle")
+    slack.click(warning, "Give back the 3 idle GPUs")
+    expect(slack.message("gave back 3 GPUs")).to_contain_text("CUDA_VISIBLE_DEVICES=0")
+    expect(granted).to_contain_text("You hold 1 GPU")  # the lease's home, redrawn in place
+    shrunk = services.lease(training.id)
+    assert shrunk is not None
+    assert [("a100-node-01", 0)] == [(gpu.node, gpu.index) for gpu in shrunk.gpus]
+    gpus = slack.page.locator(".node", has_text="a100-node-01").locator(".gpu")
+    slack.screenshot("demo-partial")
+    thread.get_by_role("button", name="Close thread").click()
+    expect(gpus.nth(1)).to_have_attribute("data-status", "free")

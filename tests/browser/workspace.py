@@ -47,6 +47,13 @@ class SlackPage:
         expect(found).to_be_visible()
         return found
 
+    def thread(self, message: Locator) -> Locator:
+        """Open a message's thread with its "N replies" link; the thread pane, once drawn."""
+        message.locator(".replies").click()
+        pane = self.page.locator("#thread")
+        expect(pane).to_be_visible()
+        return pane
+
     def click(self, message: Locator, button: str) -> None:
         with self.page.expect_response("**/ui/action") as answer:
             message.get_by_role("button", name=button, exact=True).click()

@@ -3,6 +3,7 @@ closed when a window goes, unread counts, and threads as Slack shows them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -116,3 +117,18 @@ def test_thread_replies_sit_under_their_parent_and_broadcasts_in_the_channel_too
     assert (2, loud) == (main[parent]["reply_count"], main[parent]["latest_reply"])
     assert (True, parent) == (main[loud]["broadcast"], main[loud]["thread_ts"])
     assert [quiet, loud] == [r["ts"] for r in conversation["threads"][parent]]
+
+
+def test_every_emoji_the_bot_writes_is_one_the_page_draws() -> None:
+    """A `:name:` the page does not know stays as text; each the bot's messages use is known."""
+    root = Path(__file__).resolve().parents[3]
+    page = (root / "bot/workspace/static/mrkdwn.js").read_text()
+    known = set(re.findall(r"\b([a-z0-9_]+): \"", page[page.index("const EMOJI") :]))
+    written = {
+        name
+        for package in ("slack", "services")
+        for source in (root / "bot" / package).rglob("*.py")
+        for name in re.findall(r"[\"' ]:([a-z][a-z0-9_]*[a-z]):", source.read_text())
+    }
+    assert written, "the scan found none: its pattern no longer fits the sources"
+    assert set() == written - known
