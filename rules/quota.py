@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rules.decision import Decision, Match
-from rules.domain import Outcome, RequestKind, Subject
+from rules.domain import Outcome, RequestKind, Subject, plural
 from rules.expr import facts_used
 from rules.policy import Policy, Quota, Verdict
 
@@ -43,8 +43,13 @@ def exceeds(
     if gpus > 0 and borrowed > lendable:
         return Breach(
             Outcome.QUEUE,
-            f"team {team} would borrow {borrowed} GPUs in {pool}, and the other teams lend only "
-            f"{lendable} now within their lending limits",
+            f"team {team} would borrow {plural(borrowed, 'GPU')} in {pool}, and "
+            + (
+                f"the other teams lend only {plural(lendable, 'GPU')} now within their lending "
+                "limits"
+                if lendable
+                else "the other teams have no unused GPUs to lend now within their lending limits"
+            ),
         )
     return None
 

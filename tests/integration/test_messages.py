@@ -155,7 +155,7 @@ def test_no_borrow_offer_for_the_gpu_just_reclaimed_from_the_same_person(story: 
     assert not any("without a lease" in m.text for m in _dm(story, ALICE))
     notices = [m.text for m in _dm(story, ADA) if "without a lease" in m.text]
     assert [
-        "1 processes run on a100-node-01 GPU 0 without a lease (Unix users: alice). "
+        "a100-node-01 GPU 0 runs 1 process without a lease (Unix users: alice). "
         "Not offered a lease: alice, whose lease on it was just reclaimed."
     ] == notices
 
