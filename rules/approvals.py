@@ -74,18 +74,32 @@ def check_ask(
 
 
 def may_settle(
-    user: str, *, request_id: int | None, requester: str, approvers: Collection[str]
+    user: str,
+    *,
+    request_id: int | None,
+    requester: str,
+    approvers: Collection[str],
+    team: Team | None = None,
 ) -> str | None:
-    """Why `user` may not approve or deny a request (None: they may). Nobody settles their
-    own request; only the people it was routed to settle it."""
+    """Why `user` may not approve or deny a request (None: they may), in words that say what
+    they are not. Nobody settles their own request; only the people it was routed to settle
+    it. `team`: the requester's team, when it is still in the rule files."""
     if user == requester:
         return "Nobody approves or denies their own request; a manager or an admin will."
-    if user not in approvers:
+    if user in approvers:
+        return None
+    head = f"You may not approve or deny R{request_id}"
+    if team is None:
+        return f"{head}: only its team's managers and the gpubot admins can."
+    if user in team.managers:
         return (
-            f"You may not approve or deny R{request_id}: only its team's managers "
-            "and the gpubot admins can."
+            f"{head}: it was sent to the gpubot admins, so even a manager of {team.name} "
+            "cannot approve this."
         )
-    return None
+    return (
+        f"{head}: you are not a manager of {team.name}, so you cannot approve this. "
+        f"Only {team.name}'s managers and the gpubot admins can."
+    )
 
 
 def reason_too_long(reason: str) -> str:
@@ -141,7 +155,7 @@ def check_form(
     if pool in policy.pools and duration is not None:
         longest = policy.pools[pool].limits.max_duration
         if duration <= timedelta(0):
-            problems["duration"] = "That end has passed: give a duration, like 6h."
+            problems["duration"] = "Ask for some time to come: 6h, or an end still ahead."
         elif duration > longest:
             problems["duration"] = (
                 f"A borrow in {pool} lasts at most {format_duration(longest)}; ask for less."

@@ -6,7 +6,7 @@ No Slack here: every method takes plain values and returns views or a `Refused`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -201,8 +201,8 @@ class Services:
         with self.db.read() as session:
             return strangers.intrusions(session)
 
-    def why(self, user: str, ref: str) -> Explanation | Refused:
-        return explain.why(self.ctx, user, ref)
+    def why(self, user: str, ref: str, *, tz: tzinfo = UTC) -> Explanation | Refused:
+        return explain.why(self.ctx, user, ref, tz=tz)
 
     def leases(self, holder: str | None = None, *, active_only: bool = True) -> list[LeaseView]:
         with self.db.read() as session:
@@ -222,8 +222,8 @@ class Services:
             row = storage_leases.get(session, lease_id)
             return lease_view(session, row) if row else None
 
-    def audit(self, user: str, ref: str) -> Explanation | Refused:
-        return explain.audit_trail(self.ctx, user, ref)
+    def audit(self, user: str, ref: str, *, tz: tzinfo = UTC) -> Explanation | Refused:
+        return explain.audit_trail(self.ctx, user, ref, tz=tz)
 
     def status(self) -> list[PoolStatus]:
         with self.db.read() as session:

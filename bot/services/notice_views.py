@@ -55,6 +55,7 @@ class RequestDecided:
     by: str
     reason: str
     state: str  # the request's state now
+    request: RequestView | None = None  # what was asked, restated in a denial
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,12 @@ def _about_request(
     if owed.kind == OutboxKind.REQUEST_DECIDED:
         data = owed.data
         return RequestDecided(
-            request.code, str(data["verdict"]), str(data["by"]), str(data["reason"]), request.state
+            request.code,
+            str(data["verdict"]),
+            str(data["by"]),
+            str(data["reason"]),
+            request.state,
+            request=request,
         )
     if owed.kind == OutboxKind.CARD_SETTLED and not pending:
         return SettledCard(request, note=str(owed.data.get("reason") or ""))

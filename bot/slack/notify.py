@@ -24,7 +24,9 @@ from bot.services.notice_views import (
     SettledCard,
     UnreservedUse,
 )
+from bot.services.results import RequestView
 from bot.slack.blocks import approval_card, grant_message, home_view, settled_card
+from bot.slack.blocks.approval import denied_message
 from bot.slack.blocks.kit import Message, context, escape, mention, message, section
 from bot.slack.blocks.leases import ended_grant_message, ended_text
 from bot.slack.blocks.warnings import (
@@ -90,7 +92,10 @@ def _drawn_message(
             return approval_card(request, people.name(request.requester), quota, effects, because)
         case SettledCard(request=request, because=because, note=note):
             name = people.name(request.requester)
-            return settled_card(request, name, because=because, note=note)
+            decider = people.label(request.decided_by)
+            return settled_card(request, name, because=because, note=note, decider_name=decider)
+        case RequestDecided(verdict="deny", request=RequestView() as request) as decided:
+            return denied_message(request, people.label(decided.by), decided.reason)
         case RequestDecided(code=code, verdict=verdict, by=by, reason=reason, state=state):
             return _decided(code, verdict, by, reason, state)
         case UnreservedUse(node=node, index=index, pool=pool, user=user):

@@ -26,6 +26,7 @@ from bot.slack.blocks.kit import (
 )
 from bot.slack.blocks.leases import lease_summary
 from bot.slack.blocks.overview import quota_line
+from rules.approvals import SHOWN_REASON
 from rules.domain import format_duration
 
 _SETTLED = {
@@ -61,8 +62,19 @@ def _facts(request: RequestView, requester_name: str) -> list[Block]:
     ]
     if _is_extension(request) and request.lease_id is not None:
         fields.append(f"*Lease*\nL{request.lease_id}")
-    fields.append(f"*Why*\n{clip(escape(request.reason), 1500) or '_no reason given_'}")
-    return [header(f"{kind} {request.code} from {requester_name}"), section(fields=fields)]
+    fields.append(f"*Why*\n{shown_reason(request)}")
+    return [header(f"{kind} {request.code}: {requester_name}"), section(fields=fields)]
+
+
+def shown_reason(request: RequestView) -> str:
+    """The reason as a card or DM shows it: at most `SHOWN_REASON` characters; `/gpu why`
+    has it all."""
+    if not request.reason:
+        return "_no reason given_"
+    shown = clip(escape(request.reason), SHOWN_REASON)
+    if len(request.reason) > SHOWN_REASON:
+        shown += f" (`/gpu why {request.code}` has it all)"
+    return shown
 
 
 def approval_card(
@@ -168,13 +180,19 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
 
 
 def settled_card(
-    request: RequestView, requester_name: str, *, because: str = "", note: str = ""
+    request: RequestView,
+    requester_name: str,
+    *,
+    because: str = "",
+    note: str = "",
+    decider_name: str = "",
 ) -> Message:
-    """The card after a decision: the same facts, who settled it and when, and no buttons."""
+    """The card after a decision: the same facts, who settled it (by name) and when, and no
+    buttons: "Approved by Victor Vision today at 1:38 PM"."""
     verb = _SETTLED.get(request.state, "Settled")
-    line = f"{verb} by {mention(request.decided_by)}"
+    line = f"{verb} by {escape(decider_name) if decider_name else mention(request.decided_by)}"
     if request.decided_at is not None:
-        line += f" at {slack_date(request.decided_at)}"
+        line += f" {slack_date(request.decided_at)}"
     if note:
         line += f": {clip(escape(note), 1000)}"
     blocks = [*_facts(request, escape(requester_name))]
@@ -193,3 +211,26 @@ def settle_reply(result: SettleResult) -> Message:
     if result.lease is not None:
         blocks.append(section(lease_summary(result.lease)))
     return message(defang(result.message), blocks)
+
+
+def denied_message(request: RequestView, decider_name: str, reason: str) -> Message:
+    """The requester's DM when a person denied their request: what was asked, who denied it,
+    and why, so it reads on its own."""
+    length = format_duration(request.duration)
+    if _is_extension(request):
+        asked = f"to extend L{request.lease_id} by {length}"
+    else:
+        asked = f"{request.gpus} × {escape(request.pool)} for {length}"
+    if request.reason:
+        asked += f", because “{clip(escape(request.reason), SHOWN_REASON)}”"
+    text = f"{escape(decider_name)} denied {request.code} ({asked})."
+    blocks = [section(f":no_entry: {text}")]
+    if reason:
+        blocks.append(section(f"*Why:* {clip(escape(reason), 1000)}"))
+    blocks.append(
+        context(
+            "You can ask again with fewer GPUs, less time or another pool. "
+            f"`/gpu why {request.code}` shows the whole story."
+        )
+    )
+    return message(text, blocks)

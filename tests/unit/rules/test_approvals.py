@@ -113,6 +113,24 @@ def test_a_refusal_to_settle_says_why(user: str, why: str) -> None:
     assert why == may_settle(user, request_id=12, requester=ALICE, approvers=[VISION_MANAGER])
 
 
+@pytest.mark.parametrize(
+    ("user", "approvers", "why"),
+    [
+        (BOB, [VISION_MANAGER, ADMIN], "You may not approve or deny R12: you are not a manager "
+         "of vision, so you cannot approve this. Only vision's managers and the gpubot admins "
+         "can."),
+        (VISION_MANAGER, [ADMIN], "You may not approve or deny R12: it was sent to the gpubot "
+         "admins, so even a manager of vision cannot approve this."),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_the_team_the_clicker_does_not_manage(
+    user: str, approvers: list[str], why: str
+) -> None:
+    """Bob is told he is not a vision manager; Victor that admins alone were asked."""
+    team = default_policy().teams["vision"]
+    assert why == may_settle(user, request_id=12, requester=ALICE, approvers=approvers, team=team)
+
+
 HOUR = timedelta(hours=1)
 
 
@@ -152,7 +170,7 @@ HOUR = timedelta(hours=1)
             1,
             -HOUR,
             "x",
-            {"duration": "That end has passed: give a duration, like 6h."},
+            {"duration": "Ask for some time to come: 6h, or an end still ahead."},
         ),
         (
             ALICE,
