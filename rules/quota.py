@@ -36,7 +36,7 @@ def exceeds(
     if after > limit:
         return Breach(
             Outcome.DENY,
-            f"team {team} would hold {after} GPUs in {pool}, above its limit of {limit} "
+            f"team {team} would hold {plural(after, 'GPU')} in {pool}, above its limit of {limit} "
             f"(nominal {quota.nominal} + borrowing limit {quota.borrowing_limit})",
         )
     borrowed = max(0, after - quota.nominal)

@@ -50,6 +50,7 @@ from bot.services.results import (
 )
 from bot.services.rule_files import read_rules_dir
 from bot.services.sweep_pass import SweepReport
+from rules.domain import plural
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.lease_facts import Readings
@@ -278,8 +279,8 @@ class Services:
             reported = self.strays().get(name)
             if reported is not None:
                 return Refused(
-                    f"`{name}` reports {reported} GPUs but is in no pool of pools.yaml, so "
-                    f"nothing is granted on it. Configured nodes: {names}.",
+                    f"`{name}` reports {plural(reported, 'GPU')} but is in no pool of "
+                    f"pools.yaml, so nothing is granted on it. Configured nodes: {names}.",
                     "no-node",
                 )
             return Refused(f"There is no node `{name}`. Nodes: {names}.", "no-node")

@@ -89,7 +89,7 @@ def approval_card(
     if not _is_extension(request):
         after = quota.used + request.gpus
         over = max(0, after - quota.nominal)
-        then = f"Approving brings the team to {after} GPUs of {quota.nominal} guaranteed"
+        then = f"Approving brings the team to {plural(after, 'GPU')} of {quota.nominal} guaranteed"
         if over:
             then += f", borrowing {over} of at most {quota.borrowing_limit}"
         lines.append(then + ".")

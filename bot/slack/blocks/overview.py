@@ -114,7 +114,8 @@ def mine_message(leases: Sequence[LeaseView], requests: Sequence[RequestView]) -
 
 
 def pool_text(pool: PoolStatus) -> str:
-    head = f"*{escape(pool.name)}*{' · protected' if pool.protected else ''} · {pool.size} GPUs: "
+    protected = " · protected" if pool.protected else ""
+    head = f"*{escape(pool.name)}*{protected} · {plural(pool.size, 'GPU')}: "
     head += f"*{pool.free} free* · {pool.leased} leased"
     if pool.occupied:
         head += f" · {pool.occupied} in use without a lease"
