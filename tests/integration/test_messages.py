@@ -225,7 +225,7 @@ def test_a_withdrawn_request_s_card_loses_its_buttons(story: Story) -> None:
     [now] = story.local.messages(APPROVALS)
     assert (card.ts, True) == (now.ts, now.edited)
     assert not _has_buttons(now)
-    assert f"Withdrawn by <@{BOB}>" in _said(now)
+    assert "Withdrawn by Bob Brown <!date^" in _said(now)
 
 
 def test_a_waiting_card_is_redrawn_when_its_pool_s_numbers_move(story: Story) -> None:
