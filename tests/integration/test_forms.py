@@ -184,3 +184,9 @@ def test_why_and_audit_speak_in_the_readers_zone_with_names(running: Running) ->
     refused = text_of(answered(running, ALICE, "why L99"))
     assert "There is no lease L99." in refused
     assert "time zone" not in refused
+
+
+def test_the_first_extension_is_extension_1_of_2(running: Running) -> None:
+    answered(running, ALICE, "borrow 2 a100 for 6h because evals")
+    reply = text_of(answered(running, ALICE, "extend L1 +2h"))
+    assert "extension 1 of 2, within the limits" in reply
