@@ -144,6 +144,7 @@ class _Builder:
     def build(self, revision: str, files: tuple[str, ...]) -> Policy:
         admins_at = self.once("admins")
         accounts_at = self.once("accounts")
+        names_at = self.once("names")
         limits_at = self.once("limits")
         warnings_at = self.once("warnings")
         recall_at = self.once("recall")
@@ -176,6 +177,7 @@ class _Builder:
             revision=revision,
             admins=frozenset(admins_at[1] if admins_at else ()),
             accounts=dict(accounts_at[1] if accounts_at else {}),
+            names=dict(names_at[1] if names_at else {}),
             teams=teams,
             pools=pools,
             limits=limits,

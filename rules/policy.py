@@ -194,6 +194,7 @@ class Policy:
     queue: QueueRules = field(default_factory=QueueRules)
     preemption: Preemption = field(default_factory=Preemption)
     fleet: FleetLimits = field(default_factory=FleetLimits)
+    names: Mapping[str, str] = field(default_factory=dict)  # Slack id: how to show the person
     _team_of: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def rules_for(self, subject: Subject) -> tuple[Rule, ...]:

@@ -88,6 +88,8 @@ def _personal_account(name: str) -> str:
 
 Account = Annotated[str, AfterValidator(_personal_account)]
 Count = Annotated[int, Field(ge=0, strict=True)]
+# How the admin command line shows a person (org.yaml's `names`); Slack shows its own names.
+PersonName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
 
 
 class _Strict(BaseModel):
@@ -204,6 +206,7 @@ class PolicyFile(_Strict):
 
     admins: list[SlackId] | None = None
     accounts: dict[Account, SlackId] | None = None
+    names: dict[SlackId, PersonName] | None = None
     teams: dict[Name, TeamSpec] | None = None
     pools: dict[Name, PoolSpec] | None = None
     limits: LimitsSpec | None = None

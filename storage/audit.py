@@ -10,7 +10,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -290,7 +290,9 @@ def _export_record(row: sa.RowMapping) -> dict[str, Any]:
     return record
 
 
-def export(session: Session, fmt: ExportFormat, since: datetime | None = None) -> Iterator[str]:
+def export(
+    session: Session, fmt: ExportFormat, since: datetime | None = None
+) -> Generator[str, None, None]:
     """The log (rows at or after `since`) as lines of CSV with a header, or of JSON."""
     if fmt == "jsonl":
         with closing(_chronological(session, since)) as rows:

@@ -171,6 +171,8 @@ def button(
             "confirm": plain(yes, 30),
             "deny": plain("Cancel", 30),
         }
+        if style == "danger":  # Slack draws the dialog's confirm button red too
+            element["confirm"]["style"] = "danger"
     return element
 
 
