@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from rules.domain import format_duration, plural
-from rules.policy import Policy, Team
+from rules.policy import Approvals, Policy, Team
 
 #: The longest reason a borrow or extension may give; cards show at most `SHOWN_REASON` of it.
 MAX_REASON = 500
@@ -175,3 +175,14 @@ def _count_problem(policy: Policy, team: str, pool: str, gpus: int) -> dict[str,
         most_text = plural(most, "GPU")
         return {"count": f"One request of team {team} in {pool} may take at most {most_text}."}
     return {}
+
+
+def escalation_targets(policy: Policy, settings: Approvals) -> list[str]:
+    """Who an escalation goes to: `admins` read as the admins' ids; people and channels as
+    they are, in the order written, each once."""
+    out: list[str] = []
+    for target in settings.escalate_to:
+        for one in sorted(policy.admins) if target == "admins" else [target]:
+            if one not in out:
+                out.append(one)
+    return out
