@@ -140,7 +140,7 @@ def _drawn_message(
         case RequestDecided(verdict="deny", request=RequestView() as request) as decided:
             return denied_message(request, people.label(decided.by), decided.reason)
         case RequestDecided(code=code, verdict=verdict, by=by, reason=reason, state=state):
-            return _decided(code, verdict, by, reason, state)
+            return _decided(code, verdict, people.label(by), reason, state)
         case UnreservedUse(node=node, index=index, pool=pool, user=user):
             return unreserved_message(node, index, pool, user)
         case AdminNotice(text=text):

@@ -65,7 +65,7 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
 
     slack.act_as(ALICE)
     slack.go("dm")
-    slack.message("@Victor Vision approved")
+    slack.message("Victor Vision approved")
     later = slack.demo.bot.services.lease(lease.id)
     assert later is not None
     assert lease.expires_at + timedelta(hours=2) == later.expires_at
