@@ -166,6 +166,8 @@ class Explanation:
     lines: tuple[str, ...] = field(default=())
     # A waiting guarantee: the borrowed leases that cannot be recalled for it now, and why.
     passed_over: tuple[PassedOver, ...] = ()
+    title: str = ""  # what it shows: "Why L8", "Audit trail of L8"
+    reason: str = ""  # the requester's reason in full (cards show it cut short)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def test_ask_then_the_manager_approves_and_the_card_updates_in_place(running: Ru
     running.deliver()
     update = running.local.wait_for("chat.update", lambda a: a.get("ts") == posted.ts)
     assert "request_approve" not in json.dumps(update.args["blocks"])
-    assert "Approved by <@U0VMGR001>" in json.dumps(update.args["blocks"])
+    assert "Approved by Victor Vision <!date^" in json.dumps(update.args["blocks"])
     assert "CUDA_VISIBLE_DEVICES=" in dm_text(running, BOB)
     assert [] == running.local.violations
 
