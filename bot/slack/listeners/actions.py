@@ -1,7 +1,8 @@
 """Buttons: Approve / Deny / Withdraw on requests, Extend / Release / Still using on leases,
-Borrow on Home and in unreserved-use DMs. Each click is recorded and acked; a worker carries it
-out (`carry_out`) on the id the button carries and answers where the click happened: through the
-response_url under a message, by DM (and a redrawn Home tab) for a click on the Home tab.
+Borrow on Home and in unreserved-use DMs, Pause / Resume on an admin's Home. Each click is
+recorded and acked; a worker carries it out (`carry_out`) on the id the button carries and answers
+where the click happened: through the response_url under a message, by DM (and a redrawn Home
+tab) for a click on the Home tab.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bot.slack.blocks import (
     release_reply,
     settle_reply,
 )
+from bot.slack.blocks.home import PAUSE_ACTION, RESUME_ACTION
 from bot.slack.blocks.kit import Message, message, section
 from bot.slack.blocks.warnings import BORROW_QUICK_ACTION, SNOOZE_ACTION
 from bot.slack.inbox import Answer
@@ -41,12 +43,16 @@ if TYPE_CHECKING:
 EXTEND_STEP = timedelta(hours=2)
 MAX_ID = 2**31 - 1  # ids are database integers; anything larger was never a button's value
 
+# The admin Home's pause switch.
+_SWITCHES = (PAUSE_ACTION, RESUME_ACTION)
 # The buttons that act on the request or lease id they carry.
 _ON_AN_ID = (APPROVE_ACTION, CANCEL_ACTION, EXTEND_ACTION, RELEASE_ACTION, SNOOZE_ACTION)
 
 
 def register(app: App, deps: SlackDeps) -> None:
     for action_id in (*_ON_AN_ID, DENY_ACTION, BORROW_QUICK_ACTION, BORROW_OPEN_ACTION):
+        app.action(action_id)(_accepting(deps))
+    for action_id in _SWITCHES:
         app.action(action_id)(_accepting(deps))
 
 
@@ -79,7 +85,10 @@ def carry_out(deps: SlackDeps, row: InboxRow, _tz: object) -> Answer:
     payload = row.payload
     action_id, value, user = str(payload["action_id"]), str(payload["value"]), row.actor
     home = not payload.get("response_url")  # clicked on the Home tab: no response_url there
-    answer = _act(deps, action_id, user, value)
+    if action_id in _SWITCHES:
+        answer = _switched(deps, action_id, user)
+    else:
+        answer = _act(deps, action_id, user, value)
     return Answer(reply=answer.reply, home=home and answer.view is None, view=answer.view)
 
 
@@ -110,6 +119,15 @@ def _act(deps: SlackDeps, action_id: str, user: str, value: str) -> Answer:
     }
     act, render = acts[action_id]
     return Answer(reply=_reply(act(user, target), render))
+
+
+def _switched(deps: SlackDeps, action_id: str, user: str) -> Answer:
+    """The admin Home's pause switch: the same use case as `/gpu admin pause` and `resume`."""
+    services = deps.services
+    result = services.pause(user) if action_id == PAUSE_ACTION else services.resume(user)
+    if isinstance(result, Refused):
+        return Answer(reply=refused_message(result))
+    return Answer(reply=message(result, [section(result)]))
 
 
 def _quick_ask(value: str) -> BorrowAsk | None:
