@@ -51,7 +51,7 @@ def an_admin_home(**overrides: Any) -> dict[str, Any]:
 
 
 def elements(view: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for block in view["blocks"]:
         out += block.get("elements", []) if block["type"] == "actions" else []
         out += [block["accessory"]] if "accessory" in block else []
