@@ -1,17 +1,23 @@
 """Home tabs owed by a transaction: what it touched (the subjects of its audit rows), and one
-Home row per person, however many changes that person's Home shows."""
+Home row per person, however many changes that person's Home shows.
+
+The person whose own request made the change gets theirs at once; everyone else's is owed a
+little later and folds into one already waiting, since a Home is drawn when it is published.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from storage import outbox
 from storage.outbox import OutboxKind, Owed
+from storage.tables import OutboxRow
 
 _TOUCHED = "gpubot_touched"  # session.info: subjects audited in this transaction
 _OWED = "gpubot_homes"  # session.info: the people a Home row is owed to in this transaction
+_HURRIED = "gpubot_hurried"  # session.info: the person whose request this transaction runs
 
 
 def touch(session: Session, subject: str) -> None:
@@ -25,11 +31,39 @@ def touched(session: Session) -> set[str]:
     return found
 
 
-def owe_home(session: Session, user: str, *, at: datetime, subject: str = "home") -> bool:
-    """Owe `user` a freshly drawn Home tab, once per transaction; False when owed already."""
+def hurry(session: Session, user: str) -> None:
+    """`user` is waiting on this transaction: their Home, if it changes, is sent at once."""
+    session.info[_HURRIED] = user
+
+
+def owe_home(
+    session: Session,
+    user: str,
+    *,
+    at: datetime,
+    subject: str = "home",
+    later: timedelta | None = None,
+) -> bool:
+    """Owe `user` a freshly drawn Home tab, once per transaction; False when owed already.
+    With `later` (unless `user` is hurried): not before then, and not at all while one for
+    them is still waiting to be sent."""
     owed: set[str] = session.info.setdefault(_OWED, set())
     if user in owed:
         return False
     owed.add(user)
+    if later is not None and session.info.get(_HURRIED) != user:
+        if _waiting(session, user):
+            return False
+        outbox.owe(session, Owed(OutboxKind.HOME, subject, user, {}), at=at, after=later)
+        return True
     outbox.owe(session, Owed(OutboxKind.HOME, subject, user, {}), at=at)
     return True
+
+
+def _waiting(session: Session, user: str) -> bool:
+    stmt = select(OutboxRow.id).where(
+        col(OutboxRow.state) == outbox.PENDING,
+        OutboxRow.kind == OutboxKind.HOME,
+        OutboxRow.recipient == user,
+    )
+    return session.exec(stmt.limit(1)).first() is not None

@@ -1,6 +1,8 @@
 """Home tabs drawn again after every change they show: at the end of each write transaction,
 the people whose Home shows a subject it audited are owed one Home row each (the deliverer
-draws it when it publishes, so it shows the database as it stands then).
+draws it when it publishes, so it shows the database as it stands then). The person whose
+request it was gets theirs at once; the others' wait up to HOME_EVERY, folding every change in
+between into one publish.
 
 lease     its holder, its team's managers, the admins (the fleet and the queue)
 request   its requester, the people asked to decide, its team's managers, the admins
@@ -10,6 +12,7 @@ node, gpu, automation, inventory   the admins (the fleet summary and the pause s
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from sqlmodel import Session
 
@@ -18,6 +21,8 @@ from rules.policy import Policy
 from storage import homes, leases, requests
 
 _FLEET = ("node", "gpu", "automation", "inventory")
+#: How long a Home redrawn for someone else's change may wait, folding later changes in.
+HOME_EVERY = timedelta(seconds=5)
 
 
 def owe_homes(session: Session, ctx: Context) -> None:
@@ -31,7 +36,7 @@ def owe_homes(session: Session, ctx: Context) -> None:
         people |= _shown_to(session, policy, subject)
     at = ctx.now()
     for user in sorted(people):
-        homes.owe_home(session, user, at=at)
+        homes.owe_home(session, user, at=at, later=HOME_EVERY)
 
 
 def _shown_to(session: Session, policy: Policy, subject: str) -> set[str]:

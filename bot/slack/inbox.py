@@ -250,6 +250,7 @@ class Inbox:
 
     def _owe(self, session: Session, row: InboxRow, answer: Answer) -> None:
         subject, at = f"inbox:{row.id}", self.clock()
+        homes.hurry(session, row.actor)  # their own Home goes out with the answer
         if answer.reply is not None:
             data: dict[str, Any] = answer.reply.as_kwargs()
             url = row.payload.get("response_url")

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from bot.services.homes import HOME_EVERY
 from storage.tables import LeaseRow
 from tests.integration.conftest import Running
 from tests.integration.test_flows import answered, card, dm_text
@@ -23,6 +24,12 @@ def home_of(running: Running, user: str) -> dict[str, Any]:
     home = running.local.home(user)
     assert home is not None
     return home
+
+
+def deliver_later(running: Running) -> None:
+    """Deliver with the outbox's clock past HOME_EVERY: others' Homes are due too."""
+    running.bot.deliverer.clock = lambda: running.bot.services.now() + 2 * HOME_EVERY
+    running.deliver()
 
 
 def published_for(running: Running, user: str) -> list[str]:
@@ -48,13 +55,14 @@ def test_a_manager_approves_from_home_and_the_card_and_homes_are_redrawn(
     assert "Team vision: leases and requests" in shown
     running.slack.click(VICTOR, home, "request_approve", block_id="waiting:2")
     running.deliver()
+    assert "Waiting for you" not in published_for(running, VICTOR)[-1]  # his, at once
+    deliver_later(running)
     with running.bot.db.read() as session:
         assert 1 == len(session.exec(select(LeaseRow).where(LeaseRow.holder == BOB)).all())
     updates = [c for c in running.local.calls.of("chat.update") if c.args["ts"] == posted.ts]
     assert updates
     assert "request_approve" not in json.dumps(updates[-1].args["blocks"])
     assert "*L2*" in published_for(running, BOB)[-1]
-    assert "Waiting for you" not in published_for(running, VICTOR)[-1]
     assert "approved" in dm_text(running, VICTOR)
 
 
@@ -68,6 +76,7 @@ def test_a_form_submit_redraws_the_home_without_it_being_opened(running: Running
     assert published_for(running, ALICE)
     assert "*L1*" in published_for(running, ALICE)[-1]
     assert "Last 7 days" in published_for(running, ALICE)[-1]
+    deliver_later(running)
     assert "*l40s* · 8 GPUs: 1 leased" in published_for(running, ADA)[-1]  # the fleet moved
 
 

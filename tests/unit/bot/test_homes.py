@@ -10,9 +10,10 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Refused, Services
+from bot.services.homes import HOME_EVERY
 from bot.services.results import SettleResult
 from rules.domain import Outcome
-from storage import gpus
+from storage import gpus, outbox
 from storage.tables import GpuMinuteRow, OutboxRow
 from tests.unit.bot.conftest import (
     ADA,
@@ -126,26 +127,41 @@ def test_an_admin_sees_the_fleet_drained_nodes_and_the_queue(services: Services)
     assert services.home(ALICE).fleet is None
 
 
+def pending_homes(services: Services) -> Counter[str]:
+    """Who has a Home row waiting; then every row is taken as sent."""
+    with services.db.write() as session:
+        rows = session.exec(select(OutboxRow).where(OutboxRow.state == "pending")).all()
+        waiting = Counter(r.recipient for r in rows if r.kind == "home")
+        for row in rows:
+            outbox.delivered(session, row.id or 0, at=row.created_at, channel=None, ts=None)
+    return waiting
+
+
 def test_a_change_owes_one_home_to_each_person_who_sees_it(services: Services) -> None:
     """A grant: the holder, the team's managers and the admins, once each; a decision adds
     the requester's; an admin switch only the admins'."""
-    seen = Counter(homes_owed(services))
-
-    def since() -> Counter[str]:
-        now = Counter(homes_owed(services))
-        new = now - seen
-        seen.update(new)
-        return new
-
-    since()
+    pending_homes(services)
     borrowed(services, ALICE, BorrowAsk("a100", 8))
-    assert Counter([ADA, ALICE, VICTOR]) == since()
+    assert Counter([ADA, ALICE, VICTOR]) == pending_homes(services)
     asked = borrowed(services, BOB, BorrowAsk("a100", 2))
-    assert Counter([ADA, BOB, VICTOR]) == since()
+    assert Counter([ADA, BOB, VICTOR]) == pending_homes(services)
     services.approve(VICTOR, asked.request.id)
-    assert Counter([ADA, BOB, VICTOR]) == since()
+    assert Counter([ADA, BOB, VICTOR]) == pending_homes(services)
     services.pause(ADA)
-    assert Counter([ADA]) == since()
+    assert Counter([ADA]) == pending_homes(services)
+
+
+def test_homes_waiting_to_be_sent_fold_later_changes_in(services: Services) -> None:
+    """Three grants in a row while nothing was sent: one Home row each, drawn when sent,
+    not before HOME_EVERY has passed."""
+    pending_homes(services)
+    for pool in ("a100", "l40s", "a100"):
+        borrowed(services, ALICE, BorrowAsk(pool, 1))
+    with services.db.read() as session:
+        rows = session.exec(select(OutboxRow).where(OutboxRow.kind == "home")).all()
+        waiting = [r for r in rows if r.state == "pending"]
+    assert Counter([ADA, ALICE, VICTOR]) == Counter(r.recipient for r in waiting)
+    assert all(r.next_attempt_at == r.created_at + HOME_EVERY for r in waiting)
 
 
 def test_pause_and_resume_say_when_the_switch_is_already_there(services: Services) -> None:
