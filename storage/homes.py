@@ -1,8 +1,8 @@
 """Home tabs owed by a transaction: what it touched (the subjects of its audit rows), and one
 Home row per person, however many changes that person's Home shows.
 
-The person whose own request made the change gets theirs at once; everyone else's is owed a
-little later and folds into one already waiting, since a Home is drawn when it is published.
+A Home is owed a little later and folds into one already waiting, since it is drawn when it
+is published; a person looking at theirs (a click on it, a form sent) gets theirs at once.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Home tabs drawn again after every change they show: at the end of each write transaction,
 the people whose Home shows a subject it audited are owed one Home row each (the deliverer
-draws it when it publishes, so it shows the database as it stands then). The person whose
-request it was gets theirs at once; the others' wait up to HOME_EVERY, folding every change in
-between into one publish.
+draws it when it publishes, so it shows the database as it stands then). A Home waits up to
+HOME_EVERY, folding every change in between into one publish, unless its person is looking at
+it (storage.homes.hurry).
 
 lease     its holder, its team's managers, the admins (the fleet and the queue)
 request   its requester, the people asked to decide, its team's managers, the admins

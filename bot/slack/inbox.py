@@ -250,7 +250,8 @@ class Inbox:
 
     def _owe(self, session: Session, row: InboxRow, answer: Answer) -> None:
         subject, at = f"inbox:{row.id}", self.clock()
-        homes.hurry(session, row.actor)  # their own Home goes out with the answer
+        if row.kind == "view":  # a form, often opened from the Home: redrawn with the answer
+            homes.hurry(session, row.actor)
         if answer.reply is not None:
             data: dict[str, Any] = answer.reply.as_kwargs()
             url = row.payload.get("response_url")
