@@ -11,7 +11,7 @@ from sqlmodel import select
 
 from bot.services import BorrowAsk, Refused, Services
 from bot.services.homes import HOME_EVERY
-from bot.services.results import SettleResult
+from bot.services.results import ExtendResult, SettleResult
 from rules.domain import Outcome
 from storage import gpus, outbox
 from storage.tables import GpuMinuteRow, OutboxRow
@@ -102,6 +102,20 @@ def test_a_manager_sees_what_waits_for_them_and_their_teams_work(services: Servi
     assert () == nadia.waiting
     assert ["nlp"] == [t.team for t in nadia.managed]
     assert () == nadia.managed[0].leases
+
+
+def test_an_extension_asked_of_a_manager_waits_on_their_home(services: Services) -> None:
+    """Vision borrows beyond its nominal, so Bob's extension asks Victor: it is on his Home
+    as "extend L… by 2h", with the same buttons as a borrow."""
+    services.borrow(ALICE, BorrowAsk("a100", 8))
+    asked = borrowed(services, BOB, BorrowAsk("a100", 2))
+    assert isinstance(services.approve(VICTOR, asked.request.id), SettleResult)
+    lease = services.leases(BOB)[0]
+    extension = services.extend(BOB, lease.id, timedelta(hours=2))
+    assert isinstance(extension, ExtendResult)
+    assert Outcome.ASK == extension.outcome
+    waiting = services.home(VICTOR).waiting
+    assert [("extend", lease.id)] == [(r.kind, r.lease_id) for r in waiting]
 
 
 def test_nobody_is_shown_their_own_request_as_waiting_for_them(services: Services) -> None:
