@@ -45,8 +45,9 @@ test: $(STAMP) system-deps
 	@printf 'coverage (branch, of bot, rules and storage), %%: '; $(BIN)/python -m coverage report --format=total
 
 # The bot, the local Slack API and the page, on 127.0.0.1 only; Ctrl-C stops it.
+# GPUBOT_STARTED_BY=make: a taken port's hint then says `make demo PORT=…`, not `--port`.
 demo: $(STAMP)
-	$(BIN)/gpubot demo --port $(PORT)
+	GPUBOT_STARTED_BY=make $(BIN)/gpubot demo --port $(PORT)
 
 # Rewrites the PNGs in docs/ that the README shows, from the browser tests.
 screenshots: $(STAMP) system-deps

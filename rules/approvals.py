@@ -10,7 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
-from rules.policy import Policy
+from rules.policy import Approvals, Policy
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,14 @@ def may_settle(
             "and the gpubot admins can."
         )
     return None
+
+
+def escalation_targets(policy: Policy, settings: Approvals) -> list[str]:
+    """Who an escalation goes to: `admins` read as the admins' ids; people and channels as
+    they are, in the order written, each once."""
+    out: list[str] = []
+    for target in settings.escalate_to:
+        for one in sorted(policy.admins) if target == "admins" else [target]:
+            if one not in out:
+                out.append(one)
+    return out

@@ -31,7 +31,16 @@ class FactSpec:
 
 
 # Facts newer than the first rule format, and the value a case that omits them assumes.
-_DEFAULTS: dict[str, bool | float | str] = {"lease.intruded": False}
+_DEFAULTS: dict[str, bool | float | str] = {
+    "lease.intruded": False,
+    "lease.idle_gpus": 0,
+    "lease.busy_gpus": 0,
+    "lease.partly_idle": False,
+    "lease.idle_gpus_for": 0.0,
+    "lease.warned.partly_idle": False,
+    "lease.since_warned.partly_idle": 0.0,
+    "lease.kept": False,
+}
 
 
 N, D, S, B = FactType.NUMBER, FactType.DURATION, FactType.STRING, FactType.BOOLEAN
@@ -93,6 +102,13 @@ _LEASE = [
     ("lease.intruded", B, "a process of someone the lease does not cover runs on one of its GPUs"),
     ("lease.warned.preempt", B, "a preemption warning for the recall was delivered"),
     ("lease.since_warned.preempt", D, "time since the preemption warning was delivered"),
+    ("lease.idle_gpus", N, "GPUs of the lease idle for the idle threshold, on fresh samples"),
+    ("lease.busy_gpus", N, "GPUs of the lease with fresh samples that worked within the threshold"),
+    ("lease.partly_idle", B, "some GPUs of the lease are idle and at least one is busy"),
+    ("lease.idle_gpus_for", D, "how long the idle GPUs of the lease have all been idle"),
+    ("lease.warned.partly_idle", B, "a partly-idle warning was delivered and still stands"),
+    ("lease.since_warned.partly_idle", D, "time since the partly-idle warning was delivered"),
+    ("lease.kept", B, "the holder chose Keep on a partly-idle warning: no more of them"),
     ("telemetry.fresh", B, "every GPU of the subject has recent, successful samples"),
     ("limits.idle_threshold", D, "how long idle before a warning"),
     ("limits.grace", D, "how long after a delivered warning before reclaim"),
@@ -142,4 +158,6 @@ def _omitted(spec: FactSpec) -> str:
     if spec.default is None:
         return ""
     value = str(spec.default).lower() if isinstance(spec.default, bool) else spec.default
+    if spec.type == FactType.DURATION:
+        value = f"{spec.default:g}m"
     return f" (a test case may leave it out: `{value}`)"

@@ -29,6 +29,7 @@ class Action(StrEnum):
     WARN = "warn"
     RECLAIM = "reclaim"
     NOTIFY = "notify"
+    SHRINK = "shrink"  # give back only a lease's idle GPUs
 
 
 class Reason(StrEnum):
@@ -36,6 +37,7 @@ class Reason(StrEnum):
 
     EXPIRY = "expiry"
     IDLE = "idle"
+    PARTLY_IDLE = "partly_idle"
     PREEMPT = "preempt"
     EXPIRED = "expired"
     PREEMPTED = "preempted"
@@ -46,11 +48,14 @@ class Reason(StrEnum):
 
 #: Which reasons each action accepts in a rule's `then`.
 ACTION_REASONS: dict[Action, frozenset[Reason]] = {
-    Action.WARN: frozenset({Reason.EXPIRY, Reason.IDLE, Reason.PREEMPT, Reason.UNHEALTHY}),
+    Action.WARN: frozenset(
+        {Reason.EXPIRY, Reason.IDLE, Reason.PARTLY_IDLE, Reason.PREEMPT, Reason.UNHEALTHY}
+    ),
     Action.RECLAIM: frozenset({Reason.EXPIRED, Reason.IDLE, Reason.PREEMPTED, Reason.UNHEALTHY}),
     Action.NOTIFY: frozenset(
         {Reason.ADMINS, Reason.UNHEALTHY, Reason.UNRESERVED, Reason.IDLE, Reason.EXPIRY}
     ),
+    Action.SHRINK: frozenset({Reason.IDLE}),
 }
 
 

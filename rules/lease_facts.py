@@ -1,7 +1,8 @@
 """The flat facts the sweep rules look at: one per active lease and one per GPU.
 
 Telemetry arrives as readings (see `Reading`); a missing or stale reading makes the subject's
-`telemetry.fresh` false, and nothing that is not fresh is ever idle (invariant 3).
+`telemetry.fresh` false, and nothing that is not fresh is ever idle (invariant 3). Per GPU, a
+lease's GPU is idle (idle for the idle threshold), busy (fresh, and worked within it) or unknown.
 """
 
 from __future__ import annotations
@@ -96,6 +97,41 @@ def expiry_stage(policy: Policy, lease: LeaseSnapshot, now: datetime) -> float |
     return 0.0 if left <= timedelta(0) else None
 
 
+@dataclass(frozen=True)
+class GpuIdleness:
+    """A lease's GPUs judged one by one: idle for the idle threshold, busy, or unknown (no
+    fresh reading: neither). `idle_for`: how long the idle ones have all been idle."""
+
+    idle: tuple[tuple[str, int], ...] = ()
+    busy: tuple[tuple[str, int], ...] = ()
+    idle_for: timedelta = timedelta(0)
+
+    @property
+    def partly_idle(self) -> bool:
+        return bool(self.idle) and bool(self.busy)
+
+
+def gpu_idleness(
+    policy: Policy, lease: LeaseSnapshot, readings: Sequence[Reading | None], now: datetime
+) -> GpuIdleness:
+    """Each GPU as lease idleness judges the whole lease: idle only on a fresh reading, and
+    for the lease's own age at most. `readings` are in the order of `lease.slots`."""
+    age = max(timedelta(0), now - lease.granted_at)
+    idle: list[tuple[str, int]] = []
+    busy: list[tuple[str, int]] = []
+    spans: list[timedelta] = []
+    for slot, reading in zip(lease.slots, readings, strict=False):
+        if reading is None or not reading.fresh:
+            continue  # unknown: neither idle nor busy
+        span = min(reading.idle_for, age)
+        if span > timedelta(0) and span >= policy.timing.idle_threshold:
+            idle.append(slot)
+            spans.append(span)
+        else:
+            busy.append(slot)
+    return GpuIdleness(tuple(idle), tuple(busy), min(spans, default=timedelta(0)))
+
+
 def lease_facts(
     policy: Policy,
     lease: LeaseSnapshot,
@@ -116,6 +152,7 @@ def lease_facts(
     expiry_at, idle_at = warned.at("expiry"), warned.at("idle")
     preempt_at = warned.at("preempt")
     return {
+        **_per_gpu(policy, lease, readings, warned, now),
         "lease.id": lease.id,
         "lease.pool": lease.pool,
         "lease.team": lease.team,
@@ -150,6 +187,26 @@ def lease_facts(
         "limits.idle_threshold": minutes(policy.timing.idle_threshold),
         "limits.grace": minutes(policy.timing.grace),
         "limits.preempt_notice": minutes(policy.recall.notice),
+    }
+
+
+def _per_gpu(
+    policy: Policy,
+    lease: LeaseSnapshot,
+    readings: Sequence[Reading | None],
+    warned: Warned,
+    now: datetime,
+) -> dict[str, Any]:
+    gpus = gpu_idleness(policy, lease, readings, now)
+    partly_at = warned.at("partly_idle")
+    return {
+        "lease.idle_gpus": len(gpus.idle),
+        "lease.busy_gpus": len(gpus.busy),
+        "lease.partly_idle": gpus.partly_idle,
+        "lease.idle_gpus_for": minutes(gpus.idle_for),
+        "lease.warned.partly_idle": partly_at is not None,
+        "lease.since_warned.partly_idle": minutes(now - partly_at) if partly_at else 0.0,
+        "lease.kept": lease.warnings.kept,
     }
 
 

@@ -22,6 +22,7 @@ from rules.domain import Outcome, Subject
 from rules.errors import PolicyError, Problem
 from rules.policy import (
     PLACEHOLDER,
+    Approvals,
     Backfill,
     Case,
     FleetLimits,
@@ -36,11 +37,13 @@ from rules.policy import (
     Team,
     Timing,
     Verdict,
+    WorkingHours,
     parse_request_then,
     parse_sweep_then,
     then_help,
 )
 from rules.schema import (
+    ApprovalsSpec,
     CaseFile,
     FleetSpec,
     LimitsSpec,
@@ -143,6 +146,7 @@ class _Builder:
     def build(self, revision: str, files: tuple[str, ...]) -> Policy:
         admins_at = self.once("admins")
         accounts_at = self.once("accounts")
+        names_at = self.once("names")
         limits_at = self.once("limits")
         warnings_at = self.once("warnings")
         recall_at = self.once("recall")
@@ -151,7 +155,9 @@ class _Builder:
         fleet_at = self.once("fleet")
         automation_at = self.once("automation")
         default_at = self.once("default")
-        teams = self._teams()
+        approvals_at = self.once("approvals")
+        approvals = _approvals(approvals_at[1] if approvals_at else None, Approvals())
+        teams = self._teams(approvals)
         if admins_at is None:
             self.require("admins")
         limits = _limits(limits_at[1] if limits_at else LimitsSpec())
@@ -175,6 +181,7 @@ class _Builder:
             revision=revision,
             admins=frozenset(admins_at[1] if admins_at else ()),
             accounts=dict(accounts_at[1] if accounts_at else {}),
+            names=dict(names_at[1] if names_at else {}),
             teams=teams,
             pools=pools,
             limits=limits,
@@ -193,10 +200,11 @@ class _Builder:
                 (preemption_at[1] if preemption_at else PreemptionSpec()).within_team
             ),
             fleet=FleetLimits(**(fleet_at[1] if fleet_at else FleetSpec()).model_dump()),
+            approvals=approvals,
             _team_of=team_of,
         )
 
-    def _teams(self) -> dict[str, Team]:
+    def _teams(self, approvals: Approvals) -> dict[str, Team]:
         specs = self.merged("teams")
         if not specs:
             self.require("teams")
@@ -219,6 +227,7 @@ class _Builder:
                 managers=frozenset(spec.managers),
                 members=frozenset(spec.members),
                 approval_channel=None if channel == "managers" else channel,
+                approvals=_approvals(spec.approvals, approvals) if spec.approvals else None,
             )
         return teams
 
@@ -369,3 +378,20 @@ def _timing(spec: WarningsSpec) -> Timing:
 
 def _queue(spec: QueueSpec) -> QueueRules:
     return QueueRules(Backfill(spec.backfill), spec.fair_share_half_life)
+
+
+def _approvals(spec: ApprovalsSpec | None, base: Approvals) -> Approvals:
+    """The keys `spec` sets, over `base` (the defaults, or the lab-wide section for a team)."""
+    if spec is None:
+        return base
+    given: dict[str, Any] = {
+        key: getattr(spec, key)
+        for key in spec.model_fields_set
+        if getattr(spec, key) is not None or key == "escalate_after"  # None there: never
+    }
+    if "escalate_to" in given:
+        given["escalate_to"] = tuple(given["escalate_to"] or ("admins",))
+    hours = given.get("working_hours")
+    if hours is not None:
+        given["working_hours"] = WorkingHours(hours.days, hours.start, hours.end, hours.tz)
+    return replace(base, **given)

@@ -5,6 +5,9 @@ A lease's marks are one JSON object in the database (`lease.warnings`), keyed by
 mark is:
 
     expiry | idle | unhealthy | preempt   a warning owed: {"outbox", "owed_at", "lead_min"}
+    partly_idle                           a warning owed as above, with "gpus": the idle GPUs
+                                          it names, as "node:index"
+    kept                                  the holder chose Keep on a partly-idle warning: {"at"}
     recall                                a lender recall: {"at", "request", "team", "because"}
     notice:<reason>                       the admins were told once: {"at"}
     would:<rule>:<verdict>                what a paused or observe-only rule would have done:
@@ -23,6 +26,8 @@ from typing import Any
 
 RECALL = "recall"
 PREEMPT = "preempt"
+PARTLY_IDLE = "partly_idle"
+KEPT = "kept"
 
 
 def notice_key(reason: str) -> str:
@@ -89,6 +94,33 @@ class Marks:
     ) -> Marks:
         sent = {"outbox": outbox, "owed_at": owed_at.isoformat(), "lead_min": lead_min}
         return Marks({**self.raw, reason: sent})
+
+    def idle_slots(self) -> tuple[tuple[str, int], ...]:
+        """The idle GPUs the standing partly-idle warning names (none: no such warning)."""
+        sent = self._entry(PARTLY_IDLE)
+        named = sent.get("gpus", []) if sent is not None else []
+        slots = []
+        for gpu in named:
+            node, _, index = str(gpu).rpartition(":")
+            if node and index.isdecimal():
+                slots.append((node, int(index)))
+        return tuple(slots)
+
+    def with_idle_slots(self, slots: tuple[tuple[str, int], ...]) -> Marks:
+        """The partly-idle warning owed, naming the idle GPUs it offers to give back."""
+        sent = self._entry(PARTLY_IDLE)
+        assert sent is not None
+        gpus = [f"{node}:{index}" for node, index in slots]
+        return Marks({**self.raw, PARTLY_IDLE: {**sent, "gpus": gpus}})
+
+    @property
+    def kept(self) -> bool:
+        """Did the holder choose Keep on a partly-idle warning?"""
+        return KEPT in self.raw
+
+    def with_kept(self, *, at: datetime) -> Marks:
+        """Keep every GPU: no more partly-idle warnings, and the standing one is answered."""
+        return Marks({**self.without(PARTLY_IDLE).raw, KEPT: {"at": at.isoformat()}})
 
     def without(self, *keys: str) -> Marks:
         return Marks({k: v for k, v in self.raw.items() if k not in keys})

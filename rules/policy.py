@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import time, timedelta
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -22,11 +22,35 @@ APPROVERS = ("managers", "admins")
 
 
 @dataclass(frozen=True)
+class WorkingHours:
+    """When reminders and escalations go out and their clocks run (local wall time)."""
+
+    days: frozenset[int]  # 0 is Monday
+    start: time
+    end: time
+    tz: str
+
+
+@dataclass(frozen=True)
+class Approvals:
+    """How a request waiting for a person is chased: reminders, escalation, expiry."""
+
+    remind_after: timedelta = timedelta(minutes=30)
+    remind_every: timedelta = timedelta(hours=2)
+    max_reminders: int = 3
+    escalate_after: timedelta | None = timedelta(hours=4)  # None: never
+    escalate_to: tuple[str, ...] = ("admins",)  # "admins", user ids and/or a channel id
+    expire_after: timedelta = timedelta(hours=24)
+    working_hours: WorkingHours | None = None
+
+
+@dataclass(frozen=True)
 class Team:
     name: str
     managers: frozenset[str]
     members: frozenset[str]
     approval_channel: str | None  # None: the managers are asked by DM
+    approvals: Approvals | None = None  # None: the lab-wide settings
 
 
 @dataclass(frozen=True)
@@ -186,6 +210,8 @@ class Policy:
     queue: QueueRules = field(default_factory=QueueRules)
     preemption: Preemption = field(default_factory=Preemption)
     fleet: FleetLimits = field(default_factory=FleetLimits)
+    approvals: Approvals = field(default_factory=Approvals)
+    names: Mapping[str, str] = field(default_factory=dict)  # Slack id: how to show the person
     _team_of: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def rules_for(self, subject: Subject) -> tuple[Rule, ...]:
@@ -201,6 +227,11 @@ class Policy:
 
     def is_admin(self, user: str) -> bool:
         return user in self.admins
+
+    def approvals_for(self, team: str) -> Approvals:
+        """How the team's waiting requests are chased: its own settings, else the lab's."""
+        found = self.teams.get(team)
+        return found.approvals if found and found.approvals else self.approvals
 
 
 def render(template: str, facts: Mapping[str, Any]) -> str:

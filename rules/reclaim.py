@@ -5,7 +5,8 @@ steps the sweep carries out, in order, and `may_reclaim` refuses any reclaim the
 invariants forbid: nothing is reclaimed without a delivered warning for that reason and the
 grace period since its delivery (2); unknown telemetry is never idle (3); protected leases are
 never reclaimed (4). A pause turns every action into a recorded "would have" (5). Pure: the
-sweep passes `now` in and does every write itself.
+sweep passes `now` in and does every write itself. `may_shrink` holds the same invariants for
+`shrink idle`, which gives back only a lease's idle GPUs.
 """
 
 from __future__ import annotations
@@ -60,12 +61,39 @@ def may_reclaim(
     return None
 
 
+def may_shrink(
+    facts: Mapping[str, Any],
+    warned: Warned,
+    *,
+    policy: Policy,
+    now: datetime,
+) -> str | None:
+    """`shrink idle` under reclaim's invariants: a delivered partly-idle warning and the grace
+    since it, fresh telemetry on every GPU, never a protected lease, never the holder's Keep;
+    and it leaves a GPU (a lease idle on every GPU is a reclaim's business). None: go ahead."""
+    if facts["lease.protected"]:
+        return "protected leases are never shrunk automatically"
+    if not facts["telemetry.fresh"]:
+        return "telemetry is not fresh, so idleness is unknown"
+    if facts["lease.kept"]:
+        return "the holder chose to keep every GPU"
+    if not facts["lease.idle_gpus"] or not facts["lease.busy_gpus"]:
+        return "shrinking needs some GPUs idle and at least one busy"
+    delivered = warned.at("partly_idle")
+    if delivered is None:
+        return "no delivered partly_idle warning yet"
+    if now - delivered < policy.timing.grace:
+        return f"grace runs until {(delivered + policy.timing.grace).isoformat()}"
+    return None
+
+
 class Do(StrEnum):
     """One kind of step the sweep takes about a lease."""
 
     WOULD_HAVE = "would_have"  # record what an action would have done (observe or paused)
     WARN = "warn"
     RECLAIM = "reclaim"
+    SHRINK = "shrink"  # give back the lease's idle GPUs, keep the rest
     HOLD_BACK = "hold_back"  # a reclaim the invariants refuse
     NOTIFY = "notify"  # tell the admins, once
     FORGET = "forget"  # drop a warning that no longer stands
@@ -106,22 +134,43 @@ def lease_steps(
     steps = [Step(Do.WOULD_HAVE, m, "observe") for m in decision.would_have]
     ordered = sorted(decision.actions, key=lambda m: m.verdict.action != Action.RECLAIM)
     for match in ordered:
-        action, reason = match.verdict.action, match.verdict.reason
-        assert action is not None
-        assert reason is not None
-        if paused:
-            steps.append(Step(Do.WOULD_HAVE, match, "paused"))
-        elif action == Action.WARN:
-            steps.append(Step(Do.WARN, match))
-        elif action == Action.RECLAIM:
-            refusal = may_reclaim(lease, reason, decision.facts, warned, policy=policy, now=now)
-            if refusal is None:
-                steps.append(Step(Do.RECLAIM, match))
-                return steps
-            steps.append(Step(Do.HOLD_BACK, match, refusal))
-        else:
-            steps.append(Step(Do.NOTIFY, match))
-    for mark, fact in (("idle", "lease.idle"), ("unhealthy", "lease.unhealthy")):
+        step = _step(lease, match, decision, warned, policy=policy, now=now, paused=paused)
+        steps.append(step)
+        if step.do == Do.RECLAIM:
+            return steps
+    forgettable = (
+        ("idle", "lease.idle"),
+        ("partly_idle", "lease.partly_idle"),
+        ("unhealthy", "lease.unhealthy"),
+    )
+    for mark, fact in forgettable:
         if lease.warnings.has(mark) and not decision.facts[fact]:
             steps.append(Step(Do.FORGET, why=mark))
     return steps
+
+
+def _step(
+    lease: LeaseSnapshot,
+    match: Match,
+    decision: Decision,
+    warned: Warned,
+    *,
+    policy: Policy,
+    now: datetime,
+    paused: bool,
+) -> Step:
+    """The step for one enforced action."""
+    action, reason = match.verdict.action, match.verdict.reason
+    assert action is not None
+    assert reason is not None
+    if paused:
+        return Step(Do.WOULD_HAVE, match, "paused")
+    if action == Action.WARN:
+        return Step(Do.WARN, match)
+    if action == Action.RECLAIM:
+        refusal = may_reclaim(lease, reason, decision.facts, warned, policy=policy, now=now)
+        return Step(Do.RECLAIM, match) if refusal is None else Step(Do.HOLD_BACK, match, refusal)
+    if action == Action.SHRINK:
+        refusal = may_shrink(decision.facts, warned, policy=policy, now=now)
+        return Step(Do.SHRINK, match) if refusal is None else Step(Do.HOLD_BACK, match, refusal)
+    return Step(Do.NOTIFY, match)

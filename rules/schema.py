@@ -6,8 +6,10 @@ rules.policy; this module only says what a well-formed file looks like.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import time, timedelta
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import (
     AfterValidator,
@@ -16,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    model_validator,
 )
 
 from rules.expr import parse_duration
@@ -88,6 +91,8 @@ def _personal_account(name: str) -> str:
 
 Account = Annotated[str, AfterValidator(_personal_account)]
 Count = Annotated[int, Field(ge=0, strict=True)]
+# How the admin command line shows a person (org.yaml's `names`); Slack shows its own names.
+PersonName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
 
 
 class _Strict(BaseModel):
@@ -98,10 +103,97 @@ class ApprovalChannel(_Strict):
     channel: ChannelId
 
 
+_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def _days(value: object) -> object:
+    """`mon-fri`, `sat` or a list of either, as weekday numbers (0 is Monday)."""
+    parts = value if isinstance(value, list) else [value]
+    out: set[int] = set()
+    for part in parts:
+        if not isinstance(part, str):
+            raise ValueError(f"expected days like mon-fri or [mon, wed], got {part!r}")
+        first, _, last = part.strip().lower().partition("-")
+        if first not in _DAYS or (last and last not in _DAYS):
+            raise ValueError(f"expected days like mon-fri or [mon, wed], got {part!r}")
+        a, b = _DAYS.index(first), _DAYS.index(last or first)
+        out.update(range(a, b + 1) if a <= b else [*range(a, 7), *range(0, b + 1)])
+    if not out:
+        raise ValueError("name at least one working day")
+    return frozenset(out)
+
+
+def _clock(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = f"{value // 60:02d}:{value % 60:02d}"  # YAML 1.1 reads 09:00 as sexagesimal
+    if isinstance(value, str):
+        try:
+            return time.fromisoformat(value.strip())
+        except ValueError:
+            pass
+    raise ValueError(f'expected a time of day like "09:00", got {value!r}')
+
+
+def _zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ValueError, KeyError, OSError):
+        raise ValueError(f"unknown time zone {value!r} (e.g. Europe/Berlin, UTC)") from None
+    return value
+
+
+class WorkingHoursSpec(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    days: Annotated[frozenset[int], BeforeValidator(_days)] = frozenset(range(5))
+    start: Annotated[time, BeforeValidator(_clock)] = Field(time(9), alias="from")
+    end: Annotated[time, BeforeValidator(_clock)] = Field(time(18), alias="to")
+    tz: Annotated[str, AfterValidator(_zone)] = "UTC"
+
+    @model_validator(mode="after")
+    def _opens_before_it_closes(self) -> WorkingHoursSpec:
+        if self.end <= self.start:
+            raise ValueError("working hours must end after they start on the same day")
+        return self
+
+
+def _never_or_duration(value: object) -> object:
+    return None if value == "never" else _duration(value)
+
+
+def _escalate_to(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+def _escalation_target(value: str) -> str:
+    if not re.fullmatch(r"admins|[UW][A-Z0-9]{2,}|[CG][A-Z0-9]{2,}", value):
+        raise ValueError(
+            f"expected admins, a Slack user id (U…) or a channel id (C…), got {value!r}"
+        )
+    return value
+
+
+EscalationTarget = Annotated[str, AfterValidator(_escalation_target)]
+
+
+class ApprovalsSpec(_Strict):
+    """Every key optional: the lab-wide section fills what a team's section leaves out."""
+
+    remind_after: Duration | None = None
+    remind_every: Duration | None = None
+    max_reminders: Count | None = None
+    # `never` (None): no escalation; a key left out is taken from the lab-wide section
+    escalate_after: Annotated[timedelta | None, BeforeValidator(_never_or_duration)] = None
+    escalate_to: Annotated[list[EscalationTarget], BeforeValidator(_escalate_to)] | None = None
+    expire_after: Duration | None = None
+    working_hours: WorkingHoursSpec | None = None
+
+
 class TeamSpec(_Strict):
     managers: list[SlackId] = Field(min_length=1)
     members: list[SlackId] = Field(default_factory=list)
     approval: Literal["managers"] | ApprovalChannel = "managers"
+    approvals: ApprovalsSpec | None = None
 
 
 class QuotaSpec(_Strict):
@@ -204,6 +296,7 @@ class PolicyFile(_Strict):
 
     admins: list[SlackId] | None = None
     accounts: dict[Account, SlackId] | None = None
+    names: dict[SlackId, PersonName] | None = None
     teams: dict[Name, TeamSpec] | None = None
     pools: dict[Name, PoolSpec] | None = None
     limits: LimitsSpec | None = None
@@ -212,6 +305,7 @@ class PolicyFile(_Strict):
     queue: QueueSpec | None = None
     preemption: PreemptionSpec | None = None
     fleet: FleetSpec | None = None
+    approvals: ApprovalsSpec | None = None
     automation: Literal["active", "paused"] | None = None
     default: DefaultSpec | None = None
     rules: list[RuleSpec] | None = None

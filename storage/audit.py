@@ -10,7 +10,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -84,6 +84,8 @@ class AuditTag(StrEnum):
     LEASE_RECALL_WITHDRAWN = "lease:recall-withdrawn"
     LEASE_RELEASED = "lease:released"
     LEASE_RECLAIMED = "lease:reclaimed"
+    LEASE_SHRUNK = "lease:shrunk"  # some GPUs given back, the lease runs on with the rest
+    LEASE_KEPT = "lease:kept"  # the holder keeps every GPU: no more partly-idle warnings
     NODE_UNKNOWN = "node:unknown"
     NODE_NOT_REPORTING = "node:not-reporting"
     NODE_BACK = "node:back"
@@ -95,6 +97,12 @@ class AuditTag(StrEnum):
     QUOTA_REFUSED = "quota:refused"
     RECALL_WOULD_HAVE = "recall:would-have"
     REQUEST_CANCELLED = "request:cancelled"
+    REQUEST_ESCALATED = "request:escalated"
+    REQUEST_EXPIRED = "request:expired"
+    REQUEST_NUDGED = "request:nudged"
+    REQUEST_REMINDED = "request:reminded"
+    REQUEST_STILL_PENDING = "request:still-pending"
+    REQUEST_WOULD_HAVE = "request:would-have"
     RULES_RELOADED = "rules:reloaded"
     RULES_REJECTED = "rules:rejected"
     SWEEP_RECLAIM = "sweep:reclaim"
@@ -290,7 +298,9 @@ def _export_record(row: sa.RowMapping) -> dict[str, Any]:
     return record
 
 
-def export(session: Session, fmt: ExportFormat, since: datetime | None = None) -> Iterator[str]:
+def export(
+    session: Session, fmt: ExportFormat, since: datetime | None = None
+) -> Generator[str, None, None]:
     """The log (rows at or after `since`) as lines of CSV with a header, or of JSON."""
     if fmt == "jsonl":
         with closing(_chronological(session, since)) as rows:

@@ -160,15 +160,66 @@ def reclaimed_from(session: Session, gpu_id: int, since: datetime) -> set[str]:
     return set(session.exec(stmt).all())
 
 
+def gave_back(session: Session, gpu_id: int) -> set[str]:
+    """The holders of active leases that gave this GPU back (a shrink) and run on without it."""
+    stmt = (
+        select(LeaseRow.holder)
+        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
+        .where(
+            LeaseGpuRow.gpu_id == gpu_id,
+            col(LeaseGpuRow.active).is_(False),
+            LeaseRow.state == LeaseState.ACTIVE,
+        )
+    )
+    return set(session.exec(stmt).all())
+
+
 def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
-    """The (node, index) of every GPU a lease holds, or held once it ended."""
+    """The (node, index) of every GPU a lease holds, or held once it ended (GPUs a shrink gave
+    back are no longer its own while it runs)."""
     rows = session.exec(
-        select(NodeRow.name, GpuRow.index)
+        select(NodeRow.name, GpuRow.index, LeaseGpuRow.active)
         .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
         .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
         .where(LeaseGpuRow.lease_id == lease_id)
     ).all()
-    return [(node, index) for node, index in rows]
+    held = [(node, index) for node, index, active in rows if active]
+    return held or [(node, index) for node, index, _ in rows]
+
+
+def held_seen(session: Session, lease_id: int) -> list[tuple[str, int, str]]:
+    """The GPUs a lease holds now, each with what telemetry last showed on it
+    (`rules.domain.Observed`)."""
+    rows = session.exec(
+        select(NodeRow.name, GpuRow.index, GpuRow.observed)
+        .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
+        .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
+        .where(LeaseGpuRow.lease_id == lease_id, col(LeaseGpuRow.active).is_(True))
+    ).all()
+    return [(node, index, observed) for node, index, observed in rows]
+
+
+def give_back(session: Session, lease: LeaseRow, slots: list[tuple[str, int]]) -> None:
+    """The lease lets go of these GPUs (their ledger rows stay, inactive) and counts the rest;
+    one statement each, in the caller's transaction, so the set and the count change together."""
+    gpu_ids = [
+        gpu_id
+        for gpu_id, node, index in session.exec(
+            select(LeaseGpuRow.gpu_id, NodeRow.name, GpuRow.index)
+            .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+            .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+            .where(LeaseGpuRow.lease_id == lease.id, col(LeaseGpuRow.active).is_(True))
+        ).all()
+        if (node, index) in slots
+    ]
+    session.exec(
+        update(LeaseGpuRow)
+        .where(col(LeaseGpuRow.lease_id) == lease.id, col(LeaseGpuRow.gpu_id).in_(gpu_ids))
+        .values(active=False)
+    )
+    lease.gpus -= len(gpu_ids)
+    session.add(lease)
+    session.flush()
 
 
 def holders(session: Session, lease_ids: list[int]) -> dict[int, str]:

@@ -45,6 +45,7 @@ class OutboxKind(StrEnum):
     REPLY = "reply"  # the answer to a command or a click, drawn when it was carried out
     HOME = "home"  # a person's Home tab, drawn when it is published
     APPROVAL_CARD = "approval_card"  # a request waits: to the approval channel or approvers
+    APPROVAL_REMINDER = "approval_reminder"  # a reply in the thread of a posted approval card
     CARD_SETTLED = "card_settled"  # redraw every approval card of a request in place
     REQUEST_DECIDED = "request_decided"  # tell the requester what a person decided
     LEASE_GRANTED = "lease_granted"  # the holder's grant DM

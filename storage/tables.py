@@ -138,6 +138,12 @@ class RequestRow(SQLModel, table=True):
     created_at: datetime = _ts(index=True)
     decided_at: datetime | None = _ts(nullable=True)
     decided_by: str | None = Field(default=None, max_length=64)
+    # The approval lifecycle (rules.approval_clock) while it waits for a person.
+    reminders: int = 0
+    reminded_at: datetime | None = _ts(nullable=True)
+    escalated_at: datetime | None = _ts(nullable=True)
+    nudged_at: datetime | None = _ts(nullable=True)  # the requester's "Remind approvers"
+    told_at: datetime | None = _ts(nullable=True)  # an extension still waits near the lease end
 
 
 class ApprovalRow(SQLModel, table=True):

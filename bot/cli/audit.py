@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from contextlib import closing
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, TextIO
@@ -60,8 +61,11 @@ def audit_export(
     """Write the audit log (or its rows since a time) as CSV or JSON lines."""
     start = since_option(since)
     url = resolved_url(database_url)
-    with migrated(url) as database, database.read() as session:
-        lines = audit.export(session, fmt.value, start)
+    with (
+        migrated(url) as database,
+        database.read() as session,
+        closing(audit.export(session, fmt.value, start)) as lines,  # closed before the session
+    ):
         if output is None:
             _write(lines, sys.stdout)
             return

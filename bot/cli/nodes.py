@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bot.cli.common import DatabaseUrl, fail, migrated, resolved_url, since_option
+from bot.cli.display import TimeZone, Zone, name_of, people_names, zone_option
 from bot.services import device_records, strangers
 
 
@@ -71,6 +73,7 @@ _INTERVAL_FIELDS: tuple[str, ...] = (
 
 
 def nodes(
+    *,
     show_history: Annotated[
         bool,
         typer.Option(
@@ -86,12 +89,16 @@ def nodes(
     fmt: Annotated[
         NodesFormat, typer.Option("--format", help="table (default), csv or jsonl")
     ] = NodesFormat.TABLE,
+    tz: TimeZone = None,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Every node and GPU: where it stands, whether it reports, its profile; or its history."""
+    """Every node and GPU: where it stands, whether it reports, its profile; or its history.
+    The history's table names people as org.yaml does and shows times in --tz (default: this
+    machine's zone); csv and jsonl keep Slack ids and UTC."""
     if since is not None and not show_history:
         fail("--since goes with --history: the current state has no time range")
     start = since_option(since)
+    zone = zone_option(tz) if show_history and fmt == NodesFormat.TABLE else None
     url = resolved_url(database_url)
     with migrated(url) as database, database.read() as session:
         if node is not None and not device_records.profiles(session, node):
@@ -105,12 +112,18 @@ def nodes(
                 fail(f"there is no node {node!r} in the database")
         if show_history:
             found = device_records.intervals(session, start)
-            rows = [_interval_row(i) for i in found if node is None or i.node == node]
+            found = [i for i in found if node is None or i.node == node]
+            rows = [_interval_row(i) for i in found]
+            if zone is not None:
+                names = people_names()
+                rows = [
+                    _interval_shown(row, i, zone, names) for row, i in zip(rows, found, strict=True)
+                ]
             fields = _INTERVAL_FIELDS
         else:
             rows = [_gpu_row(n, g) for n in device_records.profiles(session, node) for g in n.gpus]
             fields = _GPU_FIELDS if fmt != NodesFormat.TABLE else _TABLE_FIELDS
-    _emit(rows, fields, fmt)
+    _emit(rows, fields, fmt, zone)
 
 
 # Words for the command line: one per state, the same as the history's.
@@ -163,11 +176,24 @@ def _interval_row(interval: device_records.Interval) -> dict[str, object]:
     }
 
 
+def _interval_shown(
+    row: dict[str, object], interval: device_records.Interval, zone: Zone, names: Mapping[str, str]
+) -> dict[str, object]:
+    """The row for people to read: who by name, and times in `zone` (named in the header)."""
+    shown = {"start": zone.show(interval.start), "end": zone.show(interval.end)}
+    return {**row, **shown, "by": name_of(interval.by, names)}
+
+
 def _iso(when: datetime | None) -> str:
     return "" if when is None else when.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def _emit(rows: list[dict[str, object]], fields: tuple[str, ...], fmt: NodesFormat) -> None:
+def _emit(
+    rows: list[dict[str, object]],
+    fields: tuple[str, ...],
+    fmt: NodesFormat,
+    zone: Zone | None = None,
+) -> None:
     if fmt == NodesFormat.JSONL:
         for row in rows:
             sys.stdout.write(json.dumps({f: row[f] for f in fields}, default=str) + "\n")
@@ -184,7 +210,10 @@ def _emit(rows: list[dict[str, object]], fields: tuple[str, ...], fmt: NodesForm
         return
     table = Table(title=None, show_edge=False, pad_edge=False)
     for name in fields:
-        table.add_column(name.replace("_", " "), no_wrap=name in ("node", "gpu", "state"))
+        title = name.replace("_", " ")
+        if zone is not None and name in ("start", "end"):
+            title = f"{name} ({zone.name})"
+        table.add_column(title, no_wrap=name in ("node", "gpu", "state"))
     for row in rows:
         table.add_row(*("" if row[f] is None else str(row[f]) for f in fields))
     console = Console() if sys.stdout.isatty() else Console(width=240)

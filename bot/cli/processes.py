@@ -60,7 +60,7 @@ def demo(
     try:
         run(port, typer.echo)
     except PortTakenError as exc:
-        fail(str(exc))
+        fail(f"{exc}{another_port(exc.port)}")
     except SetupError as exc:
         fail(str(exc))
     except (PolicyError, RulesDirError) as exc:
@@ -69,6 +69,20 @@ def demo(
         fail(str(exc).splitlines()[0])
     except KeyboardInterrupt:
         typer.echo("demo stopped", err=True)
+
+
+# `make demo` sets it, so a hint names what the person typed: `make demo PORT=…`.
+STARTED_BY = "GPUBOT_STARTED_BY"
+
+
+def another_port(port: int) -> str:
+    """What to type for the next port: in the words of `make demo` when make started the
+    demo, else of `gpubot demo`."""
+    if not 0 < port < 65535:
+        return ""
+    if os.environ.get(STARTED_BY) == "make":
+        return f"; try `make demo PORT={port + 1}`"
+    return f"; try `gpubot demo --port {port + 1}`"
 
 
 def agent(

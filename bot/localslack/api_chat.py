@@ -46,7 +46,15 @@ def post_message(ctx: Context, args: Args) -> JSON:
     text, blocks = content("chat.postMessage", args)
     thread_ts = args.get("thread_ts") or None
     metadata = _metadata(args.get("metadata"))
-    message = ws.post(channel.id, text or "", blocks, thread_ts=thread_ts, metadata=metadata)
+    broadcast = args.get("reply_broadcast") in (True, "true", "1")
+    message = ws.post(
+        channel.id,
+        text or "",
+        blocks,
+        thread_ts=thread_ts,
+        metadata=metadata,
+        reply_broadcast=broadcast,
+    )
     return {
         "channel": channel.id,
         "ts": message.ts,

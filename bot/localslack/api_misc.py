@@ -41,6 +41,25 @@ def users_lookup_by_email(ctx: Context, args: Args) -> JSON:
     return {"user": user.as_json(ctx.workspace.team_id)}
 
 
+def users_list(ctx: Context, args: Args) -> JSON:
+    """Everyone, a page of `limit` at a time (no limit: all at once), continued by the opaque
+    cursor in response_metadata.next_cursor, which is empty on the last page."""
+    people = ctx.workspace.everyone()
+    ids = [user.id for user in people]
+    cursor = str(args.get("cursor") or "")
+    if cursor and (not cursor.startswith("user:") or cursor.removeprefix("user:") not in ids):
+        raise ApiError("invalid_cursor")
+    start = ids.index(cursor.removeprefix("user:")) if cursor else 0
+    try:
+        limit = int(args.get("limit") or 0)
+    except ValueError:
+        raise ApiError("invalid_arguments") from None
+    end = len(people) if limit <= 0 else start + limit
+    page = [user.as_json(ctx.workspace.team_id) for user in people[start:end]]
+    after = f"user:{ids[end]}" if end < len(ids) else ""
+    return {"members": page, "response_metadata": {"next_cursor": after}}
+
+
 def get_upload_url(ctx: Context, args: Args) -> JSON:
     """Step 1 of files_upload_v2: a file id and where to POST its bytes."""
     name = str(args.required("filename"))
@@ -87,6 +106,7 @@ METHODS: dict[str, Method] = {
     "api.test": api_test,
     "users.info": users_info,
     "users.lookupByEmail": users_lookup_by_email,
+    "users.list": users_list,
     "files.getUploadURLExternal": get_upload_url,
     "files.completeUploadExternal": complete_upload,
     "apps.connections.open": connections_open,

@@ -84,6 +84,7 @@ class Message:
     user: str
     bot_id: str | None = None
     thread_ts: str | None = None
+    reply_broadcast: bool = False  # a thread reply also shown in the channel
     edited: bool = False
     files: list[str] = field(default_factory=list)
     metadata: JSON | None = None  # Slack's message metadata: {event_type, event_payload}

@@ -86,6 +86,11 @@ class Workspace:
             found = [user for user in self.users.values() if user.email == email.lower()]
             return deepcopy(found[0]) if found else None
 
+    def everyone(self) -> list[User]:
+        """Every user, by id: the order users.list pages through."""
+        with self.lock:
+            return [deepcopy(self.users[user_id]) for user_id in sorted(self.users)]
+
     def add_user(self, user: User) -> None:
         with self.lock:
             self.users[user.id] = deepcopy(user)
@@ -138,6 +143,7 @@ class Workspace:
         thread_ts: str | None = None,
         files: Iterable[str] = (),
         metadata: JSON | None = None,
+        reply_broadcast: bool = False,
     ) -> Message:
         """A new message in `channel` (an id), from the bot unless `user` is given."""
         with self.lock:
@@ -149,6 +155,7 @@ class Workspace:
                 user=user or self.bot_user,
                 bot_id=None if user else self.bot_id,
                 thread_ts=thread_ts,
+                reply_broadcast=bool(thread_ts) and reply_broadcast,
                 files=list(files),
                 metadata=deepcopy(metadata) if metadata else None,
             )

@@ -13,6 +13,7 @@ from typing import Any
 from bot.services import (
     admin,
     agents,
+    approval_lifecycle,
     borrowing,
     device_records,
     devices,
@@ -26,6 +27,7 @@ from bot.services import (
     queueing,
     recall,
     settling,
+    shrinking,
     strangers,
     sweep,
 )
@@ -48,6 +50,7 @@ from bot.services.results import (
     ReleaseResult,
     RequestView,
     SettleResult,
+    ShrinkResult,
 )
 from bot.services.rule_files import read_rules_dir
 from bot.services.sweep_pass import SweepReport
@@ -119,6 +122,24 @@ class Services:
     def deny(self, user: str, request_id: int, reason: str = "") -> SettleResult | Refused:
         return settling.settle(self.ctx, user, request_id, approve=False, reason=reason)
 
+    def nudge(
+        self, user: str, request_id: int
+    ) -> approval_lifecycle.Nudged | approval_lifecycle.TooSoon | Refused:
+        """The requester's *Remind approvers* (at most once every 15 minutes per request)."""
+        return approval_lifecycle.nudge(self.ctx, user, request_id)
+
+    def ask_again(self, user: str, request_id: int) -> BorrowResult | Refused:
+        """*Ask again* on an expired request: the same borrow filed once more."""
+        result = approval_lifecycle.ask_again(self.ctx, user, request_id)
+        if not isinstance(result, Refused):
+            recall.reconcile(self.ctx, [result.request.pool])
+        return result
+
+    def waiting_for(self, user: str) -> list[RequestView]:
+        """The requests and extensions waiting for `user`'s decision, oldest first."""
+        with self.db.read() as session:
+            return approval_lifecycle.waiting_for(session, self.ctx, user)
+
     def may_settle(self, user: str, request_id: int) -> Refused | None:
         return settling.may_settle(self.ctx, user, request_id)
 
@@ -141,6 +162,31 @@ class Services:
             pools = {lease.pool for lease in result.released}
             self.serve_queue(sorted(pools | {r.pool for r in result.cancelled}))
         return result
+
+    def shrink(
+        self,
+        user: str,
+        lease_id: int,
+        *,
+        gpus: tuple[tuple[str, int], ...] = (),
+        keep: int | None = None,
+    ) -> ShrinkResult | Refused:
+        """Give back some GPUs of a lease (named, or all but `keep`); the queue is served."""
+        return self._served(shrinking.shrink(self.ctx, user, lease_id, gpus=gpus, keep=keep))
+
+    def give_back_idle(self, user: str, lease_id: int) -> ShrinkResult | Refused:
+        """The Give back button of a partly-idle warning; the queue is served."""
+        return self._served(shrinking.give_back_idle(self.ctx, user, lease_id))
+
+    def keep_all(self, user: str, lease_id: int) -> LeaseView | Refused:
+        """The Keep button of a partly-idle warning: no more of them for this lease."""
+        return shrinking.keep_all(self.ctx, user, lease_id)
+
+    def _served(self, result: ShrinkResult | Refused) -> ShrinkResult | Refused:
+        if isinstance(result, Refused):
+            return result
+        started = self.serve_queue([result.lease.pool])
+        return ShrinkResult(result.lease, result.given_back, tuple(started))
 
     def serve_queue(self, pools: list[str] | None = None) -> list[LeaseView]:
         """Grant waiting requests that fit now (after a release, and on every sweep)."""

@@ -186,6 +186,9 @@ def _decided(row: AuditRow) -> str:
 
 def _done(row: AuditRow) -> str:
     """A state change: what a recall did, or the reason given."""
+    chased = _chased(row)
+    if chased:
+        return chased
     if row.tag == AuditTag.LEASE_RECALLED:
         return (
             f": recalled for R{row.detail.get('request')} of team "
@@ -199,6 +202,27 @@ def _done(row: AuditRow) -> str:
         )
     if row.tag == AuditTag.LEASE_RECALL_WITHDRAWN:
         return f": recall withdrawn, as {row.detail.get('why')}"
+    if row.tag == AuditTag.LEASE_SHRUNK:
+        given = ", ".join(str(gpu) for gpu in row.detail.get("gave_back", []))
+        return f": gave back {given}, kept {row.detail.get('kept')} ({row.detail.get('why')})"
     if row.detail.get("reason"):
         return f": {row.detail['reason']}"
+    return ""
+
+
+def _chased(row: AuditRow) -> str:
+    """A step of the approval lifecycle (bot.services.approval_lifecycle), or ""."""
+    detail = row.detail or {}
+    asked = ", ".join(f"<@{who}>" for who in detail.get("asked", []))
+    if row.tag in (AuditTag.REQUEST_REMINDED, AuditTag.REQUEST_NUDGED):
+        return f": reminded {asked or 'the approvers'}"
+    if row.tag == AuditTag.REQUEST_ESCALATED:
+        to = ", ".join(f"<#{t}>" if t[:1] in "CG" else f"<@{t}>" for t in detail.get("to", []))
+        return f": escalated to {to}"
+    if row.tag == AuditTag.REQUEST_EXPIRED:
+        return f": withdrawn, as {detail.get('why')}"
+    if row.tag == AuditTag.REQUEST_WOULD_HAVE:
+        return f": {row.outcome}, but automation was paused"
+    if row.tag == AuditTag.REQUEST_STILL_PENDING:
+        return f": told the holder it still waits as L{detail.get('lease')} nears its end"
     return ""

@@ -153,7 +153,7 @@ def _withdraw_extensions(session: Session, lease: LeaseRow, *, actor: str, now: 
 
 def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
     """The "Still using" button: no idle warning or reclaim for a while, a limited number of
-    times; the idle warning that was standing is withdrawn."""
+    times; the idle (or partly-idle) warning that was standing is withdrawn."""
     timing = ctx.policy.timing
     now = ctx.now()
     with ctx.db.write() as session:
@@ -169,7 +169,7 @@ def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
             )
         lease.snoozes += 1
         lease.snoozed_until = now + timing.snooze
-        lease.warnings = lease.warnings.without("idle")
+        lease.warnings = lease.warnings.without("idle", "partly_idle")
         session.add(lease)
         record(
             session,

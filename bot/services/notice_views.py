@@ -10,16 +10,17 @@ is the user's `Services.home`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlmodel import Session
 
-from bot.services import overview, recall
-from bot.services.context import Context
+from bot.services import approval_lifecycle, overview, recall
+from bot.services.context import SYSTEM, Context
 from bot.services.reads import lease_view, request_view
 from bot.services.results import ApprovalEffects, LeaseView, QuotaUse, RequestView
+from rules.approvals import escalation_targets
 from rules.domain import LeaseState, RequestState
 from storage import audit, leases, outbox, requests
 from storage.outbox import OutboxKind
@@ -28,12 +29,36 @@ from storage.tables import AuditRow, LeaseRow, OutboxRow, RequestRow
 
 @dataclass(frozen=True)
 class ApprovalCard:
-    """A request waiting for a person, with today's numbers and the buttons to settle it."""
+    """A request waiting for a person, with today's numbers and the buttons to settle it;
+    `escalated_to`: who it was escalated to, `escalated_after` how long after it was filed."""
 
     request: RequestView
     quota: QuotaUse
     effects: ApprovalEffects
     because: str
+    escalated_to: tuple[str, ...] = ()
+    escalated_after: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalReminder:
+    """A request still waits: a reply in the thread of its card (`thread_ts`), or a DM.
+    `by`: the requester who asked for it, "" for the bot's own reminder."""
+
+    request: RequestView
+    asked: tuple[str, ...]
+    waited: timedelta
+    thread_ts: str | None
+    by: str
+
+
+@dataclass(frozen=True)
+class ExtensionWaiting:
+    """The holder's DM: their extension still waits, and the lease ends unless approved."""
+
+    request: RequestView
+    asked: tuple[str, ...]
+    lease_ends_at: datetime
 
 
 @dataclass(frozen=True)
@@ -44,6 +69,7 @@ class SettledCard:
     request: RequestView
     because: str = ""
     note: str = ""
+    by_bot: bool = False  # withdrawn by the bot (expired, or its wait ran out): `note` says why
 
 
 @dataclass(frozen=True)
@@ -51,10 +77,13 @@ class RequestDecided:
     """The requester's DM after a person settled their request (or it left the queue)."""
 
     code: str
-    verdict: str  # "approve", "deny", "withdrawn" or "timeout"
+    verdict: str  # "approve", "deny", "withdrawn", "timeout" or "expired"
     by: str
     reason: str
     state: str  # the request's state now
+    # what *Ask again* files once more (not part of what the DM says)
+    request_id: int = field(default=0, compare=False)
+    kind: str = field(default="borrow", compare=False)
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,7 @@ class LeaseWarning:
     snoozes_left: int
     recall: Mapping[str, Any] | None
     notice: timedelta  # how long a recall's holder has
+    idle: tuple[str, ...] = ()  # partly_idle: the idle GPUs it names ("node:index")
 
 
 @dataclass(frozen=True)
@@ -156,6 +186,8 @@ class AdminNotice:
 
 Notice = (
     ApprovalCard
+    | ApprovalReminder
+    | ExtensionWaiting
     | SettledCard
     | RequestDecided
     | Grant
@@ -169,7 +201,12 @@ Notice = (
     | AdminNotice
 )
 
-_REQUEST_KINDS = (OutboxKind.APPROVAL_CARD, OutboxKind.CARD_SETTLED, OutboxKind.REQUEST_DECIDED)
+_REQUEST_KINDS = (
+    OutboxKind.APPROVAL_CARD,
+    OutboxKind.CARD_SETTLED,
+    OutboxKind.REQUEST_DECIDED,
+    OutboxKind.APPROVAL_REMINDER,
+)
 _LEASE_KINDS = (
     OutboxKind.LEASE_GRANTED,
     OutboxKind.LEASE_ENDED,
@@ -204,13 +241,22 @@ def _about_request(
     if owed.kind == OutboxKind.REQUEST_DECIDED:
         data = owed.data
         return RequestDecided(
-            request.code, str(data["verdict"]), str(data["by"]), str(data["reason"]), request.state
+            request.code,
+            str(data["verdict"]),
+            str(data["by"]),
+            str(data["reason"]),
+            request.state,
+            request.id,
+            request.kind,
         )
+    if owed.kind == OutboxKind.APPROVAL_REMINDER:
+        return _reminder(session, ctx, owed, row) if pending else None
+    by_bot = row.decided_by == SYSTEM
     if owed.kind == OutboxKind.CARD_SETTLED and not pending:
-        return SettledCard(request, note=str(owed.data.get("reason") or ""))
+        return SettledCard(request, note=str(owed.data.get("reason") or ""), by_bot=by_bot)
     # A card drawn (or redrawn) while its request still waits shows today's numbers and buttons.
     if not pending:  # settled before its card went out
-        return SettledCard(request, because=_because(session, row))
+        return SettledCard(request, because=_because(session, row), by_bot=by_bot)
     quota = next(
         (q for q in overview.quota_use(session, ctx, request.team) if q.pool == request.pool),
         None,
@@ -218,7 +264,29 @@ def _about_request(
     if quota is None:
         return None
     effects = recall.effects_of_approval(ctx, session, row)
-    return ApprovalCard(request, quota, effects, _because(session, row))
+    if row.escalated_at is None:
+        return ApprovalCard(request, quota, effects, _because(session, row))
+    targets = escalation_targets(ctx.policy, ctx.policy.approvals_for(row.team))
+    after = row.escalated_at - row.created_at
+    return ApprovalCard(request, quota, effects, _because(session, row), tuple(targets), after)
+
+
+def _reminder(
+    session: Session, ctx: Context, owed: OutboxRow, row: RequestRow
+) -> ApprovalReminder | ExtensionWaiting | None:
+    request = request_view(row)
+    asked = tuple(approval_lifecycle.asked(ctx.policy, row))
+    if owed.data.get("to") == approval_lifecycle.REQUESTER:
+        lease = leases.get(session, row.lease_id) if row.lease_id is not None else None
+        if lease is None or lease.state != LeaseState.ACTIVE:
+            return None
+        return ExtensionWaiting(request, asked, lease.expires_at)
+    thread = owed.data.get("thread_ts")
+    waited = owed.created_at - row.created_at
+    by = str(owed.data.get("by") or "")
+    return ApprovalReminder(
+        request, asked, waited, str(thread) if thread else None, "" if by == SYSTEM else by
+    )
 
 
 def _because(session: Session, request: RequestRow) -> str:
@@ -270,6 +338,7 @@ def _warning(ctx: Context, owed: OutboxRow, row: LeaseRow, lease: LeaseView) -> 
         snoozes_left=max(0, timing.max_snoozes - row.snoozes),
         recall=data.get("recall") if isinstance(data.get("recall"), dict) else None,
         notice=ctx.policy.recall.notice,
+        idle=tuple(str(gpu) for gpu in data.get("idle_gpus") or ()),
     )
 
 

@@ -2,6 +2,8 @@
 
 Kinds (the Slack adapter renders each from the database when it delivers):
     approval_card    a request waits for a person: to the approval channel, or each approver's DM
+    approval_reminder it still waits (bot.services.approval_lifecycle): a reply in a card's thread,
+                     a DM to an approver, or the holder's DM about a pending extension
     card_settled     update every approval card of a request in place (recipient "cards")
     request_decided  tell the requester what a person decided
     lease_granted    the holder's DM: hosts, GPU indices, CUDA_VISIBLE_DEVICES, expiry, buttons

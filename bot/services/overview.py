@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
+from bot.services import approval_lifecycle
 from bot.services.context import Context
 from bot.services.fair_share import pool_uses
 from bot.services.grants import queue_of
@@ -125,7 +126,7 @@ def home(session: Session, ctx: Context, user: str, *, paused: bool) -> Home:
         admin=admin,
         places=_places(session, ctx, [r for r in mine if r.state == RequestState.QUEUED]),
         week=week_use(session, user, ctx.now()),
-        waiting=tuple(waiting_for(session, user)),
+        waiting=tuple(waiting_for(session, ctx, user)),
         managed=tuple(_managed(session, ctx, user)),
         fleet=fleet(session, ctx) if admin else None,
     )
@@ -136,12 +137,10 @@ def pending_for(session: Session, user: str) -> list[RequestRow]:
     return [r for r in pending(session) if user in r.approvers]
 
 
-def waiting_for(session: Session, user: str) -> list[RequestView]:
+def waiting_for(session: Session, ctx: Context, user: str) -> list[RequestView]:
     """What waits for this person's Approve or Deny (borrows and extensions), oldest first:
-    the one read the Home's "Waiting for you" is drawn from."""
-    theirs = [r for r in pending_for(session, user) if r.requester != user]
-    rows = sorted(theirs, key=lambda r: (r.created_at, r.id or 0))
-    return [request_view(row) for row in rows]
+    the approval lifecycle's own list, the one read the Home's "Waiting for you" is drawn from."""
+    return approval_lifecycle.waiting_for(session, ctx, user)
 
 
 def week_use(session: Session, user: str, now: datetime) -> WeekUse:

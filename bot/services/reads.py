@@ -65,6 +65,8 @@ def request_view(request: RequestRow) -> RequestView:
         created_at=request.created_at,
         decided_at=request.decided_at,
         decided_by=request.decided_by,
+        escalated_at=request.escalated_at,
+        reminders=request.reminders,
     )
 
 

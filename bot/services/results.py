@@ -99,6 +99,8 @@ class RequestView:
     created_at: datetime
     decided_at: datetime | None = None
     decided_by: str | None = None
+    escalated_at: datetime | None = None  # the approval lifecycle escalated it then
+    reminders: int = 0  # how often the approvers were reminded
 
     @property
     def code(self) -> str:
@@ -145,6 +147,15 @@ class ExtendResult:
 class ReleaseResult:
     released: tuple[LeaseView, ...]
     cancelled: tuple[RequestView, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShrinkResult:
+    """A lease that gave back some GPUs and runs on with the rest (`lease`, as it is now)."""
+
+    lease: LeaseView
+    given_back: tuple[GpuSlot, ...]
+    started: tuple[LeaseView, ...] = ()  # waiting requests the freed GPUs started
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.extensions import apply_extension, recheck_extension
 from bot.services.grants import decide, facts_now, grant
 from bot.services.reads import lease_view, request_view
-from bot.services.results import Refused, SettleResult
+from bot.services.results import LeaseView, Refused, SettleResult
 from rules import approvals
 from rules.decision import Decision
-from rules.domain import Outcome, RequestKind, RequestState
+from rules.domain import LeaseState, Outcome, RequestKind, RequestState
 from storage import leases, requests
 from storage.audit import AuditTag
 from storage.pools import lock as lock_pool
@@ -101,7 +101,22 @@ def _already(session: Session, request: RequestRow) -> SettleResult:
     by = f" by <@{request.decided_by}>" if request.decided_by not in (None, SYSTEM) else ""
     when = f" at {request.decided_at:%Y-%m-%d %H:%M} UTC" if request.decided_at else ""
     message = f"R{request.id} was already settled{by}{when}: it is {request.state}."
+    if lease is not None and _ended_before_approval(request, lease):
+        message = (
+            f"R{request.id} can no longer be approved: {lease.code} ended before anyone "
+            f"answered, so there is nothing left to extend. <@{request.requester}> was told, "
+            "and can borrow again."
+        )
     return SettleResult(request_view(request), lease, message, already_settled=True)
+
+
+def _ended_before_approval(request: RequestRow, lease: LeaseView) -> bool:
+    """An extension withdrawn because its lease ended while it waited for a person."""
+    return (
+        request.kind == RequestKind.EXTEND
+        and request.state == RequestState.CANCELLED
+        and lease.state != LeaseState.ACTIVE
+    )
 
 
 def _deny(

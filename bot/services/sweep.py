@@ -1,4 +1,5 @@
-"""The sweep: the periodic, level-triggered reconcile pass that warns, reclaims and notifies.
+"""The sweep: the periodic, level-triggered reconcile pass that warns, reclaims and notifies
+(and, where a rule says `shrink idle`, gives back a lease's idle GPUs).
 
 It builds one fact per active lease and per GPU, lets the sweep rules say what to do, lets
 `rules.reclaim` turn that into the steps the safety invariants allow, and takes them: nothing
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from bot.services import admin, enforcement, notices, recall
+from bot.services import admin, approval_lifecycle, enforcement, notices, recall
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
+from bot.services.shrinking import shrink_in
 from bot.services.sweep_gpus import act_on_gpu
 from bot.services.sweep_pass import Pass, SweepReport
 from rules.decision import Decision, Match
@@ -29,10 +31,12 @@ from rules.lease_facts import (
     Warned,
     expiry_stage,
     gpu_facts,
+    gpu_idleness,
     lease_facts,
 )
 from rules.marks import notice_key, would_have_key
 from rules.reclaim import Do, lease_steps
+from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
 from storage.gpus import gpu_snapshots
@@ -59,6 +63,7 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
             lease_readings = [reading(node, index) for node, index in lease.slots]
             facts = lease_facts(policy, lease, lease_readings, warned[lease.id], now)
             _act_on_lease(run, lease, decide(Subject.LEASE, facts), warned[lease.id])
+            _narrow_idle(run, lease)
 
     act(active, warned)
     for gpu in gpus:
@@ -72,6 +77,7 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         with ctx.db.read() as session:
             fresh, warned = leases.active_snapshots(session)
         act([s for s in fresh if f"L{s.id}" in recalled.started], warned)
+    run.report.chased = approval_lifecycle.chase(ctx).steps()
     return run.report
 
 
@@ -92,6 +98,8 @@ def _act_on_lease(run: Pass, lease: LeaseSnapshot, decision: Decision, warned: W
             _warn(run, lease, step.reason, own)
         elif step.do == Do.RECLAIM:
             _reclaim(run, lease, step.reason, own)
+        elif step.do == Do.SHRINK:
+            _shrink(run, lease, own)
         elif step.do == Do.HOLD_BACK:
             run.report.held_back.append(f"L{lease.id} {step.reason}: {step.why}")
         elif step.do == Do.NOTIFY:
@@ -132,12 +140,18 @@ def _warn(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision) -
         }
         if reason == Reason.PREEMPT:
             data["recall"] = row.warnings.recall
+        idle = _idle_named(run, lease) if reason == Reason.PARTLY_IDLE else ()
+        if idle:
+            data["idle_gpus"] = [f"{node}:{index}" for node, index in idle]
+            data["idle_for_min"] = facts["lease.idle_gpus_for"]
         owed = outbox.owe(
             session, Owed(OutboxKind.LEASE_WARNING, f"lease:{lease.id}", lease.holder, data), at=now
         )
         row.warnings = row.warnings.with_warning(
             key, outbox=owed.id, owed_at=now, lead_min=stage or 0.0
         )
+        if idle:
+            row.warnings = row.warnings.with_idle_slots(idle)
         session.add(row)
         record(
             session,
@@ -185,6 +199,47 @@ def _reclaim(run: Pass, lease: LeaseSnapshot, reason: Reason, decision: Decision
         if run.ctx.enforcer != "notify":  # the order stands or falls with the reclaim
             enforcement.order(session, run.ctx, lease, run.reading, now)
     run.report.reclaimed.append(f"L{lease.id} {reason}")
+
+
+def _idle_named(run: Pass, lease: LeaseSnapshot) -> tuple[tuple[str, int], ...]:
+    """The GPUs of the lease idle for the idle threshold, as this pass reads them."""
+    readings = [run.reading(node, index) for node, index in lease.slots]
+    return gpu_idleness(run.ctx.policy, lease, readings, run.now).idle
+
+
+def _narrow_idle(run: Pass, lease: LeaseSnapshot) -> None:
+    """A GPU the partly-idle warning named is no longer idle (busy again, or unknown): its
+    Give back button no longer offers it. Nothing is written while the named GPUs stay idle."""
+    named = lease.warnings.idle_slots()
+    if not named:
+        return
+    idle = set(_idle_named(run, lease))
+    still = tuple(slot for slot in named if slot in idle)
+    if len(still) == len(named):
+        return
+    with run.ctx.db.write() as session:
+        row = _locked(session, lease)
+        if row is not None and row.warnings.idle_slots() == named:
+            row.warnings = row.warnings.with_idle_slots(still)
+            session.add(row)
+
+
+def _shrink(run: Pass, lease: LeaseSnapshot, decision: Decision) -> None:
+    """`shrink idle`: give back the GPUs idle now, keep the busy ones (`rules.reclaim.may_shrink`
+    allowed it on this pass's facts)."""
+    idle = _idle_named(run, lease)
+    with run.ctx.db.write() as session:
+        row = _locked(session, lease)
+        if row is None or not idle:
+            return
+        held = leases.slots_of(session, lease.id)
+        chosen = to_give_back(f"L{lease.id}", held, named=[s for s in idle if s in held])
+        if isinstance(chosen, Problem):
+            return  # every GPU idle now: that is a reclaim's business, not a shrink's
+        shrink_in(
+            session, run.ctx, row, chosen, actor=SWEEPER, why="idle", now=run.now, decision=decision
+        )
+    run.report.shrunk.append(f"L{lease.id} gave back {len(chosen)}")
 
 
 def _would_have(

@@ -91,10 +91,14 @@ def _unreserved(
         reclaimed = storage_leases.reclaimed_from(
             session, gpu.id, run.now - run.ctx.policy.timing.grace
         )
-        not_offered = []
+        # Whose running lease gave this GPU back: the shrink reply told them; likewise.
+        shrunk = storage_leases.gave_back(session, gpu.id)
+        not_offered, gave_back = [], []
         for unix_user in new:
             slack_user = run.ctx.policy.accounts.get(unix_user)
-            if slack_user in reclaimed:
+            if slack_user in shrunk:
+                gave_back.append(unix_user)
+            elif slack_user in reclaimed:
                 not_offered.append(unix_user)
             elif slack_user:
                 data = {"node": gpu.node, "index": gpu.index, "pool": gpu.pool, "user": unix_user}
@@ -108,6 +112,8 @@ def _unreserved(
                 f" Not offered a lease: {', '.join(not_offered)}, whose lease on it was "
                 "just reclaimed."
             )
+        if gave_back:
+            text += f" Not offered a lease: {', '.join(gave_back)}, whose lease gave it back."
         notices.tell_admins(session, run.ctx.policy.admins, subject, text, at=run.now)
         keyvalue.set_users_told(session, key, told | set(new), at=run.now, by=SWEEPER, empty="?")
         record(

@@ -14,21 +14,25 @@ from rules.lease_facts import Reading, Readings
 class SweepReport:
     warned: list[str] = field(default_factory=list)
     reclaimed: list[str] = field(default_factory=list)
+    shrunk: list[str] = field(default_factory=list)  # leases that gave back their idle GPUs
     notified: list[str] = field(default_factory=list)
     would_have: list[str] = field(default_factory=list)
     held_back: list[str] = field(default_factory=list)  # reclaims the invariants refused
     recalled: list[str] = field(default_factory=list)  # leases chosen for a lender recall
     recall_withdrawn: list[str] = field(default_factory=list)
+    chased: list[str] = field(default_factory=list)  # "R4 remind": the approval lifecycle
 
     @property
     def changed(self) -> bool:
         return bool(
             self.warned
             or self.reclaimed
+            or self.shrunk
             or self.notified
             or self.would_have
             or self.recalled
             or self.recall_withdrawn
+            or self.chased
         )
 
 

@@ -11,9 +11,11 @@ from bot.services import Services
 from bot.services.notice_views import (
     AdminNotice,
     ApprovalCard,
+    ApprovalReminder,
     EndedByOther,
     EndedGrant,
     EndedWarning,
+    ExtensionWaiting,
     Grant,
     LeaseClosed,
     LeaseWarning,
@@ -25,7 +27,16 @@ from bot.services.notice_views import (
     UnreservedUse,
 )
 from bot.slack.blocks import approval_card, grant_message, home_view, settled_card
-from bot.slack.blocks.kit import Message, context, escape, mention, message, section
+from bot.slack.blocks.approval import approval_reminder, escalated_line, extension_waiting
+from bot.slack.blocks.kit import (
+    Message,
+    ask_again_button,
+    context,
+    escape,
+    mention,
+    message,
+    section,
+)
 from bot.slack.blocks.leases import ended_grant_message, ended_text
 from bot.slack.blocks.warnings import (
     admin_notice,
@@ -62,6 +73,19 @@ def drawn(notice: Notice, people: People) -> Rendered:
                 (r.channel, r.ts, _rendered(_drawn_message(r.shows, people))) for r in redraws
             )
             return Rendered(ended_text(lease, by), [], updates=updates)
+        case ApprovalReminder(request=request, thread_ts=thread_ts):
+            name = people.name(request.requester)
+            built = approval_reminder(
+                request,
+                name,
+                notice.asked,
+                notice.waited,
+                in_thread=thread_ts is not None,
+                by=notice.by,
+            )
+            return Rendered(built.text, built.blocks, thread_ts=thread_ts)
+        case ExtensionWaiting(request=request, asked=asked, lease_ends_at=ends_at):
+            return _rendered(extension_waiting(request, asked, ends_at))
         case _:
             return _rendered(_drawn_message(notice, people))
 
@@ -87,10 +111,18 @@ def _drawn_message(
 ) -> Message:
     match notice:
         case ApprovalCard(request=request, quota=quota, effects=effects, because=because):
-            return approval_card(request, people.name(request.requester), quota, effects, because)
+            escalated = (
+                escalated_line(notice.escalated_to, notice.escalated_after)
+                if notice.escalated_after is not None
+                else ""
+            )
+            name = people.name(request.requester)
+            return approval_card(request, name, quota, effects, because, escalated=escalated)
         case SettledCard(request=request, because=because, note=note):
             name = people.name(request.requester)
-            return settled_card(request, name, because=because, note=note)
+            return settled_card(request, name, because=because, note=note, by_bot=notice.by_bot)
+        case RequestDecided(verdict="expired"):
+            return _expired(notice)
         case RequestDecided(code=code, verdict=verdict, by=by, reason=reason, state=state):
             return _decided(code, verdict, by, reason, state)
         case UnreservedUse(node=node, index=index, pool=pool, user=user):
@@ -127,6 +159,7 @@ def _lease_message(
                 snoozes_left=w.snoozes_left,
                 recall=w.recall,
                 notice=w.notice,
+                idle=w.idle,
             )
         case EndedWarning(lease=lease, reason=reason, because=because, by=by):
             return ended_warning_message(lease, reason, because, by)
@@ -156,4 +189,19 @@ def _decided(code: str, verdict: str, by: str, reason: str, state: str) -> Messa
     if reason:
         blocks.append(context(f"Reason: {escape(reason)}"))
     blocks.append(context(f"`/gpu why {code}` shows the whole story."))
+    return message(text, blocks)
+
+
+def _expired(notice: RequestDecided) -> Message:
+    """The requester's DM when nobody decided in time: what happened, and *Ask again*."""
+    code = notice.code
+    text = f"{code} was withdrawn. {escape(notice.reason)}."
+    if notice.kind == "extend":
+        blocks = [section(text), context("`/gpu extend` asks again while the lease runs.")]
+        return message(text, blocks)
+    blocks = [
+        section(text),
+        context("*Ask again* files the same request once more."),
+        ask_again_button(notice.request_id),
+    ]
     return message(text, blocks)

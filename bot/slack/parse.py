@@ -70,6 +70,15 @@ class Release:
 
 
 @dataclass(frozen=True)
+class Shrink:
+    """Give back some GPUs of a lease: those named, or all but `keep`."""
+
+    lease_id: int
+    gpus: tuple[tuple[str, int], ...] = ()
+    keep: int | None = None
+
+
+@dataclass(frozen=True)
 class Mine:
     pass
 
@@ -113,6 +122,7 @@ class Nodes:
 
 Command: TypeAlias = (
     (Help | OpenBorrowModal | Borrow | Extend | Release | Mine | Status | Queue | Quota | Why)
+    | Shrink
     | Audit
     | Admin
     | Nodes
@@ -213,10 +223,47 @@ def _release(args: str, env: _Env) -> Command | ParseProblem:
         return Release(None)
     if len(words) == 1 and (m := _LEASE.fullmatch(words[0])):
         return Release(int(m.group(1)))
+    if len(words) > 1 and words[1] in ("gpus", "gpu", "keep") and (m := _LEASE.fullmatch(words[0])):
+        return _shrink(int(m.group(1)), words[1], args.split()[2:], example)
     what = f"I did not understand {quote(args)}. " if words else ""
     return ParseProblem(
-        [], f"{what}Which lease? `/gpu release L7` for one, `/gpu release all` for all.", example
+        [],
+        f"{what}Which lease? `/gpu release L7` for one, `/gpu release all` for all. "
+        "`/gpu release L7 keep 1` keeps one of its GPUs and gives back the rest.",
+        example,
     )
+
+
+_GPUS = re.compile(r"([A-Za-z0-9][\w.-]{0,127}):(\d{1,3}(?:,\d{1,3})*)", re.ASCII)
+
+
+def _shrink(lease: int, how: str, rest: list[str], example: str) -> Command | ParseProblem:
+    """`L7 gpus node:2,3` (those GPUs go back) or `L7 keep 1` (all but one go back)."""
+    understood = [f"lease L{lease}"]
+    if how == "keep":
+        if len(rest) == 1 and rest[0].isdecimal() and len(rest[0]) <= 4:
+            return Shrink(lease, keep=int(rest[0]))
+        return ParseProblem(
+            understood, f"Keep how many GPUs? `/gpu release L{lease} keep 1`.", example
+        )
+    if not rest:
+        return ParseProblem(
+            understood,
+            f"Which GPUs? Name them as host:index, `/gpu release L{lease} gpus node:2,3`.",
+            example,
+        )
+    slots: list[tuple[str, int]] = []
+    for word in rest:
+        m = _GPUS.fullmatch(word)
+        if m is None:
+            return ParseProblem(
+                understood,
+                f"I did not understand {quote(word)}: name GPUs as host:index, "
+                f"`/gpu release L{lease} gpus node:2,3`.",
+                example,
+            )
+        slots += [(m.group(1), int(i)) for i in m.group(2).split(",")]
+    return Shrink(lease, gpus=tuple(slots))
 
 
 def _no_args(command: Command) -> Callable[[str, _Env], Command | ParseProblem]:

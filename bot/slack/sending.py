@@ -41,6 +41,7 @@ class Rendered:
     view: dict[str, Any] | None = None  # a Home tab to publish instead of a message
     # Messages already posted to redraw in place instead: (channel, ts, what it says now).
     updates: tuple[tuple[str, str, Rendered], ...] = ()
+    thread_ts: str | None = None  # a reply in the thread of this message
 
 
 #: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
@@ -167,6 +168,7 @@ class Sender:
             text=prepared.text,
             blocks=prepared.blocks,
             metadata={"event_type": METADATA_TYPE, "event_payload": {"outbox_id": row.id}},
+            **({"thread_ts": prepared.thread_ts} if prepared.thread_ts else {}),
         )
         return Sent(str(answer["channel"]), str(answer["ts"]))
 

@@ -45,10 +45,12 @@ COMMANDS: dict[str, CommandHelp] = {
         ("/gpu extend L7 +2h because the run needs longer", "/gpu extend 7 until tomorrow 9am"),
     ),
     "release": CommandHelp(
-        "/gpu release <lease | all>",
-        "Give GPUs back before the lease ends.",
-        "`all` releases every lease you hold and withdraws your open requests.",
-        ("/gpu release L7", "/gpu release all"),
+        "/gpu release <lease | all> [gpus <host:index,…> | keep <n>]",
+        "Give GPUs back before the lease ends, all of them or some.",
+        "`all` releases every lease you hold and withdraws your open requests. "
+        "`gpus a100-node-01:2,3` gives back those GPUs and keeps the rest; `keep 1` keeps one "
+        "and gives back the others, idle ones first. The lease ends as planned.",
+        ("/gpu release L7", "/gpu release all", "/gpu release L7 keep 1"),
     ),
     "mine": CommandHelp(
         "/gpu mine",

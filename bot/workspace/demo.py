@@ -31,9 +31,14 @@ ACK_TIMEOUT_S = 3.0  # Slack gives up on an app's answer after three seconds
 MAX_FORWARD = timedelta(days=1)
 
 
+class ForwardBusyError(RuntimeError):
+    """A fast-forward was asked for while another one still moves the clock."""
+
+
 @dataclass
 class Demo:
-    """The running parts; `forward` moves the demo clock with the jobs the bot would run."""
+    """The running parts; `forward` moves the demo clock with the jobs the bot would run,
+    `forward_later` does it on a thread of its own for the page."""
 
     local: LocalSlack
     bot: Bot
@@ -43,6 +48,13 @@ class Demo:
     _http: Background
     _time: threading.Lock = field(default_factory=threading.Lock)
     progress: tuple[int, int] | None = None  # (steps done, steps) while fast-forwarding
+    forwards_done: int = 0  # the number of the last fast-forward `forward_later` finished
+    forward_error: str | None = None  # why the last fast-forward stopped early, if it did
+    read_up_to: dict[tuple[str, str], str] = field(default_factory=dict)  # (person, channel)
+    _forwards: int = 0
+    _mover: threading.Thread | None = None
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _starting: threading.Lock = field(default_factory=threading.Lock)
 
     def forward(self, by: timedelta) -> None:
         """Move time on in poll-sized steps: a poll every step, a sweep and the deliveries it
@@ -54,6 +66,8 @@ class Demo:
         with self._time:
             try:
                 for step in range(1, steps + 1):
+                    if self._stopping.is_set():
+                        return
                     self.progress = (step - 1, steps)
                     self.clock.advance(min(POLL_EVERY, by - POLL_EVERY * (step - 1)))
                     self.bot.poll()
@@ -62,6 +76,34 @@ class Demo:
                         self.deliver()
             finally:
                 self.progress = None
+
+    def forward_later(self, by: timedelta) -> int:
+        """Start `forward(by)` on a thread and answer at once with its number; the page shows
+        `progress` until `forwards_done` reaches it. One fast-forward at a time."""
+        if not timedelta(0) < by <= MAX_FORWARD:
+            raise ValueError(f"fast-forward between a second and {MAX_FORWARD}")
+        with self._starting:
+            if self._mover is not None and self._mover.is_alive():
+                raise ForwardBusyError("the clock is already moving; wait until it is done")
+            self._forwards += 1
+            job = self._forwards
+            self.progress = (0, math.ceil(by / POLL_EVERY))
+            self._mover = threading.Thread(
+                target=self._move, args=(by, job), name="demo-forward", daemon=True
+            )
+            self._mover.start()
+        return job
+
+    def _move(self, by: timedelta, job: int) -> None:
+        try:
+            self.forward(by)
+            self.forward_error = None
+        except Exception as exc:  # shown on the page and logged, never a silent stop
+            log.exception("demo: fast-forward failed")
+            self.forward_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.progress = None
+            self.forwards_done = job
 
     def deliver(self) -> None:
         """Run the outbox until nothing it can send is left."""
@@ -80,6 +122,9 @@ class Demo:
         return run
 
     def close(self) -> None:
+        self._stopping.set()
+        if self._mover is not None:
+            self._mover.join(30)
         self._http.stop()
         self.bot.close()
         self.local.stop()

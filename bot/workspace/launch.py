@@ -30,7 +30,12 @@ PROXY_VARIABLES = (
 
 
 class PortTakenError(RuntimeError):
-    """The page's port cannot be bound; the message says which and what to try."""
+    """The page's port cannot be bound; the message says which and why, `port` which it was
+    (the command line says what to try: `make demo PORT=…` or `gpubot demo --port …`)."""
+
+    def __init__(self, message: str, port: int) -> None:
+        super().__init__(message)
+        self.port = port
 
 
 def run(port: int, echo: Callable[[str], None], *, stop: threading.Event | None = None) -> None:
@@ -41,9 +46,8 @@ def run(port: int, echo: Callable[[str], None], *, stop: threading.Event | None 
     try:
         page = PageServer(port)  # first: a taken port fails before anything starts
     except OSError as exc:
-        hint = f"; try --port {port + 1}" if 0 < port < 65535 else ""
         raise PortTakenError(
-            f"cannot serve the page on 127.0.0.1:{port}: {exc.strerror}{hint}"
+            f"cannot serve the page on 127.0.0.1:{port}: {exc.strerror}", port
         ) from None
     try:
         for name in PROXY_VARIABLES:
@@ -84,12 +88,15 @@ def banner(url: str, demo: Demo, settings: Settings) -> str:
         telemetry = "this host's GPUs, through NVML"
     else:
         telemetry = "node agents only"
+    database = demo.bot.settings.database_url
     return "\n".join(
         [
             f"gpubot demo: open {url} in a browser",
             f"  the bot, in HTTP mode:  {demo.bot_url}/slack/events",
             f"  the local Slack API:    {demo.local.api_url}",
-            f"  telemetry: {telemetry}; the default rules; a temporary SQLite database",
+            f"  telemetry: {telemetry}; the default rules",
+            f"  database: {database} (temporary: deleted on Ctrl-C)",
+            f"  the admin commands read it: GPUBOT_DATABASE_URL={database} gpubot leases",
             "Press Ctrl-C to stop.",
         ]
     )

@@ -86,8 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(403, "text/plain; charset=utf-8", b"forbidden")
             return
         if url.path == "/ui/state":
-            person = parse_qs(url.query).get("as", [""])[0]
-            self._json(200, page_state(self.demo, person))
+            query = parse_qs(url.query)
+            person, reading = query.get("as", [""])[0], query.get("in", [""])[0]
+            self._json(200, page_state(self.demo, person, reading))
             return
         name = "index.html" if url.path == "/" else url.path.removeprefix("/static/")
         files = {p.name: p for p in STATIC.iterdir() if p.suffix in TYPES}

@@ -1,6 +1,7 @@
 """What a person does on the page, turned into what Slack would send the bot: signed slash
 commands, block_actions and view_submission payloads through `SlackDriver`, and the demo's own
-fast-forward. Each handler takes the page's JSON body and answers JSON."""
+fast-forward (started here, moved on a thread of its own). Each handler takes the page's JSON
+body and answers JSON."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.localslack import Reply
 from bot.localslack.payloads import Source
+from bot.workspace.demo import ForwardBusyError
 
 if TYPE_CHECKING:
     from bot.workspace.demo import Demo
@@ -131,8 +133,18 @@ def forward(demo: Demo, body: Body) -> Body:
     minutes = body.get("minutes")
     if not isinstance(minutes, int) or isinstance(minutes, bool) or not 1 <= minutes <= 1440:
         raise UiError("fast-forward takes whole minutes, 1 to 1440")
-    demo.forward(timedelta(minutes=minutes))
-    return {"ok": True, "now": demo.clock.timestamp()}
+    try:
+        job = demo.forward_later(timedelta(minutes=minutes))
+    except ForwardBusyError as exc:
+        raise UiError(str(exc)) from None
+    return {"ok": True, "job": job}
+
+
+def leave(demo: Demo, body: Body) -> Body:
+    """The page was loaded afresh, or switched from or to this person: their open modals close,
+    as Slack closes a modal whose window went away."""
+    demo.local.workspace.views.clear(_person(demo, body))
+    return {"ok": True}
 
 
 ROUTES: dict[str, Callable[[Demo, Body], Body]] = {
@@ -142,4 +154,5 @@ ROUTES: dict[str, Callable[[Demo, Body], Body]] = {
     "/ui/close": close,
     "/ui/home": home,
     "/ui/forward": forward,
+    "/ui/leave": leave,
 }

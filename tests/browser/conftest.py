@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, ViewportSize, sync_playwright
 
 from bot.settings import Settings
 from bot.telemetry.sources import DEFAULT_FLEET
@@ -65,12 +65,19 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
 
 
 @pytest.fixture
-def slack(browser: Browser, demo: Demo, tmp_path: Path) -> Iterator[SlackPage]:
+def viewport(request: pytest.FixtureRequest) -> ViewportSize:
+    """1440x900 unless a test parametrises it (indirect) with LAPTOP or DESKTOP."""
+    size: ViewportSize = {"width": 1440, "height": 900}
+    return getattr(request, "param", size)
+
+
+@pytest.fixture
+def slack(
+    browser: Browser, demo: Demo, tmp_path: Path, viewport: ViewportSize
+) -> Iterator[SlackPage]:
     """The page as a person in Berlin sees it; a JavaScript error fails the test."""
     page_server = PageServer(0).start(demo)
-    context = browser.new_context(
-        viewport={"width": 1440, "height": 900}, timezone_id="Europe/Berlin", locale="en-US"
-    )
+    context = browser.new_context(viewport=viewport, timezone_id="Europe/Berlin", locale="en-US")
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))

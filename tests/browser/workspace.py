@@ -53,10 +53,14 @@ class SlackPage:
         assert answer.value.ok, answer.value.text()
 
     def forward(self, label: str) -> None:
-        """One of the demo clock's fast-forward buttons; returns when the time has passed."""
-        with self.page.expect_response("**/ui/forward", timeout=30_000) as answer:
+        """One of the demo clock's fast-forward buttons: answered at once, with the progress on
+        the page; returns when the time has passed and the page has drawn it."""
+        with self.page.expect_response("**/ui/forward", timeout=5_000) as answer:
             self.page.get_by_role("button", name=label).click()
         assert answer.value.ok, answer.value.text()
+        job = answer.value.json()["job"]
+        done = self.page.locator(f"body[data-forwarded='{job}']")
+        expect(done).to_be_attached(timeout=120_000)
 
     def screenshot(self, name: str) -> None:
         self.page.wait_for_timeout(300)  # let the last poll's redraw settle

@@ -4,6 +4,8 @@ and the reply to the manager who clicked.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from bot.services.results import ApprovalEffects, QuotaUse, RequestView, SettleResult
 from bot.slack.blocks.kit import (
     APPROVE_ACTION,
@@ -71,8 +73,11 @@ def approval_card(
     quota: QuotaUse,
     effects: ApprovalEffects,
     because: str,
+    *,
+    escalated: str = "",
 ) -> Message:
-    """The card for the approvers: the facts, the team's quota, the rules' reason, two buttons."""
+    """The card for the approvers: the facts, the team's quota, the rules' reason, two buttons;
+    `escalated`: the line saying who it was escalated to."""
     lines = [f"Team *{escape(quota.team)}* in *{escape(quota.pool)}*: {quota_line(quota)}"]
     if not _is_extension(request):
         after = quota.used + request.gpus
@@ -87,6 +92,7 @@ def approval_card(
         *_facts(request, escape(requester_name)),
         section("\n".join(lines)),
         context(f"Rules: {escape(because)}" if because else "No rule decided; the default asks."),
+        *([context(escalated)] if escalated else []),
         actions(
             request_block(request.id),
             button("Approve", APPROVE_ACTION, value, style="primary"),
@@ -168,15 +174,26 @@ def effect_lines(request: RequestView, effects: ApprovalEffects) -> list[str]:
 
 
 def settled_card(
-    request: RequestView, requester_name: str, *, because: str = "", note: str = ""
+    request: RequestView,
+    requester_name: str,
+    *,
+    because: str = "",
+    note: str = "",
+    by_bot: bool = False,
 ) -> Message:
-    """The card after a decision: the same facts, who settled it and when, and no buttons."""
+    """The card after a decision: the same facts, who settled it and when, and no buttons.
+    `by_bot`: the bot withdrew it (expired, or its wait ran out), and `note` says why."""
     verb = _SETTLED.get(request.state, "Settled")
-    line = f"{verb} by {mention(request.decided_by)}"
-    if request.decided_at is not None:
-        line += f" at {slack_date(request.decided_at)}"
-    if note:
-        line += f": {clip(escape(note), 1000)}"
+    if by_bot and note:
+        line = f"{clip(escape(note), 1000)}."
+        if request.decided_at is not None:
+            line += f" {verb} {slack_date(request.decided_at)}."
+    else:
+        line = f"{verb} by {mention(request.decided_by)}"
+        if request.decided_at is not None:
+            line += f" at {slack_date(request.decided_at)}"
+        if note:
+            line += f": {clip(escape(note), 1000)}"
     blocks = [*_facts(request, escape(requester_name))]
     if because:
         blocks.append(context(f"Rules: {escape(because)}"))
@@ -193,3 +210,86 @@ def settle_reply(result: SettleResult) -> Message:
     if result.lease is not None:
         blocks.append(section(lease_summary(result.lease)))
     return message(defang(result.message), blocks)
+
+
+def escalated_line(targets: tuple[str, ...], after: timedelta) -> str:
+    """The mark on a card that was escalated: to whom, and how long after it was filed."""
+    return f"⏫ Escalated to {_people(targets)} after {format_duration(_minutes(after))}."
+
+
+def approval_reminder(
+    request: RequestView,
+    requester_name: str,
+    asked: tuple[str, ...],
+    waited: timedelta,
+    *,
+    in_thread: bool,
+    by: str = "",
+) -> Message:
+    """A reminder for the approvers: in the card's thread, or a DM."""
+    what = escape(_summary(request, requester_name))
+    ago = format_duration(_minutes(waited))
+    lead = f"{escape(requester_name)} asked me to remind you. " if by else ""
+    text = f"{lead}Still waiting for you, {_people(asked)}: {what}, filed {ago} ago."
+    route = request.approval_route
+    if in_thread:
+        where = "Approve or deny it on the card above."
+    elif route.startswith(("C", "G")):
+        where = f"Approve or deny it on its card in <#{route}>."
+    else:
+        where = "Approve or deny it on its card in this conversation."
+    where += " Home lists everything waiting for you."
+    return message(text, [section(text), context(where)])
+
+
+def extension_waiting(
+    request: RequestView, asked: tuple[str, ...], lease_ends_at: datetime
+) -> Message:
+    """The holder's DM when the lease nears its end and the extension still waits."""
+    lease = f"L{request.lease_id}"
+    text = (
+        f"Your extension request {request.code} (+{format_duration(request.duration)} for "
+        f"{lease}) is still waiting for {_people(asked)}; {lease} ends at "
+        f"{slack_date(lease_ends_at, '{time}')} unless it is approved before then."
+    )
+    blocks = [
+        section(text),
+        context(
+            "Save your work before then. Your GPUs are taken back at the end as usual; "
+            f"`/gpu borrow` asks for new ones, `/gpu why {request.code}` shows where it stands."
+        ),
+    ]
+    return message(text, blocks)
+
+
+def nudge_reply(
+    request: RequestView, asked: tuple[str, ...], *, again_at: datetime, ago: timedelta | None
+) -> Message:
+    """What the requester sees after *Remind approvers*: done (`ago` None), or how long ago
+    they did and when they can again."""
+    when = slack_date(again_at, "{time}")
+    if ago is None:
+        text = (
+            f"Reminded {_people(asked)} about {request.code}. You can remind them again at {when}."
+        )
+    else:
+        minutes = max(1, int(ago.total_seconds() // 60))
+        text = (
+            f"You reminded them {minutes} min ago; you can again at {when} "
+            "(at most once every 15 minutes)."
+        )
+    return message(text, [section(text)])
+
+
+def _people(who: tuple[str, ...]) -> str:
+    """People as mentions and channels as links: "<@U1>, <@U2> and <#C1>"."""
+    shown = [f"<#{w}>" if w[:1] in ("C", "G") else mention(w) for w in who[:6]]
+    if len(who) > 6:
+        shown.append(f"{len(who) - 6} more")
+    if not shown:
+        return "the approvers"
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def _minutes(span: timedelta) -> timedelta:
+    return timedelta(minutes=max(1, round(span.total_seconds() / 60)))

@@ -33,6 +33,8 @@ CANCEL_ACTION = "request_cancel"
 EXTEND_ACTION = "lease_extend"
 RELEASE_ACTION = "lease_release"
 BORROW_OPEN_ACTION = "borrow_open"
+REMIND_ACTION = "request_remind"  # the requester's "Remind approvers"
+ASK_AGAIN_ACTION = "request_ask_again"  # file an expired request once more
 
 
 def request_block(request_id: int) -> str:
@@ -173,6 +175,8 @@ def button(
             "confirm": plain(yes, 30),
             "deny": plain("Cancel", 30),
         }
+        if style == "danger":  # Slack draws the dialog's confirm button red too
+            element["confirm"]["style"] = "danger"
     return element
 
 
@@ -196,3 +200,18 @@ def fit(blocks: list[Block], limit: int) -> list[Block]:
     if len(blocks) <= limit:
         return blocks
     return [*blocks[: limit - 1], context(f"…and {len(blocks) - limit + 1} more not shown here.")]
+
+
+def remind_button(request_id: int) -> Block:
+    """The requester's *Remind approvers* button, under their "waiting for approval" answer."""
+    return actions(
+        f"remind:{request_id}", button("Remind approvers", REMIND_ACTION, str(request_id))
+    )
+
+
+def ask_again_button(request_id: int) -> Block:
+    """*Ask again* under an expired request: the same request filed once more."""
+    return actions(
+        f"again:{request_id}",
+        button("Ask again", ASK_AGAIN_ACTION, str(request_id), style="primary"),
+    )

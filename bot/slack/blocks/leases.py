@@ -23,6 +23,7 @@ from bot.slack.blocks.kit import (
     mention,
     message,
     plural,
+    remind_button,
     section,
     slack_date,
     utc_text,
@@ -183,6 +184,8 @@ def extend_reply(result: ExtendResult) -> Message:
     blocks = [section(text)]
     if because:
         blocks.append(context(f"Because {because} (rule `{escape(result.deciding)}`)"))
+    if result.outcome == Outcome.ASK and request is not None:
+        blocks.append(remind_button(request.id))
     why = f" Because {result.because}." if result.because else ""
     return message(escape(f"{lease.code}: {_SAID[result.outcome]}.{why}"), blocks)
 

@@ -17,6 +17,7 @@ from bot.slack.blocks.kit import (
     mention,
     message,
     plural,
+    remind_button,
     section,
     slack_date,
     utc_text,
@@ -61,6 +62,7 @@ def borrow_reply(result: BorrowResult, queued: QueueEntry | None = None) -> Mess
         text = f"{request.code} needs approval: I asked {who} {_route(request.approval_route)}."
         blocks = [section(f":hourglass: {text}\nYou asked for {size} for {length}.")]
         blocks.append(context("You get a DM when they decide. Why they were asked: " + because))
+        blocks.append(remind_button(request.id))
     elif result.outcome == Outcome.QUEUE:
         where = f" at position {queued.position} in {escape(request.pool)}" if queued else ""
         text = f"{request.code} is queued{where}: {size} for {length}."

@@ -3,7 +3,7 @@ and notices for admins."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +30,8 @@ from bot.slack.blocks.leases import ended_line, ended_text, placement_lines
 from rules.domain import format_duration
 
 SNOOZE_ACTION = "lease_snooze"
+GIVE_BACK_IDLE_ACTION = "lease_give_back_idle"
+KEEP_ALL_ACTION = "lease_keep_all"
 BORROW_QUICK_ACTION = "borrow_quick"
 
 
@@ -49,8 +51,11 @@ def warning_message(
     snoozes_left: int,
     recall: Mapping[str, Any] | None = None,
     notice: timedelta = timedelta(0),
+    idle: Sequence[str] = (),
 ) -> Message:
     """Before anything is taken: what, why, the deadline, and Extend / Release now / Still using."""
+    if reason == "partly_idle":
+        return partly_idle_message(lease, idle, idle_for_min, snoozes_left=snoozes_left)
     if reason == "expiry":
         title = f"{lease.code} ends {'soon' if time_left_min else 'now'}"
         line = (
@@ -97,6 +102,63 @@ def warning_message(
         )
     blocks.append(actions(lease_block(lease.id), *elements))
     return message(f"{title}: {clip(because, 300)}", blocks)
+
+
+def partly_idle_message(
+    lease: LeaseView,
+    idle: Sequence[str],
+    idle_for_min: float,
+    *,
+    snoozes_left: int,
+) -> Message:
+    """Some GPUs of a lease idle, at least one busy: Give back the idle ones, Still using, Keep.
+    The rule's own words are left to `/gpu why`: the first line says the same."""
+    count, total = len(idle), len(lease.gpus)
+    them = "it" if count == 1 else "them"
+    title = f"{lease.code}: {count} of {total} GPUs idle"
+    line = (
+        f"{count} of your {total} GPUs in *{lease.code}* "
+        f"{'has' if count == 1 else 'have'} been idle for {_minutes(idle_for_min)}: "
+        f"{escape(_named(idle))}. Give {them} back so others can use {them}; "
+        "the busy GPUs stay yours."
+    )
+    elements = [
+        button(
+            f"Give back the {plural(count, 'idle GPU')}"
+            if count != 1
+            else "Give back the idle GPU",
+            GIVE_BACK_IDLE_ACTION,
+            str(lease.id),
+            style="primary",
+        )
+    ]
+    if snoozes_left > 0:
+        elements.append(button("Still using", SNOOZE_ACTION, str(lease.id)))
+    elements.append(button("Keep", KEEP_ALL_ACTION, str(lease.id)))
+    blocks = [
+        header(title),
+        section(f":hourglass: {line}"),
+        section("\n".join(placement_lines(lease))),
+        context(
+            "“Still using” quiets this warning for a while; “Keep” keeps every GPU and ends "
+            f"these warnings for {lease.code}. `/gpu release {lease.code} keep 1` keeps one; "
+            f"`/gpu why {lease.code}` shows the rule that sent this."
+        ),
+        actions(lease_block(lease.id), *elements),
+    ]
+    return message(f"{title}: give them back, or say you still need them.", blocks)
+
+
+def _named(idle: Sequence[str]) -> str:
+    """ "node-a GPUs 1, 2; node-b GPU 0" from ["node-a:1", "node-a:2", "node-b:0"]."""
+    by_node: dict[str, list[str]] = {}
+    for gpu in idle:
+        node, _, index = gpu.rpartition(":")
+        by_node.setdefault(node, []).append(index)
+    return "; ".join(
+        f"{node} GPU{'s' if len(indices) > 1 else ''} {', '.join(indices)}"
+        for node, indices in by_node.items()
+    )
 
 
 def _release_now(lease: LeaseView) -> Block:
@@ -156,6 +218,7 @@ def _preempt_message(
 _WARNED_OF = {
     "expiry": "its end",
     "idle": "idle GPUs",
+    "partly_idle": "some idle GPUs",
     "preempt": "a recall",
     "unhealthy": "a GPU fault",
 }

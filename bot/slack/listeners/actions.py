@@ -1,8 +1,8 @@
-"""Buttons: Approve / Deny / Withdraw on requests, Extend / Release / Still using on leases,
-Borrow on Home and in unreserved-use DMs, Pause / Resume on an admin's Home. Each click is
-recorded and acked; a worker carries it out (`carry_out`) on the id the button carries and answers
-where the click happened: through the response_url under a message, by DM (and a redrawn Home
-tab) for a click on the Home tab.
+"""Buttons: Approve / Deny / Withdraw / Remind approvers / Ask again on requests, Extend /
+Release / Still using on leases, Borrow on Home and in unreserved-use DMs, Pause / Resume on an
+admin's Home. Each click is recorded and acked; a worker carries it out (`carry_out`) on the id
+the button carries and answers where the click happened: through the response_url under a
+message, by DM (and a redrawn Home tab) for a click on the Home tab.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt import Ack, App
 
 from bot.services import BorrowAsk, Refused
+from bot.services.approval_lifecycle import Nudged, TooSoon
 from bot.services.results import LeaseView, RequestView
 from bot.slack.blocks import (
     APPROVE_ACTION,
@@ -28,9 +29,22 @@ from bot.slack.blocks import (
     release_reply,
     settle_reply,
 )
+from bot.slack.blocks.approval import nudge_reply
 from bot.slack.blocks.home import PAUSE_ACTION, RESUME_ACTION
-from bot.slack.blocks.kit import Message, message, section
-from bot.slack.blocks.warnings import BORROW_QUICK_ACTION, SNOOZE_ACTION
+from bot.slack.blocks.kit import (
+    ASK_AGAIN_ACTION,
+    REMIND_ACTION,
+    Message,
+    message,
+    section,
+)
+from bot.slack.blocks.shrinking import kept_reply, shrink_reply
+from bot.slack.blocks.warnings import (
+    BORROW_QUICK_ACTION,
+    GIVE_BACK_IDLE_ACTION,
+    KEEP_ALL_ACTION,
+    SNOOZE_ACTION,
+)
 from bot.slack.inbox import Answer
 from bot.slack.listeners.commands import borrow_form, borrowed
 from rules.domain import format_duration
@@ -46,11 +60,22 @@ MAX_ID = 2**31 - 1  # ids are database integers; anything larger was never a but
 # The admin Home's pause switch.
 _SWITCHES = (PAUSE_ACTION, RESUME_ACTION)
 # The buttons that act on the request or lease id they carry.
-_ON_AN_ID = (APPROVE_ACTION, CANCEL_ACTION, EXTEND_ACTION, RELEASE_ACTION, SNOOZE_ACTION)
+_ON_AN_ID = (
+    APPROVE_ACTION,
+    CANCEL_ACTION,
+    EXTEND_ACTION,
+    RELEASE_ACTION,
+    SNOOZE_ACTION,
+    REMIND_ACTION,
+    ASK_AGAIN_ACTION,
+)
+_ON_A_PARTLY_IDLE_LEASE = (GIVE_BACK_IDLE_ACTION, KEEP_ALL_ACTION)
 
 
 def register(app: App, deps: SlackDeps) -> None:
     for action_id in (*_ON_AN_ID, DENY_ACTION, BORROW_QUICK_ACTION, BORROW_OPEN_ACTION):
+        app.action(action_id)(_accepting(deps))
+    for action_id in _ON_A_PARTLY_IDLE_LEASE:  # Give back the idle GPUs, Keep
         app.action(action_id)(_accepting(deps))
     for action_id in _SWITCHES:
         app.action(action_id)(_accepting(deps))
@@ -60,7 +85,7 @@ def _accepting(deps: SlackDeps) -> Callable[..., None]:
     def clicked(ack: Ack, body: dict[str, Any]) -> None:
         action = body["actions"][0]
         action_id, value = str(action.get("action_id", "")), str(action.get("value") or "")
-        if action_id in (*_ON_AN_ID, DENY_ACTION) and _id(value) is None:
+        if action_id in (*_ON_AN_ID, *_ON_A_PARTLY_IDLE_LEASE, DENY_ACTION) and _id(value) is None:
             ack()  # a button without an id does nothing; there is nothing to record
             return
         user = str(body["user"]["id"])
@@ -116,6 +141,10 @@ def _act(deps: SlackDeps, action_id: str, user: str, value: str) -> Answer:
         ),
         RELEASE_ACTION: (services.release, release_reply),
         SNOOZE_ACTION: (services.snooze, lambda lease: _noted(deps, lease)),
+        GIVE_BACK_IDLE_ACTION: (services.give_back_idle, shrink_reply),
+        KEEP_ALL_ACTION: (services.keep_all, kept_reply),
+        REMIND_ACTION: (services.nudge, _nudged),
+        ASK_AGAIN_ACTION: (services.ask_again, lambda result: borrowed(deps, result)),
     }
     act, render = acts[action_id]
     return Answer(reply=_reply(act(user, target), render))
@@ -160,3 +189,9 @@ def _noted(deps: SlackDeps, lease: LeaseView) -> Message:
     quiet = format_duration(deps.services.policy.timing.snooze)
     text = f"Noted: {lease.code} is in use. No idle warning for the next {quiet}."
     return message(text, [section(text)])
+
+
+def _nudged(result: Nudged | TooSoon) -> Message:
+    if isinstance(result, TooSoon):
+        return nudge_reply(result.request, (), again_at=result.again_at, ago=result.ago)
+    return nudge_reply(result.request, result.approvers, again_at=result.again_at, ago=None)

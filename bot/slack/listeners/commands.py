@@ -28,6 +28,7 @@ from bot.slack.blocks import (
 from bot.slack.blocks.devices import nodes_message
 from bot.slack.blocks.kit import Message, context, escape, message, section
 from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
+from bot.slack.blocks.shrinking import shrink_reply
 from bot.slack.inbox import Answer
 from bot.slack.people import UTC_ZONE, Zone
 from rules.domain import Outcome
@@ -102,6 +103,9 @@ def run(deps: SlackDeps, user: str, command: p.Command) -> Message:
             return _extend(deps, user, command)
         case p.Release():
             return _reply(services.release(user, command.lease_id), release_reply)
+        case p.Shrink():
+            shrunk = services.shrink(user, command.lease_id, gpus=command.gpus, keep=command.keep)
+            return _reply(shrunk, shrink_reply)
         case p.Mine():
             return mine_message(services.leases(user), services.requests(user))
         case p.Admin():

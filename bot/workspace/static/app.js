@@ -1,10 +1,12 @@
 // The workspace page: polls /ui/state once a second and draws the sidebar, the conversation
-// or App Home, the open modal and the fleet; what a person does goes to /ui/* as JSON, where
-// the server turns it into a signed Slack request to the bot.
+// (day dividers, grouped messages, threads) or App Home, the open thread, the open modal and
+// the fleet; what a person does goes to /ui/* as JSON, where the server turns it into a signed
+// Slack request to the bot.
 
 import { confirmText, h, renderBlocks } from "./blocks.js";
+import { keepEmojiReadable } from "./emoji.js";
 import { renderClock, renderFleet } from "./fleet.js";
-import { mrkdwn } from "./mrkdwn.js";
+import { formatDate, mrkdwn } from "./mrkdwn.js";
 
 const HOME = "home";
 const DM = "dm";  // "the acting person's DM with the bot", whoever that is
@@ -14,13 +16,15 @@ const ui = {
   where: params.get("in") || "C0GPU",
   state: null,
   drawn: {},       // what each pane last drew, to leave untouched panes (and inputs) alone
-  seen: {},        // "person/conversation" -> messages seen, for the unread marks
+  thread: null,    // the open thread: { channel, ts } of its parent
+  forwardError: null,
   errors: {},      // field errors of the open modal, from its last submit
   modal: null,     // the modal drawn last: its id, hash and input readers
   timer: null,
 };
 const $ = (id) => document.getElementById(id);
 const fill = (node, ...children) => node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+const GROUP_S = 5 * 60;  // a message within five minutes of its author's last one joins it
 
 async function post(path, body) {
   const response = await fetch(path, {
@@ -51,6 +55,7 @@ function remember() {
 }
 
 function go(where) {
+  if (where !== ui.where) ui.thread = null;
   ui.where = where;
   remember();
   ui.drawn = {};
@@ -87,14 +92,13 @@ function drawSidebar() {
     if (!convs.length) return;
     items.push(h("div", { class: "nav-title" }, title));
     for (const conv of convs) {
-      const count = conv.messages.length;
-      const seen = ui.seen[`${ui.me}/${conv.id}`];
-      const unread = seen !== undefined && count > seen && conv.id !== ui.where;
+      const unread = conv.id === ui.where ? 0 : conv.unread;
       const prefix = conv.kind === "channel" ? (conv.private ? "🔒 " : "# ") : "● ";
       items.push(h("a", {
         href: "#", class: `nav-item${conv.id === ui.where ? " active" : ""}${unread ? " unread" : ""}`,
         "data-conversation": conv.id, onclick: (e) => { e.preventDefault(); go(conv.id); },
-      }, prefix + label(conv)));
+      }, h("span", { class: "nav-label" }, prefix + label(conv)),
+      unread ? h("span", { class: "badge", "aria-label": `${unread} unread` }, String(unread)) : null));
     }
   };
   const convs = ui.state.conversations;
@@ -114,7 +118,37 @@ function author(item) {
   return { bot, name, initials: bot ? "⚡" : name.split(" ").map((w) => w[0]).join("").slice(0, 2) };
 }
 
-function messageRow(item, conv) {
+function clockTime(ts) {
+  return new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" })
+    .format(new Date(Number(ts) * 1000));
+}
+
+function openThread(conv, ts) {
+  ui.thread = { channel: conv.id, ts };
+  ui.drawn.thread = null;
+  draw();
+}
+
+// Under a parent: "N replies", the time of the last one; it opens the thread pane.
+function repliesLink(item, conv) {
+  if (!item.reply_count) return null;
+  const when = formatDate(Number(item.latest_reply), "{date_short_pretty} at {time}", new Date(ui.state.clock.now * 1000));
+  return h("button", { type: "button", class: "replies", "data-thread": item.ts, onclick: () => openThread(conv, item.ts) },
+    h("span", { class: "count" }, `${item.reply_count} ${item.reply_count === 1 ? "reply" : "replies"}`),
+    h("span", { class: "last" }, `Last reply ${when}`));
+}
+
+// A thread reply seen outside its thread: in the channel ("replied to a thread") or, in the
+// thread pane, one that was "also sent to the channel".
+function threadNote(item, conv, inThread) {
+  if (!item.broadcast) return null;
+  if (inThread) return h("div", { class: "thread-note" }, "also sent to the channel");
+  return h("div", { class: "thread-note" }, "replied to a thread: ",
+    h("a", { onclick: () => openThread(conv, item.thread_ts) }, "view thread"));
+}
+
+// `grouped`: the author's previous message is just above and recent, so no name or avatar.
+function messageRow(item, conv, { grouped = false, inThread = false } = {}) {
   const who = author(item);
   const ctx = context();
   const source = item.ephemeral
@@ -122,22 +156,56 @@ function messageRow(item, conv) {
     : { kind: "message", ts: item.ts, channel: conv.id };
   ctx.act = (action) => post("/ui/action", { as: ui.me, source, ...action });
   ctx.confirm = (dialog) => confirm(dialog, ctx);
-  const time = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" })
-    .format(new Date(Number(item.ts) * 1000));
+  const time = clockTime(item.ts);
   const body = item.blocks && item.blocks.length
     ? renderBlocks(item.blocks, ctx)
     : h("div", { class: "b-text", html: mrkdwn(item.text, ctx) });
-  return h("div", { class: `message${item.ephemeral ? " ephemeral" : ""}`, "data-ts": item.ts },
-    item.ephemeral ? h("div", { class: "only-you" }, "👁 Only visible to you") : null,
-    h("div", { class: "message-row" },
-      h("div", { class: `avatar${who.bot ? " bot" : ""}` }, who.initials),
+  const main = grouped
+    ? [h("div", { class: "gutter" }, time), h("div", { class: "message-main" },
+      item.edited ? h("span", { class: "edited" }, "(edited)") : null, body, inThread ? null : repliesLink(item, conv))]
+    : [h("div", { class: `avatar${who.bot ? " bot" : ""}` }, who.initials),
       h("div", { class: "message-main" },
         h("div", { class: "message-head" },
           h("span", { class: "author" }, who.name),
           who.bot ? h("span", { class: "app-badge" }, "APP") : null,
           h("span", { class: "time" }, time),
           item.edited ? h("span", { class: "edited" }, "(edited)") : null),
-        body)));
+        body, inThread ? null : repliesLink(item, conv))];
+  return h("div", {
+    class: `message${item.ephemeral ? " ephemeral" : ""}${grouped ? " grouped" : ""}`,
+    "data-ts": item.ts, "data-author": item.user,
+  },
+  item.ephemeral ? h("div", { class: "only-you" }, "👁 Only visible to you") : null,
+  threadNote(item, conv, inThread),
+  h("div", { class: "message-row" }, ...main));
+}
+
+function dayOf(ts) {
+  const date = new Date(Number(ts) * 1000);
+  return `${date.getFullYear()}-${date.getMonth()}-${date.getDate()}`;
+}
+
+function dayDivider(ts) {
+  const text = formatDate(Number(ts), "{date_long_pretty}", new Date(ui.state.clock.now * 1000));
+  return h("div", { class: "day", role: "separator" }, h("span", {}, text.charAt(0).toUpperCase() + text.slice(1)));
+}
+
+// Messages with a divider before each new day; a message follows its author's last one
+// without name or avatar when nothing else came between and it is within GROUP_S.
+// In a thread, `after` is the parent: a reply on the parent's day needs no divider.
+function messageRows(items, conv, inThread, after = null) {
+  const rows = [];
+  let previous = null;
+  for (const item of items) {
+    const newDay = dayOf((previous || after || { ts: 0 }).ts) !== dayOf(item.ts);
+    if (newDay) rows.push(dayDivider(item.ts));
+    const grouped = !newDay && previous !== null && previous.user === item.user && previous.ephemeral === item.ephemeral
+      && !item.ephemeral && !item.broadcast && !previous.reply_count
+      && Number(item.ts) - Number(previous.ts) < GROUP_S;
+    rows.push(messageRow(item, conv, { grouped, inThread }));
+    previous = item;
+  }
+  return rows;
 }
 
 function drawMain() {
@@ -155,17 +223,44 @@ function drawMain() {
   $("messages").hidden = ui.where === HOME;
   $("home").hidden = ui.where !== HOME;
   if (ui.where === HOME) return drawHome();
-  ui.seen[`${ui.me}/${conv.id}`] = conv.messages.length;
   $("text").placeholder = `Message ${conv.kind === "channel" ? "#" + conv.name : "gpubot"} — try /gpu help`;
   const key = JSON.stringify([conv.id, conv.messages, Math.floor(ui.state.clock.now / 60)]);
   if (ui.drawn.messages === key) return;
   ui.drawn.messages = key;
   const list = $("messages");
   const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
-  const rows = conv.messages.map((item) => messageRow(item, conv));
+  const rows = messageRows(conv.messages, conv, false);
   list.replaceChildren(...(rows.length ? rows : [h("div", { class: "empty" }, "No messages yet.")]));
+  // A channel opens at its newest message; a new one scrolls into view if the reader was there.
   if (atBottom || !ui.drawn.scrolled) list.scrollTop = list.scrollHeight;
   ui.drawn.scrolled = true;
+}
+
+function drawThread() {
+  const pane = $("thread");
+  const conv = ui.thread && ui.state.conversations.find((c) => c.id === ui.thread.channel);
+  const parent = conv && conv.messages.find((m) => m.ts === ui.thread.ts);
+  if (!parent || ui.where !== conv.id) ui.thread = null;
+  $("fleet").hidden = Boolean(ui.thread);
+  pane.hidden = !ui.thread;
+  if (!ui.thread) { ui.drawn.thread = null; fill(pane); return; }
+  const replies = conv.threads[parent.ts] || [];
+  const key = JSON.stringify([parent, replies, Math.floor(ui.state.clock.now / 60)]);
+  if (ui.drawn.thread === key) return;
+  const body = pane.querySelector(".thread-body");
+  const atBottom = !body || body.scrollHeight - body.scrollTop - body.clientHeight < 80;
+  ui.drawn.thread = key;
+  const close = () => { ui.thread = null; ui.drawn.thread = null; draw(); };
+  const list = h("div", { class: "thread-body" },
+    messageRow(parent, conv, { inThread: true }),
+    h("div", { class: "thread-count" }, `${replies.length} ${replies.length === 1 ? "reply" : "replies"}`),
+    messageRows(replies, conv, true, parent));
+  fill(pane,
+    h("div", { class: "thread-head" },
+      h("span", {}, "Thread", h("span", { class: "where" }, conv.kind === "channel" ? `#${conv.name}` : label(conv))),
+      h("button", { type: "button", class: "close-x", "aria-label": "Close thread", onclick: close }, "×")),
+    list);
+  if (atBottom) list.scrollTop = list.scrollHeight;
 }
 
 function drawHome() {
@@ -230,12 +325,20 @@ function confirm(dialog, ctx) {
 }
 
 function drawPanel() {
-  const key = JSON.stringify([ui.state.clock, ui.state.fleet]);
-  if (ui.drawn.panel === key) return;
-  ui.drawn.panel = key;
-  const forward = (minutes) => post("/ui/forward", { minutes });
-  fill($("panel"), renderClock(ui.state.clock, forward),
-    renderFleet(ui.state.fleet, ui.state.names, ui.state.clock.now));
+  const clock = ui.state.clock;
+  if (clock.forward_error && clock.forward_error !== ui.forwardError) toast(`fast-forward stopped: ${clock.forward_error}`);
+  ui.forwardError = clock.forward_error;
+  const key = JSON.stringify(clock);
+  if (ui.drawn.clock !== key) {
+    ui.drawn.clock = key;
+    const forward = (minutes) => post("/ui/forward", { minutes });
+    fill($("clock"), renderClock(clock, forward));
+  }
+  const fleet = JSON.stringify([clock.now, ui.state.fleet]);
+  if (ui.drawn.fleet !== fleet && !ui.thread) {
+    ui.drawn.fleet = fleet;
+    fill($("fleet"), renderFleet(ui.state.fleet, ui.state.names, clock.now));
+  }
 }
 
 function draw() {
@@ -245,6 +348,7 @@ function draw() {
   drawPeople();
   drawSidebar();
   drawMain();
+  drawThread();
   drawModal();
   drawPanel();
 }
@@ -252,12 +356,16 @@ function draw() {
 async function refresh() {
   clearTimeout(ui.timer);
   try {
-    const response = await fetch(`/ui/state?as=${encodeURIComponent(ui.me)}`);
+    const reading = ui.where === HOME || ui.where === DM ? "" : ui.where;
+    const query = new URLSearchParams({ as: ui.me, in: reading });
+    const response = await fetch(`/ui/state?${query}`);
     ui.state = await response.json();
     ui.me = ui.state.me;
     document.body.dataset.ready = "yes";
     document.body.dataset.person = ui.me;
     draw();
+    // what the browser tests wait on: the last fast-forward done and drawn
+    document.body.dataset.forwarded = String(ui.state.clock.forwards_done);
   } catch (error) {
     $("title").textContent = "The demo is not answering; is `gpubot demo` still running?";
   }
@@ -269,15 +377,19 @@ function refreshSoon() {
   ui.timer = setTimeout(refresh, 150);
 }
 
-$("person").addEventListener("change", (event) => {
+$("person").addEventListener("change", async (event) => {
   const current = ui.state && conversation();
+  const before = ui.me;
   ui.me = event.target.value;
   ui.state = null;  // nothing of the last person's view is drawn for the next one
   delete document.body.dataset.person;
   ui.errors = {};
   ui.drawn = {};
+  ui.thread = null;
   if (current && current.kind === "dm") ui.where = DM;
   remember();
+  // A modal belongs to the window it was opened in: switching person closes both people's.
+  await Promise.all([leave(before), leave(ui.me)]);
   if (ui.where === HOME) post("/ui/home", { as: ui.me });
   refreshSoon();
 });
@@ -291,5 +403,15 @@ $("composer").addEventListener("submit", async (event) => {
   if (answer.ok) input.value = "";
 });
 
-if (ui.where === HOME) post("/ui/home", { as: ui.me });
-refresh();
+function leave(person) {
+  return fetch("/ui/leave", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ as: person }),
+  }).catch(() => null);
+}
+
+keepEmojiReadable(document.body);
+// A reload is a new window: the modal the person had open is gone, as in Slack.
+leave(ui.me).then(() => {
+  if (ui.where === HOME) post("/ui/home", { as: ui.me });
+  refresh();
+});

@@ -43,9 +43,11 @@ export function renderClock(clock, forward) {
   return h("div", { class: "clock" },
     h("div", { class: "clock-label" }, "Demo clock"),
     h("div", { class: "clock-now", "data-testid": "demo-now" }, shown),
-    h("div", { class: "clock-ahead" }, busy
-      ? `fast-forwarding… ${clock.forwarding[0]} of ${clock.forwarding[1]} polls`
+    h("div", { class: "clock-ahead", "aria-live": "polite" }, busy
+      ? `fast-forwarding… ${Math.floor((clock.forwarding[0] * clock.step_s) / 60)} of ${Math.ceil((clock.forwarding[1] * clock.step_s) / 60)} minutes`
       : ahead),
+    busy ? h("div", { class: "progress", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": clock.forwarding[1], "aria-valuenow": clock.forwarding[0] },
+      h("div", { class: "progress-fill", style: `width: ${Math.round((100 * clock.forwarding[0]) / clock.forwarding[1])}%` })) : null,
     h("div", { class: "clock-buttons" },
       h("button", { type: "button", class: "btn", disabled: busy, onclick: () => forward(10) }, "⏩ 10 minutes"),
       h("button", { type: "button", class: "btn", disabled: busy, onclick: () => forward(60) }, "⏩ 1 hour")),

@@ -6,7 +6,7 @@ const EMOJI = {
   white_check_mark: "✅", warning: "⚠️", no_entry: "⛔", hourglass: "⌛", inbox_tray: "📥",
   information_source: "ℹ️", recycle: "♻️", eyes: "👀", double_vertical_bar: "⏸️", x: "❌",
   lock: "🔒", clock3: "🕒", zzz: "💤", rocket: "🚀", tada: "🎉", bell: "🔔", fire: "🔥",
-  one: "1️⃣", two: "2️⃣", three: "3️⃣", heavy_check_mark: "✔️", stopwatch: "⏱️",
+  one: "1️⃣", two: "2️⃣", three: "3️⃣", heavy_check_mark: "✔️", stopwatch: "⏱️", checkered_flag: "🏁",
 };
 
 export function escapeHtml(text) {

@@ -6,7 +6,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 
 from bot.localslack import Channel, Workspace
 
@@ -101,3 +104,24 @@ def test_snapshot_is_plain_json() -> None:
     assert ["hello"] == [m["text"] for m in gpu["messages"]]
     assert ["psst"] == [e["text"] for e in state["ephemerals"]]
     assert "home" == state["homes"][ALICE]["type"]
+
+
+def test_users_list_pages_through_everyone_by_id(client: WebClient) -> None:
+    """limit=4: pages of four, each cursor taking up where the last page stopped; the last
+    page's cursor is empty; an unknown cursor is refused as Slack refuses it."""
+    seen: list[str] = []
+    cursors: list[str] = []
+    cursor = None
+    while True:
+        page = client.users_list(limit=4, cursor=cursor)
+        seen += [member["id"] for member in page["members"]]
+        cursor = page["response_metadata"]["next_cursor"]
+        cursors.append(cursor)
+        if not cursor:
+            break
+    everyone = sorted(u.id for u in Workspace.default().users.values())
+    assert everyone == seen
+    assert (len(everyone) + 3) // 4 == len(cursors)
+    assert everyone == [m["id"] for m in client.users_list()["members"]]
+    with pytest.raises(SlackApiError, match="invalid_cursor"):
+        client.users_list(cursor="user:U0NOBODY")

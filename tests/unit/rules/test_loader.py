@@ -162,6 +162,18 @@ def test_the_revision_is_the_hash_of_the_files() -> None:
             "org.yaml:7:3: accounts.systemd-network: 'systemd-network' is a system account",
         ),
         (
+            "org.yaml",
+            "  U0BOB0001: Bob Brown",
+            "  bob: Bob Brown",
+            "org.yaml:33:3: names.bob: 'bob' is not a Slack user id",
+        ),
+        (
+            "org.yaml",
+            "  U0BOB0001: Bob Brown",
+            '  U0BOB0001: ""',
+            "org.yaml:33:14: names.U0BOB0001: String should have at least 1 character",
+        ),
+        (
             "requests.yaml",
             'because: "{request.gpus} GPUs is more',
             'because: "{request.gpuz} GPUs is more',

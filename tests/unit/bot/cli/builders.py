@@ -22,7 +22,7 @@ HEAD = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
 
 
 def gpubot(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
+    return CliRunner().invoke(app, list(args), prog_name="gpubot")
 
 
 def a_copy_of_the_rules(tmp_path: Path) -> Path:

@@ -12,7 +12,7 @@ from tests.builders import POLICIES, default_policy, permissive_sources
 from tests.unit.bot.cli.builders import GPUBOT, ROOT, a_copy_of_the_rules, edit, gpubot, line_of
 
 OK_LINE = (
-    "OK: 27 rules (17 request, 8 lease, 2 gpu), 38 cases passed; "
+    "OK: 28 rules (17 request, 9 lease, 2 gpu), 40 cases passed; "
     f"revision {default_policy().revision}; engine durable"
 )
 
@@ -73,7 +73,7 @@ def test_rules_check_names_a_failing_case_and_where_it_is(tmp_path: Path) -> Non
         "expected approve, got deny"
     )
     assert result.stderr.startswith(expected)
-    assert "FAILED: 1 of 38 cases failed" in result.stderr
+    assert "FAILED: 1 of 40 cases failed" in result.stderr
 
 
 def test_rules_check_of_a_missing_directory_exits_2_without_a_traceback(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_rules_check_warns_when_the_rules_never_state_the_quota_limits(tmp_path:
         (tmp_path / name).write_text(text, encoding="utf-8")
     result = gpubot("rules", "check", str(tmp_path), "--engine", "reference")
     assert 0 == result.exit_code, result.output
-    assert result.stdout.startswith("OK: 25 rules")
+    assert result.stdout.startswith("OK: 26 rules")
     warnings = result.stderr.splitlines()
     assert 2 == len(warnings)
     assert warnings[0].startswith(f"{tmp_path}: warning: no request rule looks at the borrowing")

@@ -1,0 +1,70 @@
+"""A lease giving back some GPUs: the set and the count change together, the GPUs it gave back
+are free for another lease (the active-GPU index allows it), and what it held once it ended is
+still known."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlmodel import select
+
+from storage import leases
+from storage.db import Database
+from storage.tables import GpuRow, LeaseRow
+from tests.unit.storage.builders import a_lease
+from tests.unit.storage.test_leases import a_fleet
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+NODE = "a100-node-01"
+
+
+def test_giving_back_changes_the_set_and_the_count_together(database: Database) -> None:
+    """Two of four go back: the lease holds and counts two, and the team holds two."""
+    with database.write() as session:
+        lease_id = a_lease(session, at=NOW, gpu_ids=a_fleet(session))
+    with database.write() as session:
+        row = leases.lock(session, lease_id)
+        assert row is not None
+        leases.give_back(session, row, [(NODE, 2), (NODE, 3), ("elsewhere", 0)])
+    with database.read() as session:
+        row = leases.get(session, lease_id)
+        assert row is not None
+        assert 2 == row.gpus
+        assert [(NODE, 0), (NODE, 1)] == sorted(leases.slots_of(session, lease_id))
+        assert [(NODE, 0, "unknown"), (NODE, 1, "unknown")] == sorted(
+            leases.held_seen(session, lease_id)
+        )
+        assert {"vision": 2} == leases.held_by_team(session, "a100")
+        assert 2 == len(leases.held_gpus(session))
+
+
+def test_a_gpu_given_back_may_be_leased_again(database: Database) -> None:
+    """The unique index over active lease GPUs lets another lease take it."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+        first = a_lease(session, at=NOW, gpu_ids=gpus)
+    with database.write() as session:
+        row = leases.lock(session, first)
+        assert row is not None
+        leases.give_back(session, row, [(NODE, 3)])
+    with database.write() as session:
+        second = a_lease(session, at=NOW, gpu_ids=gpus[3:], holder="U2")
+    with database.read() as session:
+        assert [(NODE, 3)] == leases.slots_of(session, second)
+        assert {first: 3, second: 1} == {
+            r.id: r.gpus for r in session.exec(select(LeaseRow)).all() if r.id is not None
+        }
+        assert 4 == len(session.exec(select(GpuRow)).all())
+
+
+def test_an_ended_lease_still_shows_what_it_held(database: Database) -> None:
+    """Once every GPU is let go (the lease ended), its slots are those it ever held."""
+    with database.write() as session:
+        lease_id = a_lease(session, at=NOW - timedelta(hours=1), gpu_ids=a_fleet(session)[:2])
+    with database.write() as session:
+        row = leases.lock(session, lease_id)
+        assert row is not None
+        leases.give_back(session, row, [(NODE, 1)])
+        leases.let_go(session, lease_id)
+    with database.read() as session:
+        assert [(NODE, 0), (NODE, 1)] == sorted(leases.slots_of(session, lease_id))
