@@ -29,6 +29,7 @@ from tests.unit.bot.conftest import (
 
 pytestmark = pytest.mark.usefixtures("services")
 DAVE = "U0DAVE001"  # nlp member
+PRIYA = "U0PMGR001"  # platform manager
 
 
 def owed(services: Services, kind: str) -> list[OutboxRow]:
@@ -163,6 +164,18 @@ def test_a_change_owes_one_home_to_each_person_who_sees_it(services: Services) -
     assert Counter([ADA, BOB, VICTOR]) == pending_homes(services)
     services.pause(ADA)
     assert Counter([ADA]) == pending_homes(services)
+
+
+def test_an_end_and_a_grant_from_the_queue_owe_both_holders_a_home(services: Services) -> None:
+    """Dave releases; Erin, waiting in the a100 queue, is granted: both holders, both teams'
+    managers and the admins are owed a Home."""
+    full_a100(services)
+    waiting = borrowed(services, ERIN, BorrowAsk("a100", 1))
+    assert Outcome.QUEUE == waiting.outcome
+    pending_homes(services)
+    services.release(DAVE)
+    assert 1 == len(services.leases(ERIN))
+    assert Counter([ADA, DAVE, ERIN, NADIA, PRIYA]) == pending_homes(services)
 
 
 def test_homes_waiting_to_be_sent_fold_later_changes_in(services: Services) -> None:
