@@ -17,8 +17,10 @@ from datetime import timedelta
 from sqlmodel import Session
 
 from bot.services.context import Context
+from rules.domain import RequestState
 from rules.policy import Policy
 from storage import homes, leases, requests
+from storage.tables import RequestRow
 
 _FLEET = ("node", "gpu", "automation", "inventory")
 #: How long a Home redrawn for someone else's change may wait, folding later changes in.
@@ -50,10 +52,18 @@ def _shown_to(session: Session, policy: Policy, subject: str) -> set[str]:
         return set() if lease is None else _with(policy, lease.team, [lease.holder])
     if kind == "request":
         request = requests.get(session, int(key))
-        if request is None:
+        if request is None or _never_open(request):
             return set()
         return _with(policy, request.team, [request.requester, *request.approvers])
     return set()
+
+
+def _never_open(request: RequestRow) -> bool:
+    """Denied by the rules as it was made: no Home ever listed it."""
+    return request.state == RequestState.DENIED and request.decided_at in (
+        None,
+        request.created_at,
+    )
 
 
 def _with(policy: Policy, team: str, people: Iterable[str]) -> set[str]:

@@ -178,6 +178,14 @@ def test_an_end_and_a_grant_from_the_queue_owe_both_holders_a_home(services: Ser
     assert Counter([ADA, DAVE, ERIN, NADIA, PRIYA]) == pending_homes(services)
 
 
+def test_a_request_the_rules_deny_at_once_owes_no_home(services: Services) -> None:
+    """13 GPUs are denied as they are asked: no Home ever listed the request."""
+    pending_homes(services)
+    denied = borrowed(services, ALICE, BorrowAsk("a100", 13))
+    assert Outcome.DENY == denied.outcome
+    assert Counter() == pending_homes(services)
+
+
 def test_homes_waiting_to_be_sent_fold_later_changes_in(services: Services) -> None:
     """Three grants in a row while nothing was sent: one Home row each, drawn when sent,
     not before HOME_EVERY has passed."""
