@@ -20,6 +20,7 @@ from bot.services import (
     enforcement,
     explain,
     extensions,
+    homes,
     leases,
     notice_views,
     overview,
@@ -79,6 +80,9 @@ class Services:
         enforcer: Enforcer = "notify",
     ) -> None:
         self.ctx = Context(db, live, clock, enforcer)
+        # Every change a Home tab shows owes the people who see it a redrawn one.
+        self._owe_homes = lambda session: homes.owe_homes(session, self.ctx)
+        db.before_commit.append(self._owe_homes)
 
     @classmethod
     def open(
@@ -398,4 +402,6 @@ class Services:
 
     def close(self) -> None:
         """Free the compiled rules (the engine keeps them until told)."""
+        if self._owe_homes in self.ctx.db.before_commit:
+            self.ctx.db.before_commit.remove(self._owe_homes)
         self.ctx.live.close()
