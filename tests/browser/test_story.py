@@ -32,7 +32,7 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     expect(card).to_contain_text("ablations")
     slack.screenshot("demo-approval")
     slack.click(card, "Approve")
-    expect(card).to_contain_text("Approved by @Victor Vision")
+    expect(card).to_contain_text("Approved by Victor Vision")
     expect(card.locator(".edited")).to_have_text("(edited)")
     expect(card.get_by_role("button", name="Approve")).to_have_count(0)
 
@@ -62,7 +62,7 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     slack.go(VISION_APPROVALS)
     extension = slack.message("Extension request")
     slack.click(extension, "Approve")
-    expect(extension).to_contain_text("Approved by @Victor Vision")
+    expect(extension).to_contain_text("Approved by Victor Vision")
 
     # The grant DM is the lease's home: the warning and the extension are replies in its thread.
     slack.act_as(ALICE)
@@ -71,7 +71,7 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     expect(granted.locator(".replies")).to_contain_text(re.compile(r"\d+ replies"))
     thread = slack.thread(granted)
     expect(thread.locator(".message", has_text=f"{lease.code} ends soon")).to_have_count(1)
-    expect(thread).to_contain_text("@Victor Vision approved")
+    expect(thread).to_contain_text("Victor Vision approved")
     slack.screenshot("demo-thread")
     later = slack.demo.bot.services.lease(lease.id)
     assert later is not None
