@@ -1,7 +1,8 @@
 """The story from the README in a real browser: a researcher borrows over quota, the manager
 approves with the button, the DM says where to run, the clock moves on, the expiry warning
 arrives in the lease's thread, and Extend works (over quota, the manager agrees to the extension
-too); a 4-GPU lease that runs on one GPU is warned and gives the idle three back."""
+too, from "Waiting for you" on his Home); a 4-GPU lease that runs on one GPU is warned and gives
+the idle three back."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from playwright.sync_api import expect
 
+from bot.services.results import LeaseView
 from tests.browser.workspace import ALICE, GPU, VICTOR, VISION_APPROVALS, SlackPage
 
 
@@ -24,6 +26,7 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     asked = slack.message("needs approval")
     # 👁 where the host has an emoji font; without one the page draws no box in its place
     expect(asked.locator(".only-you")).to_have_text(re.compile(r"^(👁 )?\s*Only visible to you$"))
+    expect(asked.get_by_role("button", name="Remind approvers")).to_be_visible()
 
     slack.act_as(VICTOR)
     slack.go(VISION_APPROVALS)
@@ -53,18 +56,37 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     slack.forward("1 hour")
     warning = slack.message(f"{lease.code} ends soon")
     expect(warning).to_contain_text("Nothing is taken before")
-    slack.screenshot("demo-dm")
     slack.click(warning, "Extend 2h")
     asked = slack.message(f"to extend {lease.code} by 2h")
     expect(asked.locator(".only-you")).to_be_visible()
 
-    slack.act_as(VICTOR)
-    slack.go(VISION_APPROVALS)
-    extension = slack.message("Extension request")
-    slack.click(extension, "Approve")
-    expect(extension).to_contain_text("Approved by Victor Vision")
+    approve_from_home(slack)
+    later = slack.demo.bot.services.lease(lease.id)
+    assert later is not None
+    assert lease.expires_at + timedelta(hours=2) == later.expires_at
+    read_the_thread(slack, later)
+    services = slack.demo.bot.services
+    assert [] == services.intrusions()  # no leased GPU runs anyone else's work
+    assert {"a100-node-02:6 by dave", "l40s-node-01:2 by carol"} <= set(services.unreserved())
 
-    # The grant DM is the lease's home: the warning and the extension are replies in its thread.
+
+def approve_from_home(slack: SlackPage) -> None:
+    """Victor's Home lists what waits for him, with the card's own buttons; Approve there."""
+    slack.act_as(VICTOR)
+    slack.go("home")
+    home = slack.page.locator("#home")
+    expect(home).to_contain_text("Waiting for you")
+    expect(home.get_by_role("button", name="Approve", exact=True)).to_have_count(1)
+    slack.screenshot("demo-manager-home")
+    slack.click(home, "Approve")
+    expect(home).not_to_contain_text("Waiting for you")
+    slack.go(VISION_APPROVALS)
+    expect(slack.message("Extension request")).to_contain_text("Approved by Victor Vision")
+
+
+def read_the_thread(slack: SlackPage, lease: LeaseView) -> None:
+    """The grant DM is the lease's home: the warning and the extension are replies in its
+    thread, and the grant itself is redrawn with the new end."""
     slack.act_as(ALICE)
     slack.go("dm")
     granted = slack.message(f"Your GPUs are ready: {lease.code}")
@@ -72,13 +94,10 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     thread = slack.thread(granted)
     expect(thread.locator(".message", has_text=f"{lease.code} ends soon")).to_have_count(1)
     expect(thread).to_contain_text("Victor Vision approved")
+    expect(granted.locator("time.date").first).to_contain_text(
+        f"{lease.expires_at.astimezone(ZoneInfo('Europe/Berlin')):%-I:%M}"
+    )
     slack.screenshot("demo-thread")
-    later = slack.demo.bot.services.lease(lease.id)
-    assert later is not None
-    assert lease.expires_at + timedelta(hours=2) == later.expires_at
-    services = slack.demo.bot.services
-    assert [] == services.intrusions()  # no leased GPU runs anyone else's work
-    assert {"a100-node-02:6 by dave", "l40s-node-01:2 by carol"} <= set(services.unreserved())
 
 
 def test_reserve_four_run_on_one_then_give_back_the_idle_gpus(slack: SlackPage) -> None:
