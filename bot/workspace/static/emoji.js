@@ -11,7 +11,7 @@ const FALLBACK = {
   "⛔": ["no", "bad"], "❌": ["x", "bad"], "ℹ": ["i", "info"], "♻": ["back", "info"],
   "👀": ["look", "info"], "👁": ["", ""], "📥": ["in", "info"], "⏸": ["||", "warn"],
   "⏩": [">>", ""], "🔒": ["lock", ""], "⚡": ["bot", ""], "🖼": ["img", ""],
-  "⏳": ["wait", "warn"], "↩": ["back", "info"],
+  "⏳": ["wait", "warn"], "↩": ["back", "info"], "▶": [">", "good"],
 };
 // Extended pictographs with an optional variation selector, and keycaps such as 1️⃣.
 const PICTOGRAPH = /(?:\p{Extended_Pictographic}|[0-9#*]\uFE0F?\u20E3)\uFE0F?/gu;

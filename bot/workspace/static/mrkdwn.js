@@ -7,7 +7,7 @@ const EMOJI = {
   information_source: "ℹ️", recycle: "♻️", eyes: "👀", double_vertical_bar: "⏸️", x: "❌",
   lock: "🔒", clock3: "🕒", zzz: "💤", rocket: "🚀", tada: "🎉", bell: "🔔", fire: "🔥",
   one: "1️⃣", two: "2️⃣", three: "3️⃣", heavy_check_mark: "✔️", stopwatch: "⏱️", checkered_flag: "🏁",
-  hourglass_flowing_sand: "⏳", leftwards_arrow_with_hook: "↩️",
+  hourglass_flowing_sand: "⏳", leftwards_arrow_with_hook: "↩️", arrow_forward: "▶️",
 };
 
 export function escapeHtml(text) {
