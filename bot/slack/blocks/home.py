@@ -56,7 +56,9 @@ NO_TEAM = "You are in no team yet, so you have no quota. Ask an admin to add you
 
 def home_view(home: Home) -> dict[str, Any]:
     """The `views.publish` payload for one person's Home tab."""
-    blocks: list[Block] = [header("Your GPUs")]
+    # What waits for the person's decision comes first: it is what holds others up.
+    blocks: list[Block] = [*_waiting(home.waiting), divider()] if home.waiting else []
+    blocks.append(header("Your GPUs"))
     if home.paused and not home.admin:
         blocks.append(section(PAUSED_NOTICE))
     if home.admin:
@@ -67,8 +69,6 @@ def home_view(home: Home) -> dict[str, Any]:
             button("Borrow GPUs", BORROW_OPEN_ACTION, "open", style="primary"),
         )
     )
-    if home.waiting:
-        blocks += [divider(), *_waiting(home.waiting)]
     blocks += _mine(home)
     blocks += [divider(), *_quota(home)]
     for team in home.managed:
