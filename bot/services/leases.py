@@ -9,7 +9,7 @@ from sqlmodel import Session
 from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.reads import lease_view, request_view
-from bot.services.results import LeaseView, Refused, ReleaseResult, ended_how
+from bot.services.results import LeaseView, Refused, ReleaseResult, ended_how, reader_time
 from rules.domain import LeaseState, RequestState
 from storage import leases as storage_leases
 from storage import requests as storage_requests
@@ -36,7 +36,7 @@ def _mine(ctx: Context, user: str, lease: LeaseRow) -> Refused | None:
             "not-yours",
         )
     if lease.state != LeaseState.ACTIVE:
-        when = f" {lease.ended_at:%Y-%m-%d %H:%M} UTC" if lease.ended_at else ""
+        when = f" {reader_time(lease.ended_at)}" if lease.ended_at else ""
         how = ended_how(
             lease.state, lease.end_reason, within_team=lease.warnings.recalled_within_team
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from rules.domain import Outcome
 
@@ -68,6 +68,14 @@ _RECLAIMED_BECAUSE = {
     "preempted": "its lender needs the GPUs back",
     "unhealthy": "a GPU failed",
 }
+
+
+def reader_time(at: datetime) -> str:
+    """A moment in a message the services compose, shown in each reader's own zone (Slack's
+    date markup), with the UTC time as the fallback for clients that cannot draw it."""
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    fallback = f"{aware.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    return f"<!date^{int(aware.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
 
 
 def ended_how(state: str, end_reason: str, *, within_team: bool = False) -> str:

@@ -17,7 +17,7 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.extensions import apply_extension, recheck_extension
 from bot.services.grants import decide, facts_now, grant
 from bot.services.reads import lease_view, request_view
-from bot.services.results import LeaseView, Refused, SettleResult
+from bot.services.results import LeaseView, Refused, SettleResult, reader_time
 from rules import approvals
 from rules.decision import Decision
 from rules.domain import LeaseState, Outcome, RequestKind, RequestState
@@ -103,7 +103,7 @@ def _already(session: Session, request: RequestRow) -> SettleResult:
         row = leases.get(session, request.lease_id)
         lease = lease_view(session, row) if row else None
     by = f" by <@{request.decided_by}>" if request.decided_by not in (None, SYSTEM) else ""
-    when = f" at {request.decided_at:%Y-%m-%d %H:%M} UTC" if request.decided_at else ""
+    when = f" {reader_time(request.decided_at)}" if request.decided_at else ""
     message = f"R{request.id} was already settled{by}{when}: it is {request.state}."
     if lease is not None and _ended_before_approval(request, lease):
         message = (

@@ -180,7 +180,8 @@ def test_a_button_on_an_ended_lease_s_dm_says_how_it_ended_and_redraws_it(
     _give_up(story, "lease_closed")
     story.click_in_dm(ALICE, "lease_extend")
     reply = json.dumps(story.local.calls.of("response_url")[-1].args)
-    assert f"L{lease} ended 2026-03-02 09:05 UTC: released. Nothing is left to change" in reply
+    assert f"L{lease} ended <!date^" in reply  # in each reader's own zone
+    assert "|2026-03-02 09:05 UTC>: released. Nothing is left to change" in reply
     story.pass_()
     grant = _dm(story, ALICE)[0]
     assert not _has_buttons(grant)
@@ -211,7 +212,8 @@ def test_approve_on_a_settled_card_says_so_and_redraws_the_card(story: Story) ->
         "response_url", lambda a: len(story.local.calls.of("response_url")) > before
     )
     reply = json.dumps(story.local.calls.of("response_url")[before].args)
-    assert f"R{request_id} was already settled by <@{VICTOR}> at 2026-03-02 09:00 UTC" in reply
+    assert f"R{request_id} was already settled by <@{VICTOR}> <!date^" in reply
+    assert "|2026-03-02 09:00 UTC>" in reply
     story.pass_()
     now = story.local.messages(APPROVALS)[0]
     assert not _has_buttons(now)
