@@ -35,7 +35,7 @@ from rules.lease_facts import (
     lease_facts,
 )
 from rules.marks import notice_key, would_have_key
-from rules.reclaim import Do, lease_steps
+from rules.reclaim import Do, lease_steps, to_shrink
 from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
@@ -223,15 +223,19 @@ def _narrow_idle(run: Pass, lease: LeaseSnapshot) -> None:
 
 
 def _shrink(run: Pass, lease: LeaseSnapshot, decision: Decision) -> None:
-    """`shrink idle`: give back the GPUs idle now, keep the busy ones (`rules.reclaim.may_shrink`
-    allowed it on this pass's facts)."""
+    """`shrink idle`: give back the GPUs idle now that the delivered partly-idle warning named,
+    keep the rest (`rules.reclaim.may_shrink` allowed it on this pass's facts)."""
     idle = _idle_named(run, lease)
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
-        if row is None or not idle:
+        if row is None:
             return
         held = leases.slots_of(session, lease.id)
-        chosen = to_give_back(f"L{lease.id}", held, named=[s for s in idle if s in held])
+        named = to_shrink(row.warnings.idle_slots(), idle, held)
+        if not named:
+            run.report.held_back.append(f"L{lease.id} idle: no GPU the warning named is idle")
+            return
+        chosen = to_give_back(f"L{lease.id}", held, named=named)
         if isinstance(chosen, Problem):
             return  # every GPU idle now: that is a reclaim's business, not a shrink's
         shrink_in(

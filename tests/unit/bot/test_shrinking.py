@@ -213,3 +213,34 @@ def test_shrink_idle_only_records_what_it_would_have_done_while_paused(
     assert ([], [f"{lease.code} shrink idle (paused)"]) == (report.shrunk, report.would_have)
     assert 4 == len(services.lease(lease.id).gpus)  # type: ignore[union-attr]
     assert [] == shrunk_rows(services)
+
+
+def test_shrink_idle_gives_back_only_the_gpus_the_warning_named(
+    shrinking: Services, clock: Clock
+) -> None:
+    """Warned first: a GPU that went idle after the warning stays until a warning names it."""
+    services, window = shrinking, TelemetryWindow(timedelta(minutes=3))
+    lease = four_gpus(services)
+    busy = list(lease.gpus[:2])
+
+    def sample(minutes: int) -> None:
+        for _ in range(minutes * 2):
+            clock.advance(timedelta(seconds=30))
+            window.observe(
+                [
+                    a_sample(s.node, s.index, 85.0 if s in busy else 0.0, clock.now)
+                    for s in lease.gpus
+                ],
+                now=clock.now,
+            )
+
+    sample(91)
+    assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
+    delivered(services, clock)
+    sample(20)
+    busy.remove(lease.gpus[1])  # idle from now on, long enough to count, never warned of
+    sample(125)
+    assert [f"{lease.code} gave back 2"] == services.sweep(window).shrunk
+    assert lease.gpus[:2] == services.lease(lease.id).gpus  # type: ignore[union-attr]
+    (row,) = shrunk_rows(services)
+    assert names(lease.gpus[2:]) == row.detail["gave_back"]
