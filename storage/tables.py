@@ -188,7 +188,8 @@ class LeaseRow(SQLModel, table=True):
 
 
 class LeaseGpuRow(SQLModel, table=True):
-    """The GPUs of a lease. `active` is cleared when the lease ends; see ix_lease_gpu_active."""
+    """The GPUs of a lease. `active` is cleared when the lease ends or gives the GPU back (a
+    shrink, which also sets `released_at`); see ix_lease_gpu_active."""
 
     __tablename__ = "lease_gpu"
     __table_args__ = (
@@ -204,6 +205,7 @@ class LeaseGpuRow(SQLModel, table=True):
     lease_id: int = Field(foreign_key="lease.id", primary_key=True)
     gpu_id: int = Field(foreign_key="gpu.id", primary_key=True)
     active: bool = True
+    released_at: datetime | None = _ts(nullable=True)  # given back while the lease ran on
 
 
 class AuditRow(SQLModel, table=True):

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import col, select
 
-from bot.services import BorrowAsk, Refused, Services
+from bot.services import BorrowAsk, Refused, Services, device_records
 from bot.services.results import GpuSlot, LeaseView, ShrinkResult
 from bot.telemetry.window import TelemetryWindow
 from storage import outbox
@@ -138,6 +138,42 @@ def test_a_shrink_serves_the_queue_at_once(services: Services) -> None:
     started = services.request(waiting.request.id)
     assert started is not None
     assert ("approved", [BOB]) == (started.state, [lease.holder for lease in result.started])
+
+
+def test_an_ended_lease_and_the_history_show_only_what_it_held_to_the_end(
+    services: Services, clock: Clock
+) -> None:
+    """Keep 1 of 4, the queue takes two of the three, then the lease ends: it shows the one
+    GPU it held at its end, and the history shows it on the others only until they went back,
+    never overlapping the lease that took them."""
+    lease = four_gpus(services)
+    for user, gpus in ((BOB, 4), (CAROL, 6), (ERIN, 2)):
+        ask = BorrowAsk("a100", gpus, timedelta(hours=8), reason="runs")
+        assert borrowed(services, user, ask).lease is not None
+    waiting = borrowed(services, BOB, BorrowAsk("a100", 2, timedelta(hours=2)))
+    approved(services, ADA, waiting)
+    clock.advance(timedelta(minutes=30))
+    shrunk_at = clock.now
+    result = services.shrink(ALICE, lease.id, keep=1)
+    assert isinstance(result, ShrinkResult)
+    (taker,) = result.started
+    clock.advance(timedelta(hours=1))
+    assert not isinstance(services.release(ALICE, lease.id), Refused)
+    ended = services.lease(lease.id)
+    assert ended is not None
+    assert ("released", (lease.gpus[0],)) == (ended.state, ended.gpus)
+    with services.db.read() as session:
+        held = [i for i in device_records.intervals(session) if i.state == "leased"]
+    spans = {(i.lease, i.node, i.gpu): (i.end, i.detail.get("ended")) for i in held}
+    first = lease.gpus[0]
+    assert (clock.now, "released") == spans[(lease.code, first.node, first.index)]
+    for slot in lease.gpus[1:]:
+        assert (shrunk_at, "given back") == spans[(lease.code, slot.node, slot.index)]
+    for slot in taker.gpus:
+        start = next(
+            i.start for i in held if (i.lease, i.node, i.gpu) == (taker.code, slot.node, slot.index)
+        )
+        assert shrunk_at <= start
 
 
 # ---- the sweep's `shrink idle` ---------------------------------------------------------
