@@ -144,6 +144,7 @@ class RequestRow(SQLModel, table=True):
     escalated_at: datetime | None = _ts(nullable=True)
     nudged_at: datetime | None = _ts(nullable=True)  # the requester's "Remind approvers"
     told_at: datetime | None = _ts(nullable=True)  # an extension still waits near the lease end
+    asked_again_id: int | None = None  # the request its requester filed with Ask again, once
 
 
 class ApprovalRow(SQLModel, table=True):

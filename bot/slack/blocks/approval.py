@@ -281,6 +281,19 @@ def nudge_reply(
     return message(text, [section(text)])
 
 
+def asked_again_reply(request: RequestView, asked: tuple[str, ...]) -> Message:
+    """*Ask again* clicked once more: nothing new was filed; where the first click's request
+    stands."""
+    if asked:
+        where = f"{request.code} is waiting for {_people(asked)}."
+    else:
+        where = f"{request.code} is {request.state}."
+    text = f"You asked again already: {where}"
+    return message(
+        text, [section(text), context(f"`/gpu why {request.code}` shows where it stands.")]
+    )
+
+
 def _people(who: tuple[str, ...]) -> str:
     """People as mentions and channels as links: "<@U1>, <@U2> and <#C1>"."""
     shown = [f"<#{w}>" if w[:1] in ("C", "G") else mention(w) for w in who[:6]]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from bot.services import BorrowAsk, Services
-from bot.services.approval_lifecycle import Nudged, TooSoon, chase
+from bot.services.approval_lifecycle import AskedAgain, Nudged, TooSoon, chase
 from bot.services.results import BorrowResult, Refused
 from rules.domain import Outcome
-from storage import outbox
+from storage import audit, outbox
 from storage.db import Database
 from storage.outbox import OutboxKind
 from tests.builders import default_sources
@@ -102,6 +102,47 @@ def test_ask_again_files_the_same_borrow_only_for_its_requester(
         view.reason,
     )
     assert asked.request.id != view.id
+
+
+def test_ask_again_is_only_for_an_expired_request_and_files_it_once(
+    services: Services, clock: Clock
+) -> None:
+    """Pending, denied or approved requests cannot be asked again; a second click on an
+    expired one answers with the request the first filed, and files nothing."""
+    pending = borrowed(services, ALICE, LONG).request.id
+    assert "not-expired" == refusal_code(services.ask_again(ALICE, pending))
+    denied = borrowed(services, ALICE, LONG).request.id
+    services.deny(VICTOR, denied, "not now")
+    assert "not-expired" == refusal_code(services.ask_again(ALICE, denied))
+    granted = borrowed(services, ALICE, BorrowAsk("a100", 1, timedelta(hours=2)))
+    assert "not-expired" == refusal_code(services.ask_again(ALICE, granted.request.id))
+    clock.advance(timedelta(days=1))
+    chase(services.ctx)
+    assert "cancelled" == services.request(pending).state  # type: ignore[union-attr]
+    first = services.ask_again(ALICE, pending)
+    assert isinstance(first, BorrowResult)
+    filed = len(services.requests(ALICE))
+    second = services.ask_again(ALICE, pending)
+    assert isinstance(second, AskedAgain)
+    assert (first.request.id, "pending") == (second.request.id, second.request.state)
+    assert VICTOR in second.asked
+    assert filed == len(services.requests(ALICE))
+    services.approve(VICTOR, first.request.id)
+    third = services.ask_again(ALICE, pending)
+    assert isinstance(third, AskedAgain)
+    assert (first.request.id, ()) == (third.request.id, third.asked)
+    with services.db.read() as session:
+        (row,) = [
+            r
+            for r in audit.history(session, f"request:{pending}")
+            if r.tag == "request:asked-again"
+        ]
+    assert (ALICE, {"request": first.request.id}) == (row.actor, row.detail)
+
+
+def refusal_code(result: object) -> str:
+    assert isinstance(result, Refused), result
+    return result.code
 
 
 def test_a_team_with_working_hours_is_chased_only_within_them_and_escalates_to_a_channel(
