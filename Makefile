@@ -41,7 +41,7 @@ system-deps:
 # Under coverage (branch coverage of bot, rules and storage); below the floor in pyproject.toml
 # ([tool.coverage.report] fail_under) the target fails.
 test: $(STAMP) system-deps
-	$(BIN)/python -m coverage run -m pytest
+	$(BIN)/python -m coverage run -m pytest --durations=25
 	@printf 'coverage (branch, of bot, rules and storage), %%: '; $(BIN)/python -m coverage report --format=total
 
 # The bot, the local Slack API and the page, on 127.0.0.1 only; Ctrl-C stops it.

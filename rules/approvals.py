@@ -1,7 +1,9 @@
 """Who is asked to approve a request, where the card goes, and who may settle it.
 
 Also what no rule needs to weigh before a borrow is decided: a person in no team, a pool that
-does not exist, an impossible count or duration. Pure: the services load and write.
+does not exist, an impossible count or duration, a reason too long to read; and, for the borrow
+form, the hard limits each field is checked against before anything is filed. Pure: the
+services load and write.
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
-from rules.policy import Approvals, Policy
+from rules.domain import format_duration, plural
+from rules.policy import Approvals, Policy, Team
+
+#: The longest reason a borrow or extension may give; cards show at most `SHOWN_REASON` of it.
+MAX_REASON = 500
+SHOWN_REASON = 200
 
 
 @dataclass(frozen=True)
@@ -38,15 +45,24 @@ def route_for(policy: Policy, team: str, who: str) -> str:
 
 
 def check_ask(
-    policy: Policy, user: str, *, pool: str, gpus: int, duration: timedelta | None
+    policy: Policy,
+    user: str,
+    *,
+    pool: str,
+    gpus: int,
+    duration: timedelta | None,
+    reason: str = "",
 ) -> Refusal | None:
-    """What no rule needs to weigh: unknown pools, impossible counts, people in no team."""
+    """What no rule needs to weigh: unknown pools, impossible counts, people in no team, a
+    reason longer than `MAX_REASON`."""
     if policy.team_of(user) is None:
         return Refusal(
             f"<@{user}> is not a member of any team in the rule files, so there is no quota "
             "to borrow from. Ask an admin to add you to a team.",
             code="no-team",
         )
+    if len(reason.strip()) > MAX_REASON:
+        return Refusal(reason_too_long(reason), "long-reason")
     if pool not in policy.pools:
         pools = ", ".join(sorted(policy.pools))
         return Refusal(f"There is no pool called `{pool}`. Pools: {pools}.", "no-pool")
@@ -58,18 +74,107 @@ def check_ask(
 
 
 def may_settle(
-    user: str, *, request_id: int | None, requester: str, approvers: Collection[str]
+    user: str,
+    *,
+    request_id: int | None,
+    requester: str,
+    approvers: Collection[str],
+    team: Team | None = None,
 ) -> str | None:
-    """Why `user` may not approve or deny a request (None: they may). Nobody settles their
-    own request; only the people it was routed to settle it."""
+    """Why `user` may not approve or deny a request (None: they may), in words that say what
+    they are not. Nobody settles their own request; only the people it was routed to settle
+    it. `team`: the requester's team, when it is still in the rule files."""
     if user == requester:
         return "Nobody approves or denies their own request; a manager or an admin will."
-    if user not in approvers:
+    if user in approvers:
+        return None
+    head = f"You may not approve or deny R{request_id}"
+    if team is None:
+        return f"{head}: only its team's managers and the gpubot admins can."
+    if user in team.managers:
         return (
-            f"You may not approve or deny R{request_id}: only its team's managers "
-            "and the gpubot admins can."
+            f"{head}: it was sent to the gpubot admins, so even a manager of {team.name} "
+            "cannot approve this."
         )
-    return None
+    return (
+        f"{head}: you are not a manager of {team.name}, so you cannot approve this. "
+        f"Only {team.name}'s managers and the gpubot admins can."
+    )
+
+
+def reason_too_long(reason: str) -> str:
+    return (
+        f"Please keep the reason to {MAX_REASON} characters (yours has "
+        f"{len(reason.strip())}): your manager reads it on a card. Say the gist; a link "
+        "can carry the rest."
+    )
+
+
+def pools_for(policy: Policy, team: Team | None) -> list[str]:
+    """The pools a team may borrow from: those where it has a quota to use, sorted."""
+    if team is None:
+        return []
+    return sorted(
+        name
+        for name, pool in policy.pools.items()
+        if (quota := pool.quotas.get(team.name)) is not None
+        and quota.nominal + quota.borrowing_limit > 0
+    )
+
+
+def most_gpus(policy: Policy, team: str, pool: str) -> int:
+    """The most GPUs one request of `team` could ever be granted in `pool`: the pool's
+    `max_gpus_per_request`, the team's `nominal + borrowing_limit` and the pool's size."""
+    found = policy.pools[pool]
+    quota = found.quotas.get(team)
+    limit = quota.nominal + quota.borrowing_limit if quota is not None else 0
+    return min(found.limits.max_gpus_per_request, limit, found.size)
+
+
+def check_form(
+    policy: Policy,
+    user: str,
+    *,
+    pool: str,
+    gpus: int | None,
+    duration: timedelta | None,
+    reason: str,
+) -> dict[str, str]:
+    """The borrow form's problems by field ("pool", "count", "duration", "reason"), checked
+    against the hard limits before anything is filed; `gpus` None: already answered."""
+    team = policy.team_of(user)
+    problems: dict[str, str] = {}
+    allowed = pools_for(policy, team)
+    if team is None:
+        problems["pool"] = "You are in no team, so there is no quota to borrow from. Ask an admin."
+    elif pool not in allowed:
+        shown = ", ".join(allowed) or "none"
+        problems["pool"] = f"Team {team.name} has no quota in {pool}. Its pools: {shown}."
+    elif gpus is not None:
+        problems |= _count_problem(policy, team.name, pool, gpus)
+    if pool in policy.pools and duration is not None:
+        longest = policy.pools[pool].limits.max_duration
+        if duration <= timedelta(0):
+            problems["duration"] = "Ask for some time to come: 6h, or an end still ahead."
+        elif duration > longest:
+            problems["duration"] = (
+                f"A borrow in {pool} lasts at most {format_duration(longest)}; ask for less."
+            )
+    if not reason.strip():
+        problems["reason"] = "Say in a few words what the GPUs are for: your manager may read it."
+    elif len(reason.strip()) > MAX_REASON:
+        problems["reason"] = f"At most {MAX_REASON} characters, please (yours has {len(reason)})."
+    return problems
+
+
+def _count_problem(policy: Policy, team: str, pool: str, gpus: int) -> dict[str, str]:
+    most = most_gpus(policy, team, pool)
+    if gpus < 1:
+        return {"count": "Ask for at least one GPU."}
+    if gpus > most:
+        most_text = plural(most, "GPU")
+        return {"count": f"One request of team {team} in {pool} may take at most {most_text}."}
+    return {}
 
 
 def escalation_targets(policy: Policy, settings: Approvals) -> list[str]:

@@ -70,6 +70,7 @@ _REQUEST = [
     ("pool.protected", B, "the pool is protected (never reclaimed automatically)"),
     ("pool.queued", N, "waiting requests that come first in the queue (0 for its head)"),
     ("lease.extensions", N, "extensions the lease already had (0 for a borrow)"),
+    ("lease.extensions_after", N, "lease.extensions + 1 for an extension (else 0)"),
     ("lease.extended", D, "total extra time the lease already got (0m for a borrow)"),
     ("lease.extended_after", D, "lease.extended + request.duration for an extension (else 0m)"),
     ("limits.max_gpus_per_request", N, "policy limit for one request in this pool"),

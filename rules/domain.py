@@ -155,3 +155,11 @@ def format_duration(value: timedelta) -> str:
     hours, mins = divmod(rest, 60)
     parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (mins, "m")) if n]
     return " ".join(parts)
+
+
+def plural(n: int, noun: str) -> str:
+    """A count with its noun agreeing: 1 GPU, 2 GPUs, 1 process, 2 processes."""
+    if n == 1:
+        return f"{n} {noun}"
+    tail = "es" if noun.endswith(("s", "sh", "ch", "x")) else "s"
+    return f"{n} {noun}{tail}"

@@ -98,6 +98,7 @@ def request_facts(
         "pool.protected": p.protected,
         "pool.queued": usage.queued,
         "lease.extensions": lease_extensions,
+        "lease.extensions_after": lease_extensions + 1 if kind == RequestKind.EXTEND else 0,
         "lease.extended": minutes(lease_extended),
         "lease.extended_after": minutes(extended_after),
         "limits.max_gpus_per_request": p.limits.max_gpus_per_request,

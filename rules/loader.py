@@ -40,6 +40,7 @@ from rules.policy import (
     WorkingHours,
     parse_request_then,
     parse_sweep_then,
+    placeholder_fact,
     then_help,
 )
 from rules.schema import (
@@ -288,11 +289,11 @@ class _Builder:
         self, doc: Located, at: tuple[Any, ...], text: str, facts: Mapping[str, Any]
     ) -> None:
         for m in PLACEHOLDER.finditer(text):
-            if m.group(1).strip() not in facts:
+            if placeholder_fact(m.group(1)) not in facts:
                 self.problems.append(
                     doc.at(
                         at,
-                        expr_parser.unknown_fact(m.group(1).strip(), facts),
+                        expr_parser.unknown_fact(placeholder_fact(m.group(1)), facts),
                         offset=m.start() + 1,
                     )
                 )

@@ -15,7 +15,15 @@ from typing import Any
 
 from rules import expr
 from rules.catalogue import CATALOGUE, FactType
-from rules.domain import ACTION_REASONS, Action, Outcome, Reason, Subject, format_duration
+from rules.domain import (
+    ACTION_REASONS,
+    Action,
+    Outcome,
+    Reason,
+    Subject,
+    format_duration,
+    plural,
+)
 
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 APPROVERS = ("managers", "admins")
@@ -235,7 +243,8 @@ class Policy:
 
 
 def render(template: str, facts: Mapping[str, Any]) -> str:
-    """Fill `{fact.name}` placeholders: durations as 6h, booleans as yes/no."""
+    """Fill `{fact.name}` placeholders: durations as 6h, booleans as yes/no; `{fact.name|noun}`
+    shows a count with its noun agreeing (1 process, 2 processes)."""
     return fill(_split(template), facts)
 
 
@@ -245,7 +254,21 @@ def _split(template: str) -> tuple[str, ...]:
 
 
 def fill(parts: tuple[str, ...], facts: Mapping[str, Any]) -> str:
-    return "".join(show(part, facts.get(part)) if i % 2 else part for i, part in enumerate(parts))
+    return "".join(_placed(part, facts) if i % 2 else part for i, part in enumerate(parts))
+
+
+def placeholder_fact(part: str) -> str:
+    """The fact a placeholder names: `gpu.processes` in `{gpu.processes|process}`."""
+    return part.split("|", 1)[0].strip()
+
+
+def _placed(part: str, facts: Mapping[str, Any]) -> str:
+    name, _, noun = part.partition("|")
+    value = facts.get(name.strip())
+    if noun.strip() and isinstance(value, int | float) and float(value).is_integer():
+        counted = plural(int(value), noun.strip())
+        return "no" + counted[1:] if int(value) == 0 else counted
+    return show(name.strip(), value)
 
 
 def show(name: str, value: Any) -> str:

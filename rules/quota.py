@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rules.decision import Decision, Match
-from rules.domain import Outcome, RequestKind, Subject
+from rules.domain import Outcome, RequestKind, Subject, plural
 from rules.expr import facts_used
 from rules.policy import Policy, Quota, Verdict
 
@@ -36,15 +36,20 @@ def exceeds(
     if after > limit:
         return Breach(
             Outcome.DENY,
-            f"team {team} would hold {after} GPUs in {pool}, above its limit of {limit} "
+            f"team {team} would hold {plural(after, 'GPU')} in {pool}, above its limit of {limit} "
             f"(nominal {quota.nominal} + borrowing limit {quota.borrowing_limit})",
         )
     borrowed = max(0, after - quota.nominal)
     if gpus > 0 and borrowed > lendable:
         return Breach(
             Outcome.QUEUE,
-            f"team {team} would borrow {borrowed} GPUs in {pool}, and the other teams lend only "
-            f"{lendable} now within their lending limits",
+            f"team {team} would borrow {plural(borrowed, 'GPU')} in {pool}, and "
+            + (
+                f"the other teams lend only {plural(lendable, 'GPU')} now within their lending "
+                "limits"
+                if lendable
+                else "the other teams have no unused GPUs to lend now within their lending limits"
+            ),
         )
     return None
 

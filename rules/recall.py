@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rules.domain import format_duration
+from rules.domain import format_duration, plural
 from rules.policy import Quota, Recall
 from rules.queueing import inside_nominal, rank
 
@@ -338,7 +338,7 @@ class _Recruit:
         quota = quotas.get(h.team)
         nominal = quota.nominal if quota is not None else 0
         because = (
-            f"team {h.team} holds {used[h.team]} GPUs against a nominal of {nominal}, so "
+            f"team {h.team} holds {plural(used[h.team], 'GPU')} against a nominal of {nominal}, so "
             f"{used[h.team] - nominal} are borrowed (the nominal covers the team's highest-"
             f"priority leases); L{h.lease} holds {self.borrowed[h.lease]} of them and comes "
             "first among the borrowed leases that may be recalled (lowest priority, here "

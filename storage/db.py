@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -134,6 +134,9 @@ class Database:
             # A connection the server dropped (restart, idle timeout) is replaced, not raised.
             self.engine = sa.create_engine(self.url, echo=echo, pool_pre_ping=True)
         self._writer = self.engine.execution_options(**{_WRITE_OPTION: True})
+        #: Run at the end of every write transaction, before it commits (and by `settle`):
+        #: bookkeeping owed for whatever the transaction changed.
+        self.before_commit: list[Callable[[Session], None]] = []
 
     def _sqlite_engine(self, echo: bool, busy_timeout_ms: int | None = None) -> Engine:
         busy_timeout_ms = busy_timeout_ms or _SQLITE_BUSY_TIMEOUT_MS
@@ -210,6 +213,13 @@ class Database:
             session.begin(),
         ):
             yield session
+            self.settle(session)
+
+    def settle(self, session: Session) -> None:
+        """Run the before-commit hooks now, for a caller that hands on what they owe before
+        its transaction commits; running them again at the commit owes nothing twice."""
+        for hook in self.before_commit:
+            hook(session)
 
     @contextmanager
     def read(self) -> Iterator[Session]:

@@ -6,7 +6,7 @@ No Slack here: every method takes plain values and returns views or a `Refused`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from bot.services import (
     enforcement,
     explain,
     extensions,
+    homes,
     leases,
     notice_views,
     overview,
@@ -53,6 +54,7 @@ from bot.services.results import (
 )
 from bot.services.rule_files import read_rules_dir
 from bot.services.sweep_pass import SweepReport
+from rules.domain import plural
 from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.lease_facts import Readings
@@ -78,6 +80,9 @@ class Services:
         enforcer: Enforcer = "notify",
     ) -> None:
         self.ctx = Context(db, live, clock, enforcer)
+        # Every change a Home tab shows owes the people who see it a redrawn one.
+        self._owe_homes = lambda session: homes.owe_homes(session, self.ctx)
+        db.before_commit.append(self._owe_homes)
 
     @classmethod
     def open(
@@ -249,8 +254,8 @@ class Services:
         with self.db.read() as session:
             return strangers.intrusions(session)
 
-    def why(self, user: str, ref: str) -> Explanation | Refused:
-        return explain.why(self.ctx, user, ref)
+    def why(self, user: str, ref: str, *, tz: tzinfo = UTC) -> Explanation | Refused:
+        return explain.why(self.ctx, user, ref, tz=tz)
 
     def leases(self, holder: str | None = None, *, active_only: bool = True) -> list[LeaseView]:
         with self.db.read() as session:
@@ -270,8 +275,8 @@ class Services:
             row = storage_leases.get(session, lease_id)
             return lease_view(session, row) if row else None
 
-    def audit(self, user: str, ref: str) -> Explanation | Refused:
-        return explain.audit_trail(self.ctx, user, ref)
+    def audit(self, user: str, ref: str, *, tz: tzinfo = UTC) -> Explanation | Refused:
+        return explain.audit_trail(self.ctx, user, ref, tz=tz)
 
     def status(self) -> list[PoolStatus]:
         with self.db.read() as session:
@@ -326,8 +331,8 @@ class Services:
             reported = self.strays().get(name)
             if reported is not None:
                 return Refused(
-                    f"`{name}` reports {reported} GPUs but is in no pool of pools.yaml, so "
-                    f"nothing is granted on it. Configured nodes: {names}.",
+                    f"`{name}` reports {plural(reported, 'GPU')} but is in no pool of "
+                    f"pools.yaml, so nothing is granted on it. Configured nodes: {names}.",
                     "no-node",
                 )
             return Refused(f"There is no node `{name}`. Nodes: {names}.", "no-node")
@@ -399,4 +404,6 @@ class Services:
 
     def close(self) -> None:
         """Free the compiled rules (the engine keeps them until told)."""
+        if self._owe_homes in self.ctx.db.before_commit:
+            self.ctx.db.before_commit.remove(self._owe_homes)
         self.ctx.live.close()

@@ -11,8 +11,9 @@ from bot.services import device_records, notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.results import Refused
 from rules.recall import Victim
-from storage import audit, keyvalue, nodes
+from storage import audit, keyvalue, leases, nodes
 from storage.audit import AuditTag
+from storage.tables import LeaseRow
 
 
 def is_paused(session: Session, ctx: Context) -> bool:
@@ -54,10 +55,14 @@ def would_recall(session: Session, ctx: Context, victims: Iterable[Victim], at: 
 
 
 def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
+    """Pause or resume automation from Slack; a switch already in that position is said so
+    and changes nothing."""
     if not ctx.policy.is_admin(user):
         return Refused("Only admins may pause or resume automation.", "not-admin")
     now = ctx.now()
     with ctx.db.write() as session:
+        if keyvalue.paused(session) == paused:
+            return _already(ctx, paused)
         value = keyvalue.set_paused(session, paused, at=now, by=user)
         tag = AuditTag.AUTOMATION_PAUSED if paused else AuditTag.AUTOMATION_RESUMED
         record(session, at=now, actor=user, tag=tag, subject="automation", outcome=value)
@@ -68,6 +73,17 @@ def set_paused(ctx: Context, user: str, paused: bool) -> str | Refused:
         if paused
         else "Automation resumed."
     )
+
+
+def _already(ctx: Context, paused: bool) -> str:
+    if paused:
+        return "Automation is already paused."
+    if ctx.policy.automation_paused:
+        return (
+            "Automation is paused by the rule files (`automation: paused`), not from Slack: "
+            "change the rule files to resume it."
+        )
+    return "Automation is already running."
 
 
 def set_drained(
@@ -102,4 +118,45 @@ def set_drained(
         record(session, at=now, actor=user, tag=tag, subject=f"node:{node_name}", detail=detail)
         kind = "drained" if drained else "undrained"
         device_records.event(session, now, node_name, None, kind, actor=user, **detail)
-    return f"`{node_name}` is {'drained' if drained else 'back in service'}."
+        if not drained:
+            return f"`{node_name}` is back in service."
+        affected = _leases_on(session, node.id)
+        for lease in affected:
+            notices.tell(
+                session,
+                lease.holder,
+                f"lease:{lease.id}",
+                drained_text(user, node_name, reason, int(lease.id or 0)),
+                at=now,
+            )
+    return drain_reply(node_name, [(int(lease.id or 0), lease.holder) for lease in affected])
+
+
+def _leases_on(session: Session, node_id: int | None) -> list[LeaseRow]:
+    """The active leases holding a GPU of the node, oldest first."""
+    held = leases.held_gpus(session)
+    ids = sorted({held[g.id][0] for g in nodes.gpus_of(session, node_id) if g.id in held})
+    found = (leases.get(session, lease_id) for lease_id in ids)
+    return [lease for lease in found if lease is not None]
+
+
+def drained_text(admin: str, node: str, reason: str, lease_id: int) -> str:
+    """What the holder of a lease on a drained node is told: nothing is taken, nothing new
+    comes from that node."""
+    because = f" ({reason})" if reason else ""
+    return (
+        f"<@{admin}> drained `{node}`{because}, where L{lease_id} runs. Your lease keeps "
+        f"its GPUs there until it ends or you release it; nothing is taken from you. No new "
+        f"lease gets GPUs on `{node}` until it is back in service."
+    )
+
+
+def drain_reply(node: str, held: list[tuple[int, str]]) -> str:
+    """The admin's answer: the node is out for new leases, and whose leases run on it."""
+    if not held:
+        return f"`{node}` is drained. No lease runs on it."
+    named = ", ".join(f"L{lease_id} of <@{holder}>" for lease_id, holder in held)
+    return (
+        f"`{node}` is drained: no new lease gets its GPUs. The leases on it keep them until "
+        f"they end: {named}. Each holder was told by DM."
+    )

@@ -46,7 +46,9 @@ class BorrowAsk:
 
 def check_ask(policy: Policy, user: str, ask: BorrowAsk) -> Refused | None:
     """What no rule needs to weigh (`rules.approvals.check_ask`), as the use case's answer."""
-    refusal = approvals.check_ask(policy, user, pool=ask.pool, gpus=ask.gpus, duration=ask.duration)
+    refusal = approvals.check_ask(
+        policy, user, pool=ask.pool, gpus=ask.gpus, duration=ask.duration, reason=ask.reason
+    )
     return None if refusal is None else Refused(refusal.message, refusal.code)
 
 

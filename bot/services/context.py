@@ -12,7 +12,7 @@ from sqlmodel import Session
 from rules.decision import Decision
 from rules.engine.live import LivePolicy
 from rules.policy import Policy
-from storage import audit
+from storage import audit, homes
 from storage.audit import AuditEntry, AuditTag
 from storage.db import Database
 from storage.tables import AuditRow
@@ -54,7 +54,9 @@ def record(
     outcome: str = "",
     detail: Mapping[str, object] | None = None,
 ) -> AuditRow:
-    """Append one audit row in the caller's transaction; a decision brings its explanation."""
+    """Append one audit row in the caller's transaction; a decision brings its explanation.
+    The subject is noted, so the Home tabs that show it are drawn again (bot.services.homes)."""
+    homes.touch(session, subject)
     info: dict[str, object] = dict(detail or {})
     if decision is None:
         return audit.append(

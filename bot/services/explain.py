@@ -1,16 +1,18 @@
-"""`why`: the stored explanation of any decision, rebuilt from the audit log alone."""
+"""`why`: the stored explanation of any decision, rebuilt from the audit log alone, its times
+in the reader's zone and people as `<@U…>` mentions (the Slack front shows their names)."""
 
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from sqlmodel import Session
 
 from bot.services import recall
 from bot.services.context import Context
 from bot.services.results import Explanation, Refused
-from rules.domain import format_duration
+from rules.domain import format_duration, plural
 from rules.policy import show
 from storage import audit
 from storage import leases as storage_leases
@@ -33,8 +35,9 @@ _KEY_FACTS = (
 )
 
 
-def why(ctx: Context, user: str, ref: str) -> Explanation | Refused:
-    """Explain R<n> (a request), L<n> (a lease) or A<n> (one audit row) to those allowed."""
+def why(ctx: Context, user: str, ref: str, *, tz: tzinfo = UTC) -> Explanation | Refused:
+    """Explain R<n> (a request), L<n> (a lease) or A<n> (one audit row) to those allowed,
+    with times in `tz` (the reader's zone)."""
     m = _REF.match(ref)
     if not m:
         return Refused(
@@ -48,15 +51,19 @@ def why(ctx: Context, user: str, ref: str) -> Explanation | Refused:
         )
     with ctx.db.read() as session:
         if kind == "R":
-            return _request(ctx, session, user, number)
-        if kind == "L":
-            return _lease(ctx, session, user, number)
-        return _audit_row(ctx, session, user, number)
+            found = _request(ctx, session, user, number, tz)
+        elif kind == "L":
+            found = _lease(ctx, session, user, number, tz)
+        else:
+            found = _audit_row(ctx, session, user, number, tz)
+    if isinstance(found, Refused):
+        return found
+    return replace(found, title=f"Why {found.subject}")
 
 
-def audit_trail(ctx: Context, user: str, ref: str) -> Explanation | Refused:
+def audit_trail(ctx: Context, user: str, ref: str, *, tz: tzinfo = UTC) -> Explanation | Refused:
     """Every audit row of a request or lease, with its hash, for those allowed to see it."""
-    found = why(ctx, user, ref)
+    found = why(ctx, user, ref, tz=tz)
     if isinstance(found, Refused):
         return found
     with ctx.db.read() as session:
@@ -66,11 +73,22 @@ def audit_trail(ctx: Context, user: str, ref: str) -> Explanation | Refused:
             if row is not None:
                 rows.append(row)
     lines = tuple(
-        f"A{r.id} {r.at:%Y-%m-%d %H:%M:%S} UTC {r.tag} by {r.actor} outcome={r.outcome or '-'} "
-        f"rule={r.deciding_rule or '-'} hash={r.hash[:12]}"
+        f"A{r.id} {when(r.at, tz, seconds=True)} `{r.tag}` by {_by(r.actor)} "
+        f"outcome={r.outcome or '-'} rule={r.deciding_rule or '-'} hash={r.hash[:12]}"
         for r in rows
     )
-    return Explanation(found.subject, f"Audit trail of {found.subject}", lines)
+    title = f"Audit trail of {found.subject}"
+    return Explanation(found.subject, title, lines, title=title)
+
+
+def when(at: datetime, tz: tzinfo, *, seconds: bool = False) -> str:
+    """A stored time (naive means UTC) in the reader's zone, with the zone's abbreviation."""
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return aware.astimezone(tz).strftime(f"%Y-%m-%d %H:%M{':%S' if seconds else ''} %Z")
+
+
+def _by(actor: str) -> str:
+    return "gpubot" if actor == "gpubot" else f"<@{actor}>"
 
 
 def may_see(ctx: Context, user: str, owner: str, team: str) -> bool:
@@ -80,7 +98,9 @@ def may_see(ctx: Context, user: str, owner: str, team: str) -> bool:
     return user == owner or user in managers or policy.is_admin(user)
 
 
-def _request(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
+def _request(
+    ctx: Context, session: Session, user: str, number: int, tz: tzinfo
+) -> Explanation | Refused:
     request = storage_requests.get(session, number)
     if request is None:
         return Refused(f"There is no request R{number}.", "no-request")
@@ -91,7 +111,7 @@ def _request(ctx: Context, session: Session, user: str, number: int) -> Explanat
             "not-allowed",
         )
     length = format_duration(timedelta(seconds=request.duration_s))
-    size = f"{request.gpus} {request.pool} for {length}"
+    size = f"{plural(request.gpus, request.pool + ' GPU')} for {length}"
     summary = (
         f"R{number}: <@{request.requester}> asked for {size} ({request.kind}); "
         f"it is {request.state}."
@@ -100,9 +120,11 @@ def _request(ctx: Context, session: Session, user: str, number: int) -> Explanat
     if request.lease_id is not None:
         rows += audit.history(session, f"lease:{request.lease_id}")
     rows += _recalls_for(session, request)
-    lines = tuple(_lines(sorted(rows, key=_order)))
+    lines = tuple(_lines(sorted(rows, key=_order), tz))
     passed = recall.waiting_guarantee(ctx, session, request)
-    return Explanation(f"R{number}", summary, lines, passed_over=passed or ())
+    return Explanation(
+        f"R{number}", summary, lines, passed_over=passed or (), reason=request.reason
+    )
 
 
 def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
@@ -121,7 +143,9 @@ def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
     return found
 
 
-def _lease(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
+def _lease(
+    ctx: Context, session: Session, user: str, number: int, tz: tzinfo
+) -> Explanation | Refused:
     lease = storage_leases.get(session, number)
     if lease is None:
         return Refused(f"There is no lease L{number}.", "no-lease")
@@ -130,36 +154,37 @@ def _lease(ctx: Context, session: Session, user: str, number: int) -> Explanatio
             f"L{number} is <@{lease.holder}>'s; only they, their managers and admins may see why.",
             "not-allowed",
         )
-    summary = (
-        f"L{number}: {lease.gpus} {lease.pool} GPUs held by <@{lease.holder}>; it is {lease.state}."
-    )
+    gpus = plural(lease.gpus, f"{lease.pool} GPU")
+    summary = f"L{number}: {gpus} held by <@{lease.holder}>; it is {lease.state}."
     rows = audit.history(session, f"lease:{number}")
     for request_id in storage_requests.ids_for_lease(session, number):
         rows += audit.history(session, f"request:{request_id}")
-    return Explanation(f"L{number}", summary, tuple(_lines(sorted(rows, key=_order))))
+    lines = tuple(_lines(sorted(rows, key=_order), tz))
+    return Explanation(f"L{number}", summary, lines, reason=lease.reason)
 
 
-def _audit_row(ctx: Context, session: Session, user: str, number: int) -> Explanation | Refused:
+def _audit_row(
+    ctx: Context, session: Session, user: str, number: int, tz: tzinfo
+) -> Explanation | Refused:
     row = audit.get(session, number)
     if row is None:
         return Refused(f"There is no audit entry A{number}.", "no-audit")
     if not ctx.policy.is_admin(user) and row.actor != user:
         return Refused("Only admins may read audit entries about others.", "not-allowed")
-    return Explanation(f"A{number}", f"A{number}: {row.tag} on {row.subject}", tuple(_lines([row])))
+    summary = f"A{number}: {row.tag} on {row.subject}"
+    return Explanation(f"A{number}", summary, tuple(_lines([row], tz)))
 
 
 def _order(row: AuditRow) -> int:
     return row.id or 0
 
 
-def _lines(rows: list[AuditRow]) -> list[str]:
-    return [_head(row) + (_decided(row) if row.deciding_rule else _done(row)) for row in rows]
+def _lines(rows: list[AuditRow], tz: tzinfo) -> list[str]:
+    return [_head(row, tz) + (_decided(row) if row.deciding_rule else _done(row)) for row in rows]
 
 
-def _head(row: AuditRow) -> str:
-    when = row.at.strftime("%Y-%m-%d %H:%M UTC")
-    by = f"<@{row.actor}>" if row.actor != "gpubot" else "gpubot"
-    return f"A{row.id} {when} `{row.tag}` by {by}"
+def _head(row: AuditRow, tz: tzinfo) -> str:
+    return f"A{row.id} {when(row.at, tz)} `{row.tag}` by {_by(row.actor)}"
 
 
 def _decided(row: AuditRow) -> str:

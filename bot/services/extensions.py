@@ -18,7 +18,7 @@ from bot.services.grants import decide
 from bot.services.leases import to_change
 from bot.services.reads import lease_view, request_view
 from bot.services.results import ExtendResult, LeaseView, Refused
-from rules.approvals import approvers_for, route_for
+from rules.approvals import MAX_REASON, approvers_for, reason_too_long, route_for
 from rules.domain import LeaseState, Outcome, Priority, RequestKind, RequestState
 from rules.facts import request_facts
 from storage import leases as storage_leases
@@ -29,12 +29,22 @@ from storage.requests import ordered_queue
 from storage.tables import LeaseRow, RequestRow
 
 
+def _check_asked(by: timedelta, reason: str) -> Refused | None:
+    """What no rule needs to weigh: a duration that adds nothing, a reason too long to read."""
+    if by <= timedelta(0):
+        return Refused("Extend by a positive duration, e.g. `+2h`.", "bad-duration")
+    if len(reason.strip()) > MAX_REASON:
+        return Refused(reason_too_long(reason), "long-reason")
+    return None
+
+
 def extend(
     ctx: Context, user: str, lease_id: int, by: timedelta, reason: str = ""
 ) -> ExtendResult | Refused:
     """Ask the rules for more time: approve extends at once, ask waits for a manager."""
-    if by <= timedelta(0):
-        return Refused("Extend by a positive duration, e.g. `+2h`.", "bad-duration")
+    refused = _check_asked(by, reason)
+    if refused is not None:
+        return refused
     policy = ctx.policy
     now = ctx.now()
     with ctx.db.write() as session:

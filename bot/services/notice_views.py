@@ -84,6 +84,8 @@ class RequestDecided:
     # what *Ask again* files once more (not part of what the DM says)
     request_id: int = field(default=0, compare=False)
     kind: str = field(default="borrow", compare=False)
+    # what was asked, restated in a denial
+    request: RequestView | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,7 @@ def _about_request(
             request.state,
             request.id,
             request.kind,
+            request=request,
         )
     if owed.kind == OutboxKind.APPROVAL_REMINDER:
         return _reminder(session, ctx, owed, row) if pending else None

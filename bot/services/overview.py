@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
+from bot.services import approval_lifecycle
 from bot.services.context import Context
 from bot.services.fair_share import pool_uses
 from bot.services.grants import queue_of
 from bot.services.reads import list_leases, list_requests, request_view
 from bot.services.results import (
     FairShareUse,
+    Fleet,
     Home,
     ModelCount,
     PoolStatus,
     QuotaUse,
     RequestView,
+    TeamWork,
+    UnreservedGpu,
+    WeekUse,
 )
+from rules.domain import Reporting, RequestState
+from storage import nodes
 from storage.gpus import Place, free_gpus, gpu_lines
 from storage.pools import pool_usage
 from storage.requests import pending, pools_with_queue, queued_sizes
 from storage.tables import RequestRow
+from storage.usage import held_minutes
 
 
 def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
@@ -30,6 +39,8 @@ def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
     counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     for line in gpu_lines(session):
         counts[line.pool][line.model or "GPU"][line.place] += 1
+        if line.drained and line.place == Place.OUT:
+            counts[line.pool][line.model or "GPU"]["drained"] += 1
     out = []
     for name, pool in ctx.policy.pools.items():
         models = tuple(
@@ -40,6 +51,7 @@ def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
                 unhealthy=c[Place.OUT] + c[Place.SILENT],
                 occupied=c[Place.OCCUPIED],
                 silent=c[Place.SILENT],
+                drained=c["drained"],
             )
             for model, c in sorted(counts[name].items())
         )
@@ -90,19 +102,91 @@ def queue(session: Session, ctx: Context) -> list[RequestView]:
     return [request_view(row) for pool in sorted(pools) for row, _ in queue_of(ctx, session, pool)]
 
 
+#: How far back a Home's "last 7 days" line looks.
+WEEK = timedelta(days=7)
+#: A stored minute counts as busy from this average utilisation on (the telemetry window's
+#: idle threshold).
+BUSY_PCT = 5.0
+
+
 def home(session: Session, ctx: Context, user: str, *, paused: bool) -> Home:
+    """What one person's Home shows: their own GPUs for everyone; what waits for their
+    decision and their teams' work for managers; the fleet for admins."""
     team = ctx.policy.team_of(user)
+    mine = list_requests(session, requester=user)
+    admin = ctx.policy.is_admin(user)
     return Home(
         user=user,
         team=team.name if team else None,
         leases=tuple(list_leases(session, holder=user)),
-        requests=tuple(list_requests(session, requester=user)),
+        requests=tuple(mine),
         quotas=tuple(quota_use(session, ctx, team.name)) if team else (),
         pools=tuple(pool_status(session, ctx)),
         paused=paused,
+        admin=admin,
+        places=_places(session, ctx, [r for r in mine if r.state == RequestState.QUEUED]),
+        week=week_use(session, user, ctx.now()),
+        waiting=tuple(waiting_for(session, ctx, user)),
+        managed=tuple(_managed(session, ctx, user)),
+        fleet=fleet(session, ctx) if admin else None,
     )
 
 
 def pending_for(session: Session, user: str) -> list[RequestRow]:
     """Requests waiting for this person's decision."""
     return [r for r in pending(session) if user in r.approvers]
+
+
+def waiting_for(session: Session, ctx: Context, user: str) -> list[RequestView]:
+    """What waits for this person's Approve or Deny (borrows and extensions), oldest first:
+    the approval lifecycle's own list, the one read the Home's "Waiting for you" is drawn from."""
+    return approval_lifecycle.waiting_for(session, ctx, user)
+
+
+def week_use(session: Session, user: str, now: datetime) -> WeekUse:
+    """GPU-hours `user` held in the last 7 days, those the telemetry saw, and those busy."""
+    held = held_minutes(session, user, now - WEEK, now, busy_pct=BUSY_PCT)
+    return WeekUse(held.held / 60, held.observed / 60, held.busy / 60)
+
+
+def fleet(session: Session, ctx: Context) -> Fleet:
+    """Drained and not-reporting nodes, GPUs busy without a lease, and the queue."""
+    every = nodes.every_node(session)
+    unreserved = tuple(
+        UnreservedGpu(line.node, line.index, line.pool, line.occupants)
+        for line in gpu_lines(session)
+        if line.place == Place.OCCUPIED
+    )
+    return Fleet(
+        drained=tuple(sorted(n.name for n in every if n.drained)),
+        silent=tuple(sorted(n.name for n in every if n.reporting == Reporting.SILENT)),
+        unreserved=unreserved,
+        queue=tuple(queue(session, ctx)),
+    )
+
+
+def _managed(session: Session, ctx: Context, user: str) -> list[TeamWork]:
+    teams = sorted(t.name for t in ctx.policy.teams.values() if user in t.managers)
+    if not teams:
+        return []
+    leases = list_leases(session)
+    open_requests = list_requests(session)
+    return [
+        TeamWork(
+            name,
+            tuple(lease for lease in leases if lease.team == name),
+            tuple(r for r in open_requests if r.team == name),
+        )
+        for name in teams
+    ]
+
+
+def _places(session: Session, ctx: Context, queued: list[RequestView]) -> dict[int, int]:
+    """Each queued request's place in its pool's queue (1: served next)."""
+    places: dict[int, int] = {}
+    for pool in sorted({r.pool for r in queued}):
+        order = [row.id for row, _ in queue_of(ctx, session, pool)]
+        for request in queued:
+            if request.pool == pool and request.id in order:
+                places[request.id] = order.index(request.id) + 1
+    return places

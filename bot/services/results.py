@@ -6,6 +6,7 @@ Expected "no" answers are values (`Refused`, a denied outcome), never exceptions
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -166,6 +167,8 @@ class Explanation:
     lines: tuple[str, ...] = field(default=())
     # A waiting guarantee: the borrowed leases that cannot be recalled for it now, and why.
     passed_over: tuple[PassedOver, ...] = ()
+    title: str = ""  # what it shows: "Why L8", "Audit trail of L8"
+    reason: str = ""  # the requester's reason in full (cards show it cut short)
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ class ModelCount:
     unhealthy: int  # unhealthy, drained or not reporting: out of service
     occupied: int = 0  # in use without a lease: a process or memory, and no lease covers it
     silent: int = 0  # of the out of service, those not reporting
+    drained: int = 0  # of the out of service, those on a drained node
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,10 @@ class PoolStatus:
     @property
     def silent(self) -> int:
         return sum(m.silent for m in self.models)
+
+    @property
+    def drained(self) -> int:
+        return sum(m.drained for m in self.models)
 
 
 @dataclass(frozen=True)
@@ -252,6 +260,54 @@ class Home:
     quotas: tuple[QuotaUse, ...]
     pools: tuple[PoolStatus, ...]
     paused: bool = False
+    admin: bool = False
+    places: Mapping[int, int] = field(default_factory=dict)  # queued request id -> place
+    week: WeekUse | None = None
+    waiting: tuple[RequestView, ...] = ()  # for this person's decision, oldest first
+    managed: tuple[TeamWork, ...] = ()  # the teams this person manages
+    fleet: Fleet | None = None  # admins only
+
+    @property
+    def manager(self) -> bool:
+        return bool(self.managed)
+
+
+@dataclass(frozen=True)
+class WeekUse:
+    """A person's last 7 days: GPU-hours held, those with telemetry, and those busy."""
+
+    held_gpu_h: float
+    observed_gpu_h: float
+    busy_gpu_h: float
+
+
+@dataclass(frozen=True)
+class TeamWork:
+    """One team a manager looks after: its active leases and open requests."""
+
+    team: str
+    leases: tuple[LeaseView, ...]
+    requests: tuple[RequestView, ...]
+
+
+@dataclass(frozen=True)
+class UnreservedGpu:
+    """A GPU with processes on it that no lease covers."""
+
+    node: str
+    index: int
+    pool: str
+    users: tuple[str, ...]  # the Unix users seen ("" when unnamed)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What an admin watches: drained and not-reporting nodes, unreserved use, the queue."""
+
+    drained: tuple[str, ...]
+    silent: tuple[str, ...]
+    unreserved: tuple[UnreservedGpu, ...]
+    queue: tuple[RequestView, ...]
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def settle(
             if request is None:
                 return Refused(f"There is no request R{request_id}.", "no-request")
             # Who may settle it is asked first: a refusal says nothing of the request's fate.
-            refusal = _may_settle(user, request)
+            refusal = _may_settle(ctx, user, request)
             if refusal is None and request.state != RequestState.PENDING:
                 # A click on a card that still offers buttons: make sure it is redrawn.
                 notices.redraw(session, notices.card_redrawn(request, by=user), at=now)
@@ -79,7 +79,7 @@ def may_settle(ctx: Context, user: str, request_id: int) -> Refused | None:
         request = requests.get(session, request_id)
         if request is None:
             return Refused(f"There is no request R{request_id}.", "no-request")
-        why = _may_settle(user, request)
+        why = _may_settle(ctx, user, request)
         if why:
             return Refused(why, "not-allowed")
         if request.state != RequestState.PENDING:
@@ -87,9 +87,13 @@ def may_settle(ctx: Context, user: str, request_id: int) -> Refused | None:
         return None
 
 
-def _may_settle(user: str, request: RequestRow) -> str | None:
+def _may_settle(ctx: Context, user: str, request: RequestRow) -> str | None:
     return approvals.may_settle(
-        user, request_id=request.id, requester=request.requester, approvers=request.approvers
+        user,
+        request_id=request.id,
+        requester=request.requester,
+        approvers=request.approvers,
+        team=ctx.policy.teams.get(request.team),
     )
 
 

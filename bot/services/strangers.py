@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
+from rules.domain import plural
 from rules.lease_facts import covers
 from rules.policy import Policy
 from storage import keyvalue
@@ -109,8 +110,8 @@ def stray(ctx: Context, session: Session, node: str, count: int, now: datetime) 
         session,
         ctx.policy.admins,
         f"node:{node}",
-        f"{node} sends telemetry for {count} GPUs but is in no pool of pools.yaml: nothing is "
-        f"granted on it. Add it to a pool, or fix the name it reports under.{hint}",
+        f"{node} sends telemetry for {plural(count, 'GPU')} but is in no pool of pools.yaml: "
+        f"nothing is granted on it. Add it to a pool, or fix the name it reports under.{hint}",
         at=now,
     )
 

@@ -12,11 +12,12 @@ from typing import Any
 
 from slack_bolt import Ack
 
-from bot.services import Services
+from bot.services import Refused, Services
 from bot.settings import Settings
 from bot.slack.blocks import BORROW_MODAL
 from bot.slack.inbox import Accepted, Inbox, request_key
-from bot.slack.people import People, Zone
+from bot.slack.parse import Audit, Why, parse
+from bot.slack.people import UTC_ZONE, People, Zone
 from storage.tables import InboxRow
 
 NOT_RECORDED = (
@@ -65,6 +66,21 @@ class SlackDeps:
         payload = row.payload
         if row.kind == "command" and "until" in str(payload.get("text", "")).lower():
             return self.people.zone(row.actor)
+        if row.kind == "command":
+            return self._explaining(row.actor, str(payload.get("text", "")))
         if row.kind == "view" and payload.get("callback_id") == BORROW_MODAL:
             return self.people.zone(row.actor)
         return None
+
+    def _explaining(self, user: str, text: str) -> Zone | None:
+        """`why` and `audit` show times in the reader's zone and people by name: both looked
+        up here, outside the unit of work (a read, then users.info calls, cached)."""
+        parsed = parse(text, now=self.now(), tz=UTC_ZONE, pools=list(self.services.policy.pools))
+        if not isinstance(parsed, Why | Audit):
+            return None
+        zone = self.people.zone(user)
+        ask = self.services.audit if isinstance(parsed, Audit) else self.services.why
+        found = ask(user, parsed.ref, tz=zone.tz)
+        if not isinstance(found, Refused):
+            self.people.warm("\n".join((found.summary, *found.lines)))
+        return zone

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from rules.domain import Priority, format_duration
+from rules.domain import Priority, format_duration, plural
 from rules.expr import parse_duration
 
 MAX_LENGTH = timedelta(days=366)  # beyond this a number is a typo, not a plan
@@ -81,7 +81,7 @@ class Words:
     def understood(self) -> list[str]:
         out = [f"lease L{self.lease}"] if self.lease is not None else []
         if self.count is not None:
-            out.append(f"{self.count} GPU{'' if self.count == 1 else 's'}")
+            out.append(plural(self.count, "GPU"))
         if self.pool:
             out.append(f"pool {self.pool}")
         if self.duration is not None:

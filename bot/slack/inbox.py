@@ -26,7 +26,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlmodel import Session
 
 from bot.slack.blocks.kit import Message
-from storage import inbox, outbox
+from storage import homes, inbox, outbox
 from storage.db import Database, one_line
 from storage.outbox import OutboxKind, Owed
 from storage.tables import InboxRow
@@ -250,6 +250,8 @@ class Inbox:
 
     def _owe(self, session: Session, row: InboxRow, answer: Answer) -> None:
         subject, at = f"inbox:{row.id}", self.clock()
+        if row.kind == "view":  # a form, often opened from the Home: redrawn with the answer
+            homes.hurry(session, row.actor)
         if answer.reply is not None:
             data: dict[str, Any] = answer.reply.as_kwargs()
             url = row.payload.get("response_url")
@@ -257,9 +259,10 @@ class Inbox:
                 data["response_url"] = url
             outbox.owe(session, Owed(OutboxKind.REPLY, subject, row.actor, data), at=at)
         if answer.home:
-            outbox.owe(session, Owed(OutboxKind.HOME, subject, row.actor, {}), at=at)
+            homes.owe_home(session, row.actor, at=at, subject=subject)
 
     def _claim(self, session: Session) -> list[int]:
+        self.db.settle(session)  # the Home tabs the request's changes owe go out with it
         owed = outbox.owed_in(session)
         if self.claimant is not None:
             outbox.claim_owed(session, owed, at=self.clock(), by=self.claimant)

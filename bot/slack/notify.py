@@ -28,8 +28,14 @@ from bot.services.notice_views import (
     SettledCard,
     UnreservedUse,
 )
+from bot.services.results import RequestView
 from bot.slack.blocks import approval_card, grant_message, home_view, settled_card
-from bot.slack.blocks.approval import approval_reminder, escalated_line, extension_waiting
+from bot.slack.blocks.approval import (
+    approval_reminder,
+    denied_message,
+    escalated_line,
+    extension_waiting,
+)
 from bot.slack.blocks.kit import (
     Message,
     ask_again_button,
@@ -133,11 +139,21 @@ def _drawn_message(
             return approval_card(request, name, quota, effects, because, escalated=escalated)
         case SettledCard(request=request, because=because, note=note):
             name = people.name(request.requester)
-            return settled_card(request, name, because=because, note=note, by_bot=notice.by_bot)
+            decider = people.label(request.decided_by)
+            return settled_card(
+                request,
+                name,
+                because=because,
+                note=note,
+                by_bot=notice.by_bot,
+                decider_name=decider,
+            )
         case RequestDecided(verdict="expired"):
             return _expired(notice)
+        case RequestDecided(verdict="deny", request=RequestView() as request) as decided:
+            return denied_message(request, people.label(decided.by), decided.reason)
         case RequestDecided(code=code, verdict=verdict, by=by, reason=reason, state=state):
-            return _decided(code, verdict, by, reason, state)
+            return _decided(code, verdict, people.label(by), reason, state)
         case UnreservedUse(node=node, index=index, pool=pool, user=user):
             return unreserved_message(node, index, pool, user)
         case AdminNotice(text=text):

@@ -126,4 +126,7 @@ OVERVIEW = (
     "with time to extend or release."
 )
 
-FOOTER = "`/gpu help <command>` explains one command. Times show in your own time zone."
+FOOTER = "`/gpu help <command>` explains one command."
+
+#: Under replies that show times, and only there.
+TIMES_NOTE = "Times are in your time zone ({zone})."

@@ -20,7 +20,7 @@ def test_an_approve_click_from_someone_who_may_not_approve_is_refused(slack: Sla
     slack.click(card, "Approve")
     refusal = slack.message("You may not approve or deny")
     expect(refusal.locator(".only-you")).to_be_visible()
-    expect(refusal).to_contain_text("only its team's managers")
+    expect(refusal).to_contain_text("you are not a manager of vision, so you cannot approve this")
     expect(card.get_by_role("button", name="Approve")).to_be_visible()
     assert ["pending"] == [r.state for r in slack.demo.bot.services.requests(ALICE)]
 

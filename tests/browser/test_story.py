@@ -31,7 +31,7 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     expect(card).to_contain_text("ablations")
     slack.screenshot("demo-approval")
     slack.click(card, "Approve")
-    expect(card).to_contain_text("Approved by @Victor Vision")
+    expect(card).to_contain_text("Approved by Victor Vision")
     expect(card.locator(".edited")).to_have_text("(edited)")
     expect(card.get_by_role("button", name="Approve")).to_have_count(0)
 
@@ -61,11 +61,11 @@ def test_a_borrow_over_quota_is_approved_with_the_button_then_warned_and_extende
     slack.go(VISION_APPROVALS)
     extension = slack.message("Extension request")
     slack.click(extension, "Approve")
-    expect(extension).to_contain_text("Approved by @Victor Vision")
+    expect(extension).to_contain_text("Approved by Victor Vision")
 
     slack.act_as(ALICE)
     slack.go("dm")
-    slack.message("@Victor Vision approved")
+    slack.message("Victor Vision approved")
     later = slack.demo.bot.services.lease(lease.id)
     assert later is not None
     assert lease.expires_at + timedelta(hours=2) == later.expires_at

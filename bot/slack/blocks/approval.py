@@ -28,6 +28,7 @@ from bot.slack.blocks.kit import (
 )
 from bot.slack.blocks.leases import lease_summary
 from bot.slack.blocks.overview import quota_line
+from rules.approvals import SHOWN_REASON
 from rules.domain import format_duration
 
 _SETTLED = {
@@ -63,8 +64,19 @@ def _facts(request: RequestView, requester_name: str) -> list[Block]:
     ]
     if _is_extension(request) and request.lease_id is not None:
         fields.append(f"*Lease*\nL{request.lease_id}")
-    fields.append(f"*Why*\n{clip(escape(request.reason), 1500) or '_no reason given_'}")
-    return [header(f"{kind} {request.code} from {requester_name}"), section(fields=fields)]
+    fields.append(f"*Why*\n{shown_reason(request)}")
+    return [header(f"{kind} {request.code}: {requester_name}"), section(fields=fields)]
+
+
+def shown_reason(request: RequestView) -> str:
+    """The reason as a card or DM shows it: at most `SHOWN_REASON` characters; `/gpu why`
+    has it all."""
+    if not request.reason:
+        return "_no reason given_"
+    shown = clip(escape(request.reason), SHOWN_REASON)
+    if len(request.reason) > SHOWN_REASON:
+        shown += f" (`/gpu why {request.code}` has it all)"
+    return shown
 
 
 def approval_card(
@@ -82,7 +94,7 @@ def approval_card(
     if not _is_extension(request):
         after = quota.used + request.gpus
         over = max(0, after - quota.nominal)
-        then = f"Approving brings the team to {after} GPUs of {quota.nominal} guaranteed"
+        then = f"Approving brings the team to {plural(after, 'GPU')} of {quota.nominal} guaranteed"
         if over:
             then += f", borrowing {over} of at most {quota.borrowing_limit}"
         lines.append(then + ".")
@@ -180,18 +192,21 @@ def settled_card(
     because: str = "",
     note: str = "",
     by_bot: bool = False,
+    decider_name: str = "",
 ) -> Message:
-    """The card after a decision: the same facts, who settled it and when, and no buttons.
-    `by_bot`: the bot withdrew it (expired, or its wait ran out), and `note` says why."""
+    """The card after a decision: the same facts, who settled it (by name) and when, and no
+    buttons: "Approved by Victor Vision today at 1:38 PM". `by_bot`: the bot withdrew it
+    (expired, or its wait ran out), and `note` says why."""
     verb = _SETTLED.get(request.state, "Settled")
     if by_bot and note:
         line = f"{clip(escape(note), 1000)}."
         if request.decided_at is not None:
             line += f" {verb} {slack_date(request.decided_at)}."
     else:
-        line = f"{verb} by {mention(request.decided_by)}"
+        by = escape(decider_name) if decider_name else mention(request.decided_by)
+        line = f"{verb} by {by}"
         if request.decided_at is not None:
-            line += f" at {slack_date(request.decided_at)}"
+            line += f" {slack_date(request.decided_at)}"
         if note:
             line += f": {clip(escape(note), 1000)}"
     blocks = [*_facts(request, escape(requester_name))]
@@ -210,6 +225,29 @@ def settle_reply(result: SettleResult) -> Message:
     if result.lease is not None:
         blocks.append(section(lease_summary(result.lease)))
     return message(defang(result.message), blocks)
+
+
+def denied_message(request: RequestView, decider_name: str, reason: str) -> Message:
+    """The requester's DM when a person denied their request: what was asked, who denied it,
+    and why, so it reads on its own."""
+    length = format_duration(request.duration)
+    if _is_extension(request):
+        asked = f"to extend L{request.lease_id} by {length}"
+    else:
+        asked = f"{request.gpus} × {escape(request.pool)} for {length}"
+    if request.reason:
+        asked += f", because “{clip(escape(request.reason), SHOWN_REASON)}”"
+    text = f"{escape(decider_name)} denied {request.code} ({asked})."
+    blocks = [section(f":no_entry: {text}")]
+    if reason:
+        blocks.append(section(f"*Why:* {clip(escape(reason), 1000)}"))
+    blocks.append(
+        context(
+            "You can ask again with fewer GPUs, less time or another pool. "
+            f"`/gpu why {request.code}` shows the whole story."
+        )
+    )
+    return message(text, blocks)
 
 
 def escalated_line(targets: tuple[str, ...], after: timedelta) -> str:

@@ -14,6 +14,7 @@ from bot.slack.blocks.kit import (
     header,
     listing,
     message,
+    plural,
     section,
     slack_date,
 )
@@ -97,7 +98,9 @@ def nodes_message(
     if not nodes:
         blocks.append(section("No nodes are configured: add them to pools.yaml."))
     if strays:
-        lines = ", ".join(f"`{escape(n)}` ({c} GPUs)" for n, c in sorted(strays.items())[:20])
+        lines = ", ".join(
+            f"`{escape(n)}` ({plural(c, 'GPU')})" for n, c in sorted(strays.items())[:20]
+        )
         blocks.append(
             section(f"*Reporting, but in no pool of pools.yaml* (nothing is granted): {lines}")
         )

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from rules.domain import plural as plural  # noqa: PLC0414 - re-exported: one helper for counts
+
 Block = dict[str, Any]
 T = TypeVar("T")
 
@@ -104,10 +106,6 @@ def mention(user: str | None) -> str:
     if not user:
         return "nobody"
     return f"<@{user}>" if _USER_ID.fullmatch(user) else escape(user)
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def plain(text: str, limit: int = MAX_SECTION_TEXT) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from bot.slack.blocks.kit import (
     slack_date,
     utc_text,
 )
+from rules.approvals import SHOWN_REASON
 from rules.domain import Outcome, format_duration
 
 
@@ -61,7 +62,7 @@ def lease_summary(lease: LeaseView) -> str:
         )
     lines += placement_lines(lease)
     if lease.reason:
-        lines.append(f"_{clip(escape(lease.reason), 300)}_")
+        lines.append(f"_{clip(escape(lease.reason), SHOWN_REASON)}_")
     return "\n".join(lines)
 
 

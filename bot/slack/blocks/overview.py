@@ -34,6 +34,7 @@ from bot.slack.blocks.kit import (
     slack_date,
 )
 from bot.slack.blocks.leases import lease_rows
+from rules.approvals import SHOWN_REASON
 from rules.domain import format_duration
 
 QUOTA_LEGEND = "█ in use within nominal · ▓ borrowed beyond it · ░ room left"
@@ -79,7 +80,7 @@ def request_text(request: RequestView, *, who: bool = False) -> str:
     asker = f"{mention(request.requester)} · " if who else ""
     text = f"*{request.code}* · {asker}{what} · {escape(request.state)}"
     text += f" · asked {slack_date(request.created_at)}"
-    return text + (f"\n_{clip(escape(request.reason), 300)}_" if request.reason else "")
+    return text + (f"\n_{clip(escape(request.reason), SHOWN_REASON)}_" if request.reason else "")
 
 
 def request_rows(request: RequestView) -> list[Block]:
@@ -114,7 +115,8 @@ def mine_message(leases: Sequence[LeaseView], requests: Sequence[RequestView]) -
 
 
 def pool_text(pool: PoolStatus) -> str:
-    head = f"*{escape(pool.name)}*{' · protected' if pool.protected else ''} · {pool.size} GPUs: "
+    protected = " · protected" if pool.protected else ""
+    head = f"*{escape(pool.name)}*{protected} · {plural(pool.size, 'GPU')}: "
     head += f"*{pool.free} free* · {pool.leased} leased"
     if pool.occupied:
         head += f" · {pool.occupied} in use without a lease"

@@ -25,7 +25,7 @@ from bot.slack.blocks.kit import (
 from bot.slack.blocks.leases import lease_buttons, placement_lines, unvouched
 from bot.slack.blocks.overview import passed_over_text, recall_lines
 from bot.slack.parse import ParseProblem
-from bot.slack.texts import COMMANDS, FOOTER, OVERVIEW
+from bot.slack.texts import COMMANDS, FOOTER, OVERVIEW, TIMES_NOTE
 from rules.domain import Outcome, format_duration
 
 DENIED_ADVICE = (
@@ -98,9 +98,13 @@ def problem_message(problem: ParseProblem) -> Message:
     return message(escape(problem.message()), blocks)
 
 
-def explanation_message(explanation: Explanation) -> Message:
-    """`why` and `audit`: the summary, then the recorded decisions, oldest first."""
-    blocks = [header(f"Why {explanation.subject}"), section(defang(explanation.summary))]
+def explanation_message(explanation: Explanation, zone: str = "UTC") -> Message:
+    """`why` and `audit`: the summary, the reason in full, then the recorded decisions, oldest
+    first, their times in `zone` (the reader's, named in a note under them)."""
+    title = explanation.title or f"Why {explanation.subject}"
+    blocks = [header(title), section(defang(explanation.summary))]
+    if explanation.reason:
+        blocks.append(section(f"*Reason:* {escape(explanation.reason)}"))
     if explanation.passed_over:
         blocks.append(
             section(
@@ -119,6 +123,8 @@ def explanation_message(explanation: Explanation) -> Message:
         blocks.append(section("\n".join(chunk)))
     if not explanation.lines:
         blocks.append(context("Nothing is recorded about it yet."))
+    else:
+        blocks.append(context(escape(TIMES_NOTE.format(zone=zone))))
     return message(defang(explanation.summary), blocks)
 
 

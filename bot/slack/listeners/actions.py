@@ -1,8 +1,8 @@
 """Buttons: Approve / Deny / Withdraw / Remind approvers / Ask again on requests, Extend /
-Release / Still using on leases, Borrow on Home and in unreserved-use DMs. Each click is
-recorded and acked; a worker carries it out (`carry_out`) on the id the button carries and
-answers where the click happened: through the response_url under a message, by DM (and a
-redrawn Home tab) for a click on the Home tab.
+Release / Still using on leases, Borrow on Home and in unreserved-use DMs, Pause / Resume on an
+admin's Home. Each click is recorded and acked; a worker carries it out (`carry_out`) on the id
+the button carries and answers where the click happened: through the response_url under a
+message, by DM (and a redrawn Home tab) for a click on the Home tab.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from bot.slack.blocks import (
     settle_reply,
 )
 from bot.slack.blocks.approval import asked_again_reply, nudge_reply
+from bot.slack.blocks.home import PAUSE_ACTION, RESUME_ACTION
 from bot.slack.blocks.kit import (
     ASK_AGAIN_ACTION,
     REMIND_ACTION,
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 EXTEND_STEP = timedelta(hours=2)
 MAX_ID = 2**31 - 1  # ids are database integers; anything larger was never a button's value
 
+# The admin Home's pause switch.
+_SWITCHES = (PAUSE_ACTION, RESUME_ACTION)
 # The buttons that act on the request or lease id they carry.
 _ON_AN_ID = (
     APPROVE_ACTION,
@@ -73,6 +76,8 @@ def register(app: App, deps: SlackDeps) -> None:
     for action_id in (*_ON_AN_ID, DENY_ACTION, BORROW_QUICK_ACTION, BORROW_OPEN_ACTION):
         app.action(action_id)(_accepting(deps))
     for action_id in _ON_A_PARTLY_IDLE_LEASE:  # Give back the idle GPUs, Keep
+        app.action(action_id)(_accepting(deps))
+    for action_id in _SWITCHES:
         app.action(action_id)(_accepting(deps))
 
 
@@ -105,7 +110,10 @@ def carry_out(deps: SlackDeps, row: InboxRow, _tz: object) -> Answer:
     payload = row.payload
     action_id, value, user = str(payload["action_id"]), str(payload["value"]), row.actor
     home = not payload.get("response_url")  # clicked on the Home tab: no response_url there
-    answer = _act(deps, action_id, user, value)
+    if action_id in _SWITCHES:
+        answer = _switched(deps, action_id, user)
+    else:
+        answer = _act(deps, action_id, user, value)
     return Answer(reply=answer.reply, home=home and answer.view is None, view=answer.view)
 
 
@@ -140,6 +148,15 @@ def _act(deps: SlackDeps, action_id: str, user: str, value: str) -> Answer:
     }
     act, render = acts[action_id]
     return Answer(reply=_reply(act(user, target), render))
+
+
+def _switched(deps: SlackDeps, action_id: str, user: str) -> Answer:
+    """The admin Home's pause switch: the same use case as `/gpu admin pause` and `resume`."""
+    services = deps.services
+    result = services.pause(user) if action_id == PAUSE_ACTION else services.resume(user)
+    if isinstance(result, Refused):
+        return Answer(reply=refused_message(result))
+    return Answer(reply=message(result, [section(result)]))
 
 
 def _quick_ask(value: str) -> BorrowAsk | None:

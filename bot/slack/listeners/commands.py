@@ -7,6 +7,7 @@ Slack call, and nothing before an ack makes one); the worker parses again with t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt import Ack, App
@@ -31,6 +32,7 @@ from bot.slack.blocks.overview import mine_message, queue_message, quota_message
 from bot.slack.blocks.shrinking import shrink_reply
 from bot.slack.inbox import Answer
 from bot.slack.people import UTC_ZONE, Zone
+from rules.approvals import most_gpus, pools_for
 from rules.domain import Outcome
 from rules.errors import PolicyError
 from storage.tables import InboxRow
@@ -69,7 +71,25 @@ def carry_out(deps: SlackDeps, row: InboxRow, zone: Zone | None) -> Answer:
         return Answer(reply=help_message(parsed.topic))
     if isinstance(parsed, p.OpenBorrowModal):
         return Answer(view=borrow_form(deps, user))
+    if isinstance(parsed, p.Why | p.Audit):
+        return Answer(reply=explained(deps, user, parsed, zone))
     return Answer(reply=owning_up(run(deps, user, parsed), zone))
+
+
+def explained(deps: SlackDeps, user: str, command: p.Why | p.Audit, zone: Zone | None) -> Message:
+    """`why` and `audit` for their reader: times in the reader's zone, people by name (both
+    looked up before the unit of work, `SlackDeps.look_up`)."""
+    tz = zone.tz if zone is not None else UTC_ZONE
+    services, names = deps.services, deps.people.known_names
+    ask = services.audit if isinstance(command, p.Audit) else services.why
+    found = ask(user, command.ref, tz=tz)
+    if isinstance(found, Refused):
+        return refused_message(replace(found, message=names(found.message)))
+    shown = replace(
+        found, summary=names(found.summary), lines=tuple(names(line) for line in found.lines)
+    )
+    label = tz.key if zone is not None and zone.known else "UTC: Slack did not tell me yours"
+    return explanation_message(shown, label)
 
 
 def owning_up(reply: Message, zone: Zone | None) -> Message:
@@ -85,12 +105,12 @@ def owning_up(reply: Message, zone: Zone | None) -> Message:
 
 
 def borrow_form(deps: SlackDeps, user: str) -> dict[str, Any]:
-    """The borrow modal, its pool preset to one the person's team has quota in."""
+    """The borrow modal: only the pools the person's team may use, the first preset."""
     policy = deps.services.policy
     team = policy.team_of(user)
-    pools = sorted(policy.pools)
-    default = next((n for n in pools if team and team.name in policy.pools[n].quotas), None)
-    return borrow_modal(pools, default, deps.now())
+    pools = pools_for(policy, team)
+    most = max((most_gpus(policy, team.name, p) for p in pools), default=0) if team else 0
+    return borrow_modal(pools, pools[0] if pools else None, deps.now(), most_gpus=most)
 
 
 def run(deps: SlackDeps, user: str, command: p.Command) -> Message:

@@ -20,7 +20,7 @@ from bot.slack.blocks import (
     refused_message,
 )
 from bot.slack.blocks.kit import message, section
-from bot.slack.blocks.modals import end_time_typed
+from bot.slack.blocks.modals import deny_errors, end_time_typed
 from bot.slack.inbox import Answer
 from bot.slack.listeners.commands import borrowed, owning_up
 from bot.slack.people import UTC_ZONE, Zone
@@ -33,15 +33,14 @@ __all__ = ["BORROW_MODAL", "DENY_MODAL", "carry_out", "register"]
 
 
 def register(app: App, deps: SlackDeps) -> None:
-    def pools() -> list[str]:  # the rules in force now
-        return list(deps.services.policy.pools)
-
     @app.view(BORROW_MODAL)
     def borrow_submitted(ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """Every field is checked here, against the rules in force, before anything is filed."""
         user = str(body["user"]["id"])
         values = view["state"]["values"]
         tz = deps.people.known_tz(user) or UTC_ZONE
-        asked = borrow_from_modal(values, now=deps.now(), tz=tz, pools=pools())
+        policy = deps.services.policy
+        asked = borrow_from_modal(values, now=deps.now(), tz=tz, policy=policy, user=user)
         if isinstance(asked, dict):
             ack(response_action="errors", errors=asked)
             return
@@ -55,11 +54,12 @@ def register(app: App, deps: SlackDeps) -> None:
             ack()  # not a form this bot opened: nothing to record
             return
         user = str(body["user"]["id"])
-        payload = {
-            "callback_id": DENY_MODAL,
-            "request": int(request),
-            "reason": deny_reason_from_modal(view["state"]["values"]),
-        }
+        reason = deny_reason_from_modal(view["state"]["values"])
+        errors = deny_errors(reason)
+        if errors:
+            ack(response_action="errors", errors=errors)
+            return
+        payload = {"callback_id": DENY_MODAL, "request": int(request), "reason": reason}
         deps.accept(ack, body, kind="view", actor=user, payload=payload)
 
 
@@ -69,7 +69,7 @@ def carry_out(deps: SlackDeps, row: InboxRow, zone: Zone | None) -> Answer:
     if payload["callback_id"] == BORROW_MODAL:
         tz = zone.tz if zone is not None else UTC_ZONE
         asked = borrow_from_modal(
-            payload["values"], now=deps.now(), tz=tz, pools=list(services.policy.pools)
+            payload["values"], now=deps.now(), tz=tz, policy=services.policy, user=user
         )
         if isinstance(asked, dict):  # valid in UTC, not in the person's own zone
             text = "Your borrow form was not sent: " + " ".join(asked.values())

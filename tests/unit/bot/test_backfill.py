@@ -94,6 +94,6 @@ def test_the_queue_shows_each_heads_expected_start(
     if backfill == "none":
         assert 2 == len(after)
         assert clock() + 2 * H == after[1].expected_start  # behind Alice, beside her
-        assert after[1].waits_for.startswith("1 waiting requests in a100 come first")
+        assert after[1].waits_for.startswith("this one queues behind 1 waiting request in a100")
     else:
         assert 1 == len(after)

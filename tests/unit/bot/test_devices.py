@@ -294,12 +294,12 @@ def test_a_swapped_card_and_an_unknown_node_are_flagged_to_admins(
     fleet.poll()
     told = [line["text"] for r in owed(services, "admin_digest") for line in r.data["lines"]]
     assert 1 == sum("l40s-node-01 GPU 3 has a new UUID (GPU-new-card" in t for t in told)
-    assert 1 == sum("l40s-node-9 sends telemetry for 1 GPUs but is in no pool" in t for t in told)
+    assert 1 == sum("l40s-node-9 sends telemetry for 1 GPU but is in no pool" in t for t in told)
     assert 1 == sum("Is it `l40s-node-02` in pools.yaml, misspelt?" in t for t in told)
     assert {"l40s-node-9": 1} == services.strays()
     refused = services.nodes(ADA, "l40s-node-9")
     assert isinstance(refused, Refused)
-    assert "reports 1 GPUs but is in no pool of pools.yaml" in refused.message
+    assert "reports 1 GPU but is in no pool of pools.yaml" in refused.message
     kinds = {(e.device, e.kind) for e in services.node_history()}
     assert {("l40s-node-01:3", "swapped"), ("l40s-node-9", "unknown-node")} <= kinds
 

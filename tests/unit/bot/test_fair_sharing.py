@@ -70,10 +70,10 @@ def test_an_approval_answers_ask_but_a_borrow_still_waits_for_lenders(services: 
     effects = services.approval_effects(asked.request.id)  # what the card says
     assert effects is not None
     assert effects.waits
-    assert "other teams lend only 0 unused GPUs" in effects.waits_for
+    assert "other teams have no unused GPUs to lend" in effects.waits_for
     settled = approved(services, ADA, asked)
     assert "queued" == settled.request.state
-    assert "other teams lend only 0 unused GPUs" in settled.message
+    assert "other teams have no unused GPUs to lend" in settled.message
     assert [] == services.leases(PAT)
 
 
@@ -337,7 +337,7 @@ def test_an_approval_cannot_lend_what_a_waiting_guarantee_counts_on(services: Se
     effects = services.approval_effects(asked.request.id)
     assert effects is not None
     assert effects.waits
-    assert "other teams lend only 0 unused GPUs" in effects.waits_for
+    assert "other teams have no unused GPUs to lend" in effects.waits_for
     assert (HeldFor(alice.request.id, "vision", 8),) == effects.held_for  # the card says so
     settled = approved(services, ADA, asked)
     assert "queued" == settled.request.state

@@ -57,7 +57,16 @@ def test_a_card_that_goes_out_after_its_request_was_settled_has_no_buttons(
     redrawn = services.notice(owed_id(services, OutboxKind.CARD_SETTLED, subject))
     assert SettledCard(card.request, note="not now") == redrawn
     told = services.notice(owed_id(services, OutboxKind.REQUEST_DECIDED, subject))
-    assert RequestDecided(f"R{asked.request.id}", "deny", VICTOR, "not now", "denied") == told
+    assert isinstance(told, RequestDecided)
+    assert (f"R{asked.request.id}", "deny", VICTOR, "not now", "denied") == (
+        told.code,
+        told.verdict,
+        told.by,
+        told.reason,
+        told.state,
+    )
+    assert told.request is not None  # what was asked, restated in the denial DM
+    assert (2, "a100") == (told.request.gpus, told.request.pool)
 
 
 def test_a_grant_of_a_lease_that_ended_says_so_and_closing_it_redraws_nothing_undelivered(

@@ -176,7 +176,7 @@ def test_the_audit_trail_lists_every_row_with_its_hash(services: Services) -> No
     assert result.lease is not None
     trail = services.audit(ADA, f"L{result.lease.id}")
     assert isinstance(trail, Explanation)
-    assert ["borrow:approved", "lease:granted"] == [line.split()[4] for line in trail.lines]
+    assert ["`borrow:approved`", "`lease:granted`"] == [line.split()[4] for line in trail.lines]
     assert all("hash=" in line for line in trail.lines)
     assert isinstance(services.audit(CAROL, f"L{result.lease.id}"), Refused)
 

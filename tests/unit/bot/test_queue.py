@@ -112,7 +112,7 @@ def test_an_extension_asks_a_manager_while_demand_that_outranks_it_waits(
     borrowed(services, PRIYA, BorrowAsk("a100", 1, priority=Priority.LOW))
     asked = extend()
     assert (Outcome.ASK, "extension-while-others-wait") == (asked.outcome, asked.deciding)
-    assert "1 waiting requests in a100 come first" in asked.because
+    assert "the queue in a100 serves 1 waiting request first" in asked.because
 
 
 def test_a_request_inside_nominal_is_served_before_a_borrow_of_higher_priority(

@@ -87,13 +87,15 @@ def test_an_approval_waits_while_the_lenders_have_too_little_and_the_queue_does_
     effects = services.approval_effects(asked.request.id)
     assert effects is not None
     assert effects.waits  # the card says it will wait, and why
-    assert effects.waits_for.endswith("the other teams lend only 0 now within their lending limits")
+    assert effects.waits_for.endswith(
+        "the other teams have no unused GPUs to lend now within their lending limits"
+    )
     settled = approved(services, ADA, asked)
     assert settled.lease is None
     assert "queued" == settled.request.state
     assert settled.message.endswith(
         "it waits for its turn: team platform would borrow 2 GPUs in a100, and the other "
-        "teams lend only 0 now within their lending limits."
+        "teams have no unused GPUs to lend now within their lending limits."
     )
     assert [] == services.serve_queue(["a100"])
     assert [] == services.leases(PAT)

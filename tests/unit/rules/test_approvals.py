@@ -7,7 +7,16 @@ from datetime import timedelta
 
 import pytest
 
-from rules.approvals import Refusal, approvers_for, check_ask, may_settle, route_for
+from rules.approvals import (
+    Refusal,
+    approvers_for,
+    check_ask,
+    check_form,
+    may_settle,
+    most_gpus,
+    pools_for,
+    route_for,
+)
 from tests.builders import default_policy
 
 ADMIN = "U0ADMIN01"
@@ -102,3 +111,120 @@ def test_who_may_settle(user: str, requester: str, approvers: list[str], allowed
 def test_a_refusal_to_settle_says_why(user: str, why: str) -> None:
     """The requester and a stranger are told different things."""
     assert why == may_settle(user, request_id=12, requester=ALICE, approvers=[VISION_MANAGER])
+
+
+@pytest.mark.parametrize(
+    ("user", "approvers", "why"),
+    [
+        (BOB, [VISION_MANAGER, ADMIN], "You may not approve or deny R12: you are not a manager "
+         "of vision, so you cannot approve this. Only vision's managers and the gpubot admins "
+         "can."),
+        (VISION_MANAGER, [ADMIN], "You may not approve or deny R12: it was sent to the gpubot "
+         "admins, so even a manager of vision cannot approve this."),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_the_team_the_clicker_does_not_manage(
+    user: str, approvers: list[str], why: str
+) -> None:
+    """Bob is told he is not a vision manager; Victor that admins alone were asked."""
+    team = default_policy().teams["vision"]
+    assert why == may_settle(user, request_id=12, requester=ALICE, approvers=approvers, team=team)
+
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("user", "pool", "gpus", "duration", "reason", "expected"),
+    [
+        (ALICE, "a100", 2, 6 * HOUR, "ablations", {}),
+        (ALICE, "a100", None, None, "ablations", {}),  # the count was answered already
+        (ALICE, "a100", 0, None, "x", {"count": "Ask for at least one GPU."}),
+        (
+            ALICE,
+            "a100",
+            100,
+            None,
+            "x",
+            {"count": "One request of team vision in a100 may take at most 8 GPUs."},
+        ),
+        (
+            ALICE,
+            "inference",
+            1,
+            None,
+            "x",
+            {"pool": "Team vision has no quota in inference. Its pools: a100, l40s."},
+        ),
+        (
+            ALICE,
+            "a100",
+            1,
+            99 * 24 * HOUR,
+            "x",
+            {"duration": "A borrow in a100 lasts at most 3d; ask for less."},
+        ),
+        (
+            ALICE,
+            "a100",
+            1,
+            -HOUR,
+            "x",
+            {"duration": "Ask for some time to come: 6h, or an end still ahead."},
+        ),
+        (
+            ALICE,
+            "a100",
+            1,
+            None,
+            " ",
+            {"reason": "Say in a few words what the GPUs are for: your manager may read it."},
+        ),
+        (
+            ALICE,
+            "a100",
+            1,
+            None,
+            "x" * 501,
+            {"reason": "At most 500 characters, please (yours has 501)."},
+        ),
+        (
+            ERIN,
+            "inference",
+            5,
+            None,
+            "serving",
+            {"count": "One request of team platform in inference may take at most 4 GPUs."},
+        ),
+    ],
+)
+def test_the_borrow_form_is_checked_by_field_against_the_hard_limits(  # noqa: PLR0917 - a column per field
+    user: str,
+    pool: str,
+    gpus: int | None,
+    duration: timedelta | None,
+    reason: str,
+    expected: dict[str, str],
+) -> None:
+    """Each field's problem under its own name, before anything is filed."""
+    got = check_form(default_policy(), user, pool=pool, gpus=gpus, duration=duration, reason=reason)
+    assert expected == got
+
+
+def test_the_form_offers_only_the_pools_a_team_may_use() -> None:
+    """Vision has no quota in inference; platform has quota in all three."""
+    policy = default_policy()
+    assert ["a100", "l40s"] == pools_for(policy, policy.teams["vision"])
+    assert ["a100", "inference", "l40s"] == pools_for(policy, policy.teams["platform"])
+    assert [] == pools_for(policy, None)
+    assert (8, 5) == (most_gpus(policy, "vision", "a100"), most_gpus(policy, "vision", "l40s"))
+
+
+def test_a_reason_too_long_to_read_is_refused_before_the_rules() -> None:
+    """The slash command's friendly error names the limit and the length given."""
+    refusal = check_ask(
+        default_policy(), ALICE, pool="a100", gpus=1, duration=None, reason="y" * 600
+    )
+    assert refusal is not None
+    assert "long-reason" == refusal.code
+    assert "500 characters (yours has 600)" in refusal.message

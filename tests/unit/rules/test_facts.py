@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from rules.catalogue import CATALOGUE
-from rules.domain import Priority, RequestKind, Subject
+from rules.domain import Priority, RequestKind, Subject, plural
 from rules.engine import check_facts
 from rules.facts import PoolUsage, lendable, request_facts
+from rules.policy import render
 from tests.builders import default_policy
 
 
@@ -58,6 +60,7 @@ def test_an_extension_adds_no_gpus_and_totals_the_extra_time() -> None:
     )
     assert 2 == facts["team.used_after"]
     assert (180.0, 300.0) == (facts["lease.extended"], facts["lease.extended_after"])
+    assert 2 == facts["lease.extensions_after"]  # the second extension: "extension 2 of 2"
 
 
 def test_lending_stops_at_each_lenders_lending_limit_and_unused_nominal() -> None:
@@ -106,3 +109,30 @@ def test_what_a_lenders_waiting_guarantees_count_on_is_not_lendable(
         usage=usage,
     )
     assert expected == facts["pool.lendable"]
+
+
+@pytest.mark.parametrize(
+    ("template", "facts", "expected"),
+    [
+        ("{gpu.processes|process} run", {"gpu.processes": 1}, "1 process run"),
+        ("{gpu.processes|process} run", {"gpu.processes": 2}, "2 processes run"),
+        ("{pool.lendable|unused GPU} to lend", {"pool.lendable": 0}, "no unused GPUs to lend"),
+        ("{pool.lendable|unused GPU}", {"pool.lendable": 1.0}, "1 unused GPU"),
+        ("{request.duration}", {"request.duration": 90}, "1h 30m"),
+    ],
+)
+def test_because_counts_agree_with_their_nouns(
+    template: str, facts: dict[str, Any], expected: str
+) -> None:
+    """`{fact|noun}` says 1 process, 2 processes, and no unused GPUs for zero."""
+    assert expected == render(template, facts)
+
+
+def test_plural_is_one_helper_for_every_noun() -> None:
+    assert ["1 GPU", "2 GPUs", "1 process", "3 processes", "0 requests"] == [
+        plural(1, "GPU"),
+        plural(2, "GPU"),
+        plural(1, "process"),
+        plural(3, "process"),
+        plural(0, "request"),
+    ]

@@ -202,7 +202,7 @@ def test_the_revision_is_the_hash_of_the_files() -> None:
             "tests/requests.yaml",
             "    request.kind: borrow\n",
             "",
-            "tests/requests.yaml:36:5: case 'a small borrow inside nominal is approved at once' "
+            "tests/requests.yaml:37:5: case 'a small borrow inside nominal is approved at once' "
             "lacks facts: request.kind",
         ),
     ],

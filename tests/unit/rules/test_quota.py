@@ -49,7 +49,7 @@ def test_a_breach_says_what_the_limit_is() -> None:
     ) == exceeds(team="vision", pool="a100", quota=VISION, used=8, gpus=6, lendable=8)
     assert Breach(
         Outcome.QUEUE,
-        "team vision would borrow 3 GPUs in a100, and the other teams lend only 1 now "
+        "team vision would borrow 3 GPUs in a100, and the other teams lend only 1 GPU now "
         "within their lending limits",
     ) == exceeds(team="vision", pool="a100", quota=VISION, used=8, gpus=3, lendable=1)
 

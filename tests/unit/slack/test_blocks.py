@@ -277,7 +277,7 @@ def test_the_approval_card_says_which_waiting_guarantees_hold_gpus_back() -> Non
         queued=1,
         waits=True,
         behind=(7,),
-        waits_for="other teams lend only 0 unused GPUs in a100 right now",
+        waits_for="other teams have no unused GPUs to lend in a100 right now",
         held_for=(HeldFor(7, "nlp", 2), HeldFor(8, "vision", 1)),
     )
     text = texts_of(kit.approval_card(a_request(), "Alice", a_quota(), held, "why"))
@@ -291,7 +291,10 @@ def test_settled_card_says_who_decided_and_when_without_buttons() -> None:
     approved = kit.settled_card(SETTLED, "Alice")
     denied = kit.settled_card(DENIED, "Alice", note="over quota <b>")
     assert all(b["type"] != "actions" for b in approved.blocks + denied.blocks)
-    assert f"Approved by <@{VICTOR}> at <!date^" in texts_of(approved)
+    assert f"Approved by <@{VICTOR}> <!date^" in texts_of(approved)
+    named = kit.settled_card(SETTLED, "Alice Anders", decider_name="Victor Vision")
+    assert "Approved by Victor Vision <!date^" in texts_of(named)  # "… today at 1:38 PM"
+    assert "@" not in texts_of(named).split("Approved by")[1]
     assert "|2026-03-02 09:05 UTC>: over quota &lt;b&gt;" in texts_of(denied)
     assert texts_of(denied).count("Denied by") == 1
 
