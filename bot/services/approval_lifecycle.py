@@ -17,7 +17,7 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
 from rules.approval_clock import StepKind, Waiting, next_step, tell_at
-from rules.approvals import escalation_targets
+from rules.approvals import escalation_settlers, escalation_targets
 from rules.domain import Priority, RequestKind, RequestState, format_duration
 from rules.policy import Approvals, Policy
 from storage import audit, leases, outbox, requests
@@ -171,8 +171,9 @@ def remind(ctx: Context, session: Session, row: RequestRow, *, now: datetime, ac
 def escalate(
     ctx: Context, session: Session, row: RequestRow, settings: Approvals, *, now: datetime
 ) -> None:
-    """A new card for each escalation target that has none yet; the people among them may
-    settle the request; every card says it was escalated. The next reminder counts from now."""
+    """A new card for each escalation target that has none yet; the people among them (and the
+    admins, for a channel) may settle the request; every card says it was escalated. The next
+    reminder counts from now."""
     subject = f"request:{row.id}"
     targets = escalation_targets(ctx.policy, settings)
     carded = {
@@ -183,7 +184,7 @@ def escalate(
     carded |= {row.approval_route} if row.approval_route.startswith(("C", "G")) else set()
     row.approvers = [
         *row.approvers,
-        *(t for t in targets if t[:1] in "UW" and t not in row.approvers),
+        *(t for t in escalation_settlers(ctx.policy, targets) if t not in row.approvers),
     ]
     row.escalated_at = now
     if row.reminders:

@@ -251,8 +251,13 @@ def denied_message(request: RequestView, decider_name: str, reason: str) -> Mess
 
 
 def escalated_line(targets: tuple[str, ...], after: timedelta) -> str:
-    """The mark on a card that was escalated: to whom, and how long after it was filed."""
-    return f"⏫ Escalated to {_people(targets)} after {format_duration(_minutes(after))}."
+    """The mark on a card that was escalated: to whom, how long after it was filed, and, for a
+    channel, that the admins settle it from there (`rules.approvals.escalation_settlers`)."""
+    line = f"⏫ Escalated to {_people(targets)} after {format_duration(_minutes(after))}."
+    channels = tuple(t for t in targets if t[:1] in ("C", "G"))
+    if channels:
+        line += f" In {_people(channels)}, the gpubot admins approve or deny it."
+    return line
 
 
 def approval_reminder(

@@ -235,3 +235,30 @@ def test_a_person_a_request_is_escalated_to_gets_a_card_and_may_settle_it(
         assert "approved" == settled.request.state
     finally:
         services.close()
+
+
+def test_escalated_to_a_channel_and_a_person_the_admins_settle_and_a_refusal_names_who_may(
+    database: Database, clock: Clock
+) -> None:
+    """From a channel's card the admins settle; anyone else who clicks is told who may,
+    the person it was escalated to included."""
+    sources = default_sources()
+    sources["limits.yaml"] = sources["limits.yaml"].replace(
+        "  escalate_to: admins ", f"  escalate_to: [C0ESCAL01, {NADIA}] "
+    )
+    services = Services.open(database, sources, clock=clock)
+    try:
+        asked = borrowed(services, ALICE, LONG).request.id
+        clock.advance(timedelta(hours=4))
+        assert f"R{asked} escalate" in chase(services.ctx).steps()
+        refused = services.approve(BOB, asked)
+        assert isinstance(refused, Refused)
+        assert (
+            f"You may not approve or deny R{asked}: you are not a manager of vision, so you "
+            f"cannot approve this. Only vision's managers, the gpubot admins and <@{NADIA}> can."
+        ) == refused.message
+        settled = services.approve(ADA, asked)
+        assert not isinstance(settled, Refused)
+        assert "approved" == settled.request.state
+    finally:
+        services.close()
