@@ -147,12 +147,14 @@ def lock_active_of(session: Session, holder: str) -> list[LeaseRow]:
 
 
 def reclaimed_from(session: Session, gpu_id: int, since: datetime) -> set[str]:
-    """The holders of leases on this GPU reclaimed since `since`."""
+    """The holders of leases on this GPU reclaimed since `since` (holding it then: not one it
+    gave back before)."""
     stmt = (
         select(LeaseRow.holder)
         .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
         .where(
             LeaseGpuRow.gpu_id == gpu_id,
+            col(LeaseGpuRow.released_at).is_(None),
             LeaseRow.state == LeaseState.RECLAIMED,
             col(LeaseRow.ended_at) >= since,
         )
