@@ -34,7 +34,7 @@ from rules.lease_facts import (
     gpu_idleness,
     lease_facts,
 )
-from rules.marks import notice_key, would_have_key
+from rules.marks import PARTLY_IDLE, notice_key, would_have_key
 from rules.reclaim import Do, lease_steps, to_shrink
 from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
@@ -207,7 +207,9 @@ def _idle_named(run: Pass, lease: LeaseSnapshot) -> tuple[tuple[str, int], ...]:
 
 def _narrow_idle(run: Pass, lease: LeaseSnapshot) -> None:
     """A GPU the partly-idle warning named is no longer idle (busy again, or unknown): its
-    Give back button no longer offers it. Nothing is written while the named GPUs stay idle."""
+    Give back button no longer offers it, and once none it named is idle the warning no longer
+    stands, so GPUs idle since are warned of anew before a shrink may take them. Nothing is
+    written while the named GPUs stay idle."""
     named = lease.warnings.idle_slots()
     if not named:
         return
@@ -218,7 +220,8 @@ def _narrow_idle(run: Pass, lease: LeaseSnapshot) -> None:
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
         if row is not None and row.warnings.idle_slots() == named:
-            row.warnings = row.warnings.with_idle_slots(still)
+            marks = row.warnings
+            row.warnings = marks.with_idle_slots(still) if still else marks.without(PARTLY_IDLE)
             session.add(row)
 
 

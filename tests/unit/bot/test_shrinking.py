@@ -280,3 +280,41 @@ def test_shrink_idle_gives_back_only_the_gpus_the_warning_named(
     assert lease.gpus[:2] == services.lease(lease.id).gpus  # type: ignore[union-attr]
     (row,) = shrunk_rows(services)
     assert names(lease.gpus[2:]) == row.detail["gave_back"]
+
+
+def test_once_no_gpu_the_warning_named_is_idle_a_new_warning_names_those_idle_now(
+    shrinking: Services, clock: Clock
+) -> None:
+    """The two GPUs named got busy and another went idle: that one is warned of before the
+    sweep gives it back, and it alone goes back."""
+    services, window = shrinking, TelemetryWindow(timedelta(minutes=3))
+    lease = four_gpus(services)
+    busy = list(lease.gpus[:2])
+
+    def sample(minutes: int) -> None:
+        for _ in range(minutes * 2):
+            clock.advance(timedelta(seconds=30))
+            window.observe(
+                [
+                    a_sample(s.node, s.index, 85.0 if s in busy else 0.0, clock.now)
+                    for s in lease.gpus
+                ],
+                now=clock.now,
+            )
+
+    sample(91)
+    assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
+    delivered(services, clock)
+    busy = [lease.gpus[0], *lease.gpus[2:]]  # the named two work again, the second idles
+    sample(125)
+    report = services.sweep(window)  # held back, and the warning no longer stands
+    assert ([], [f"{lease.code} idle: no GPU the warning named is idle"]) == (
+        report.shrunk,
+        report.held_back,
+    )
+    assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
+    delivered(services, clock)
+    sample(31)
+    assert [f"{lease.code} gave back 1"] == services.sweep(window).shrunk
+    (row,) = shrunk_rows(services)
+    assert names(lease.gpus[1:2]) == row.detail["gave_back"]
