@@ -80,10 +80,12 @@ def may_settle(
     requester: str,
     approvers: Collection[str],
     team: Team | None = None,
+    admins: Collection[str] = (),
 ) -> str | None:
     """Why `user` may not approve or deny a request (None: they may), in words that say what
-    they are not. Nobody settles their own request; only the people it was routed to settle
-    it. `team`: the requester's team, when it is still in the rule files."""
+    they are not and who may. Nobody settles their own request; only the people it was routed
+    (or escalated) to settle it. `team`: the requester's team, when it is still in the rule
+    files; `admins`: the gpubot admins, told apart from the people it was escalated to."""
     if user == requester:
         return "Nobody approves or denies their own request; a manager or an admin will."
     if user in approvers:
@@ -98,8 +100,16 @@ def may_settle(
         )
     return (
         f"{head}: you are not a manager of {team.name}, so you cannot approve this. "
-        f"Only {team.name}'s managers and the gpubot admins can."
+        f"Only {_who_may(team, approvers, admins)} can."
     )
+
+
+def _who_may(team: Team, approvers: Collection[str], admins: Collection[str]) -> str:
+    """The people who may settle a request, as a refusal names them: the team's managers, the
+    admins, and anyone else it was escalated to."""
+    others = [f"<@{a}>" for a in approvers if a not in team.managers and a not in admins]
+    named = [f"{team.name}'s managers", "the gpubot admins", *others]
+    return ", ".join(named[:-1]) + " and " + named[-1]
 
 
 def reason_too_long(reason: str) -> str:
@@ -186,3 +196,13 @@ def escalation_targets(policy: Policy, settings: Approvals) -> list[str]:
             if one not in out:
                 out.append(one)
     return out
+
+
+def escalation_settlers(policy: Policy, targets: Collection[str]) -> list[str]:
+    """Who may settle a request once it is escalated to `targets`: the people among them, and
+    the admins when a channel is among them (the bot cannot tell who reads a channel, so from
+    a channel's card the admins settle)."""
+    people = [t for t in targets if t[:1] in ("U", "W")]
+    if any(t[:1] in ("C", "G") for t in targets):
+        people += [a for a in sorted(policy.admins) if a not in people]
+    return people

@@ -11,7 +11,7 @@ sweep passes `now` in and does every write itself. `may_shrink` holds the same i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -21,6 +21,8 @@ from rules.decision import Decision, Match
 from rules.domain import Action, Reason
 from rules.lease_facts import LeaseSnapshot, Warned
 from rules.policy import Policy
+
+Slot = tuple[str, int]  # a GPU as (node, index)
 
 #: The warning a reclaim needs, by the reclaim's reason.
 WARNING_FOR = {
@@ -85,6 +87,14 @@ def may_shrink(
     if now - delivered < policy.timing.grace:
         return f"grace runs until {(delivered + policy.timing.grace).isoformat()}"
     return None
+
+
+def to_shrink(
+    named: Sequence[Slot], idle: Sequence[Slot], held: Sequence[Slot]
+) -> tuple[Slot, ...]:
+    """The GPUs `shrink idle` gives back: idle now, named by the delivered partly-idle warning
+    (nothing goes back unwarned), and still the lease's own. Empty: nothing to give back."""
+    return tuple(slot for slot in named if slot in idle and slot in held)
 
 
 class Do(StrEnum):

@@ -96,6 +96,7 @@ class AuditTag(StrEnum):
     QUEUE_WOULD_HAVE = "queue:would-have"
     QUOTA_REFUSED = "quota:refused"
     RECALL_WOULD_HAVE = "recall:would-have"
+    REQUEST_ASKED_AGAIN = "request:asked-again"
     REQUEST_CANCELLED = "request:cancelled"
     REQUEST_ESCALATED = "request:escalated"
     REQUEST_EXPIRED = "request:expired"

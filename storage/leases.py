@@ -147,12 +147,14 @@ def lock_active_of(session: Session, holder: str) -> list[LeaseRow]:
 
 
 def reclaimed_from(session: Session, gpu_id: int, since: datetime) -> set[str]:
-    """The holders of leases on this GPU reclaimed since `since`."""
+    """The holders of leases on this GPU reclaimed since `since` (holding it then: not one it
+    gave back before)."""
     stmt = (
         select(LeaseRow.holder)
         .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
         .where(
             LeaseGpuRow.gpu_id == gpu_id,
+            col(LeaseGpuRow.released_at).is_(None),
             LeaseRow.state == LeaseState.RECLAIMED,
             col(LeaseRow.ended_at) >= since,
         )
@@ -175,16 +177,16 @@ def gave_back(session: Session, gpu_id: int) -> set[str]:
 
 
 def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
-    """The (node, index) of every GPU a lease holds, or held once it ended (GPUs a shrink gave
-    back are no longer its own while it runs)."""
+    """The (node, index) of every GPU a lease holds, or held at its end once it ended (GPUs a
+    shrink gave back are no longer its own, then or later)."""
     rows = session.exec(
-        select(NodeRow.name, GpuRow.index, LeaseGpuRow.active)
+        select(NodeRow.name, GpuRow.index, LeaseGpuRow.active, LeaseGpuRow.released_at)
         .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
         .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
         .where(LeaseGpuRow.lease_id == lease_id)
     ).all()
-    held = [(node, index) for node, index, active in rows if active]
-    return held or [(node, index) for node, index, _ in rows]
+    held = [(node, index) for node, index, active, _ in rows if active]
+    return held or [(node, index) for node, index, _, released in rows if released is None]
 
 
 def held_seen(session: Session, lease_id: int) -> list[tuple[str, int, str]]:
@@ -199,9 +201,12 @@ def held_seen(session: Session, lease_id: int) -> list[tuple[str, int, str]]:
     return [(node, index, observed) for node, index, observed in rows]
 
 
-def give_back(session: Session, lease: LeaseRow, slots: list[tuple[str, int]]) -> None:
-    """The lease lets go of these GPUs (their ledger rows stay, inactive) and counts the rest;
-    one statement each, in the caller's transaction, so the set and the count change together."""
+def give_back(
+    session: Session, lease: LeaseRow, slots: list[tuple[str, int]], *, at: datetime
+) -> None:
+    """The lease lets go of these GPUs (their ledger rows stay, inactive, released `at`) and
+    counts the rest; one statement each, in the caller's transaction, so the set and the count
+    change together."""
     gpu_ids = [
         gpu_id
         for gpu_id, node, index in session.exec(
@@ -215,7 +220,7 @@ def give_back(session: Session, lease: LeaseRow, slots: list[tuple[str, int]]) -
     session.exec(
         update(LeaseGpuRow)
         .where(col(LeaseGpuRow.lease_id) == lease.id, col(LeaseGpuRow.gpu_id).in_(gpu_ids))
-        .values(active=False)
+        .values(active=False, released_at=at)
     )
     lease.gpus -= len(gpu_ids)
     session.add(lease)

@@ -75,12 +75,13 @@ def events(
     return list(reversed(session.exec(stmt).all()))
 
 
-def holdings(session: Session) -> list[tuple[str, int, str, LeaseRow]]:
-    """Every lease on every GPU it holds or held: (node, index, the GPU's pool, lease)."""
+def holdings(session: Session) -> list[tuple[str, int, str, LeaseRow, datetime | None]]:
+    """Every lease on every GPU it holds or held: (node, index, the GPU's pool, lease, when the
+    lease gave the GPU back while it ran on; None: it held it to its end, or holds it still)."""
     rows = session.exec(
-        select(NodeRow.name, GpuRow.index, GpuRow.pool, LeaseRow)
+        select(NodeRow.name, GpuRow, LeaseGpuRow, LeaseRow)
         .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
         .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
         .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
     ).all()
-    return [(node, index, pool, lease) for node, index, pool, lease in rows]
+    return [(node, gpu.index, gpu.pool, lease, held.released_at) for node, gpu, held, lease in rows]

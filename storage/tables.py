@@ -144,6 +144,7 @@ class RequestRow(SQLModel, table=True):
     escalated_at: datetime | None = _ts(nullable=True)
     nudged_at: datetime | None = _ts(nullable=True)  # the requester's "Remind approvers"
     told_at: datetime | None = _ts(nullable=True)  # an extension still waits near the lease end
+    asked_again_id: int | None = None  # the request its requester filed with Ask again, once
 
 
 class ApprovalRow(SQLModel, table=True):
@@ -188,7 +189,8 @@ class LeaseRow(SQLModel, table=True):
 
 
 class LeaseGpuRow(SQLModel, table=True):
-    """The GPUs of a lease. `active` is cleared when the lease ends; see ix_lease_gpu_active."""
+    """The GPUs of a lease. `active` is cleared when the lease ends or gives the GPU back (a
+    shrink, which also sets `released_at`); see ix_lease_gpu_active."""
 
     __tablename__ = "lease_gpu"
     __table_args__ = (
@@ -204,6 +206,7 @@ class LeaseGpuRow(SQLModel, table=True):
     lease_id: int = Field(foreign_key="lease.id", primary_key=True)
     gpu_id: int = Field(foreign_key="gpu.id", primary_key=True)
     active: bool = True
+    released_at: datetime | None = _ts(nullable=True)  # given back while the lease ran on
 
 
 class AuditRow(SQLModel, table=True):

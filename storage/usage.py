@@ -26,9 +26,10 @@ def held_minutes(
     session: Session, holder: str, since: datetime, until: datetime, *, busy_pct: float
 ) -> HeldMinutes:
     """What `holder`'s leases held in [since, until): each GPU from its lease's grant to its
-    end (or `until` while it runs), read against the stored minutes of that GPU."""
+    end, or to when the lease gave it back (or `until` while it runs), read against the stored
+    minutes of that GPU."""
     stmt = (
-        select(NodeRow.name, GpuRow.index, LeaseRow.granted_at, LeaseRow.ended_at)
+        select(NodeRow.name, GpuRow.index, LeaseRow, LeaseGpuRow)
         .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
@@ -39,8 +40,9 @@ def held_minutes(
         )
     )
     held, observed, busy = 0.0, 0, 0
-    for node, index, granted_at, ended_at in session.exec(stmt).all():
-        start, end = max(granted_at, since), min(ended_at or until, until)
+    for node, index, lease, held_gpu in session.exec(stmt).all():
+        ended_at = held_gpu.released_at or lease.ended_at
+        start, end = max(lease.granted_at, since), min(ended_at or until, until)
         if end <= start:
             continue
         held += (end - start).total_seconds() / 60

@@ -129,10 +129,12 @@ class Services:
         """The requester's *Remind approvers* (at most once every 15 minutes per request)."""
         return approval_lifecycle.nudge(self.ctx, user, request_id)
 
-    def ask_again(self, user: str, request_id: int) -> BorrowResult | Refused:
-        """*Ask again* on an expired request: the same borrow filed once more."""
+    def ask_again(
+        self, user: str, request_id: int
+    ) -> BorrowResult | approval_lifecycle.AskedAgain | Refused:
+        """*Ask again* on an expired request: the same borrow filed once more, once."""
         result = approval_lifecycle.ask_again(self.ctx, user, request_id)
-        if not isinstance(result, Refused):
+        if isinstance(result, BorrowResult):
             recall.reconcile(self.ctx, [result.request.pool])
         return result
 

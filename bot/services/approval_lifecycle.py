@@ -17,10 +17,10 @@ from bot.services.context import SYSTEM, Context, record
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
 from rules.approval_clock import StepKind, Waiting, next_step, tell_at
-from rules.approvals import escalation_targets
+from rules.approvals import escalation_settlers, escalation_targets
 from rules.domain import Priority, RequestKind, RequestState, format_duration
 from rules.policy import Approvals, Policy
-from storage import leases, outbox, requests
+from storage import audit, leases, outbox, requests
 from storage.audit import AuditTag
 from storage.outbox import OutboxKind, Owed, owe
 from storage.tables import LeaseRow, RequestRow
@@ -60,6 +60,15 @@ class Nudged:
     approvers: tuple[str, ...]
     at: datetime
     again_at: datetime
+
+
+@dataclass(frozen=True)
+class AskedAgain:
+    """*Ask again* clicked once more: the request the first click filed, and who it waits for
+    (empty: it no longer waits for anyone)."""
+
+    request: RequestView
+    asked: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -162,8 +171,9 @@ def remind(ctx: Context, session: Session, row: RequestRow, *, now: datetime, ac
 def escalate(
     ctx: Context, session: Session, row: RequestRow, settings: Approvals, *, now: datetime
 ) -> None:
-    """A new card for each escalation target that has none yet; the people among them may
-    settle the request; every card says it was escalated. The next reminder counts from now."""
+    """A new card for each escalation target that has none yet; the people among them (and the
+    admins, for a channel) may settle the request; every card says it was escalated. The next
+    reminder counts from now."""
     subject = f"request:{row.id}"
     targets = escalation_targets(ctx.policy, settings)
     carded = {
@@ -174,7 +184,7 @@ def escalate(
     carded |= {row.approval_route} if row.approval_route.startswith(("C", "G")) else set()
     row.approvers = [
         *row.approvers,
-        *(t for t in targets if t[:1] in "UW" and t not in row.approvers),
+        *(t for t in escalation_settlers(ctx.policy, targets) if t not in row.approvers),
     ]
     row.escalated_at = now
     if row.reminders:
@@ -300,14 +310,29 @@ def nudge(ctx: Context, user: str, request_id: int) -> Nudged | TooSoon | Refuse
         return Nudged(request_view(row), people, now, now + NUDGE_EVERY)
 
 
-def ask_again(ctx: Context, user: str, request_id: int) -> BorrowResult | Refused:
-    """*Ask again* on an expired request: the same borrow filed once more."""
-    with ctx.db.read() as session:
-        row = requests.get(session, request_id)
+def ask_again(ctx: Context, user: str, request_id: int) -> BorrowResult | AskedAgain | Refused:
+    """*Ask again* on an expired request: the same borrow filed once more, once. The old
+    request is locked while the new one is filed and remembers it, so a second click (or a
+    retry) answers with the request filed the first time."""
+    with ctx.db.write() as session:
+        row = requests.lock(session, request_id)
         if row is None or row.requester != user:
             return Refused(f"R{request_id} is not a request of yours.", "not-yours")
         if row.kind != RequestKind.BORROW:
             return Refused(f"R{request_id} was an extension; `/gpu extend` asks again.")
+        if row.asked_again_id is not None:
+            again = requests.get(session, row.asked_again_id)
+            assert again is not None
+            waiting = again.state == RequestState.PENDING
+            return AskedAgain(
+                request_view(again), tuple(asked(ctx.policy, again) if waiting else ())
+            )
+        if not _expired(session, row):
+            return Refused(
+                f"Only an expired request can be asked again; R{request_id} is {row.state}. "
+                "`/gpu borrow` asks for GPUs anew.",
+                "not-expired",
+            )
         ask = borrowing.BorrowAsk(
             row.pool,
             row.gpus,
@@ -315,7 +340,29 @@ def ask_again(ctx: Context, user: str, request_id: int) -> BorrowResult | Refuse
             priority=Priority(row.priority),
             reason=row.reason,
         )
-    return borrowing.borrow(ctx, user, ask)
+        result = borrowing.borrow(ctx, user, ask, within=session)
+        if isinstance(result, BorrowResult):
+            row.asked_again_id = result.request.id
+            session.add(row)
+            record(
+                session,
+                at=ctx.now(),
+                actor=user,
+                tag=AuditTag.REQUEST_ASKED_AGAIN,
+                subject=f"request:{request_id}",
+                outcome=result.request.state,
+                detail={"request": result.request.id},
+            )
+        return result
+
+
+def _expired(session: Session, row: RequestRow) -> bool:
+    """Was this request withdrawn because nobody decided it in time (`expire`)?"""
+    if row.state != RequestState.CANCELLED or row.decided_by != SYSTEM:
+        return False
+    return any(
+        r.tag == AuditTag.REQUEST_EXPIRED for r in audit.history(session, f"request:{row.id}")
+    )
 
 
 def waiting_for(session: Session, ctx: Context, user: str) -> list[RequestView]:

@@ -5,6 +5,7 @@ Each use case is one database transaction; its audit rows are written in that tr
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -51,9 +52,12 @@ def check_ask(policy: Policy, user: str, ask: BorrowAsk) -> Refused | None:
     return None if refusal is None else Refused(refusal.message, refusal.code)
 
 
-def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
+def borrow(
+    ctx: Context, user: str, ask: BorrowAsk, *, within: Session | None = None
+) -> BorrowResult | Refused:
     """Decide a borrow: approve places GPUs at once, ask waits for a manager, queue waits for
-    GPUs, deny says why. Everything, the audit rows too, commits together or not at all."""
+    GPUs, deny says why. Everything, the audit rows too, commits together or not at all
+    (`within`: in the caller's transaction, which then owns the commit)."""
     policy = ctx.policy
     refused = check_ask(policy, user, ask)
     if refused is not None:
@@ -62,7 +66,7 @@ def borrow(ctx: Context, user: str, ask: BorrowAsk) -> BorrowResult | Refused:
     assert team is not None
     duration = ask.duration or policy.pools[ask.pool].limits.default_duration
     now = ctx.now()
-    with ctx.db.write() as session:
+    with nullcontext(within) if within is not None else ctx.db.write() as session:
         lock_pool(session, ask.pool)
         if ask.prefer and not claimable(session, policy, user, ask.pool, ask.prefer):
             return _not_claimable(session, user, ask)

@@ -170,9 +170,11 @@ def intervals(session: Session, since: datetime | None = None) -> list[Interval]
         out.append(
             Interval(ev.node, ev.gpu, pool, ev.kind, "", "", ev.at, end, ev.actor, ev.detail)
         )
-    for node, index, pool, lease in nodes.holdings(session):
+    for node, index, pool, lease, released_at in nodes.holdings(session):
         detail = {"holder": lease.holder}
-        if lease.state != "active":
+        if released_at is not None:
+            detail["ended"] = "given back"  # the lease ran on without this GPU
+        elif lease.state != "active":
             detail["ended"] = lease.end_reason or lease.state
         out.append(
             Interval(
@@ -183,7 +185,7 @@ def intervals(session: Session, since: datetime | None = None) -> list[Interval]
                 lease.team,
                 f"L{lease.id}",
                 lease.granted_at,
-                lease.ended_at,
+                released_at or lease.ended_at,
                 lease.holder,
                 detail,
             )

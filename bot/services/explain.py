@@ -250,4 +250,6 @@ def _chased(row: AuditRow) -> str:
         return f": {row.outcome}, but automation was paused"
     if row.tag == AuditTag.REQUEST_STILL_PENDING:
         return f": told the holder it still waits as L{detail.get('lease')} nears its end"
+    if row.tag == AuditTag.REQUEST_ASKED_AGAIN:
+        return f": asked again as R{detail.get('request')}"
     return ""

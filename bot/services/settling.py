@@ -94,6 +94,7 @@ def _may_settle(ctx: Context, user: str, request: RequestRow) -> str | None:
         requester=request.requester,
         approvers=request.approvers,
         team=ctx.policy.teams.get(request.team),
+        admins=ctx.policy.admins,
     )
 
 

@@ -89,7 +89,7 @@ def shrink_in(
     together, audited as lease:shrunk; the partly-idle warning is answered by it."""
     assert lease.id is not None
     given = [gpu_name(slot) for slot in slots]
-    storage_leases.give_back(session, lease, list(slots))
+    storage_leases.give_back(session, lease, list(slots), at=now)
     lease.warnings = lease.warnings.without(PARTLY_IDLE)
     session.add(lease)
     record(

@@ -34,8 +34,8 @@ from rules.lease_facts import (
     gpu_idleness,
     lease_facts,
 )
-from rules.marks import notice_key, would_have_key
-from rules.reclaim import Do, lease_steps
+from rules.marks import PARTLY_IDLE, notice_key, would_have_key
+from rules.reclaim import Do, lease_steps, to_shrink
 from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
@@ -207,7 +207,9 @@ def _idle_named(run: Pass, lease: LeaseSnapshot) -> tuple[tuple[str, int], ...]:
 
 def _narrow_idle(run: Pass, lease: LeaseSnapshot) -> None:
     """A GPU the partly-idle warning named is no longer idle (busy again, or unknown): its
-    Give back button no longer offers it. Nothing is written while the named GPUs stay idle."""
+    Give back button no longer offers it, and once none it named is idle the warning no longer
+    stands, so GPUs idle since are warned of anew before a shrink may take them. Nothing is
+    written while the named GPUs stay idle."""
     named = lease.warnings.idle_slots()
     if not named:
         return
@@ -218,20 +220,25 @@ def _narrow_idle(run: Pass, lease: LeaseSnapshot) -> None:
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
         if row is not None and row.warnings.idle_slots() == named:
-            row.warnings = row.warnings.with_idle_slots(still)
+            marks = row.warnings
+            row.warnings = marks.with_idle_slots(still) if still else marks.without(PARTLY_IDLE)
             session.add(row)
 
 
 def _shrink(run: Pass, lease: LeaseSnapshot, decision: Decision) -> None:
-    """`shrink idle`: give back the GPUs idle now, keep the busy ones (`rules.reclaim.may_shrink`
-    allowed it on this pass's facts)."""
+    """`shrink idle`: give back the GPUs idle now that the delivered partly-idle warning named,
+    keep the rest (`rules.reclaim.may_shrink` allowed it on this pass's facts)."""
     idle = _idle_named(run, lease)
     with run.ctx.db.write() as session:
         row = _locked(session, lease)
-        if row is None or not idle:
+        if row is None:
             return
         held = leases.slots_of(session, lease.id)
-        chosen = to_give_back(f"L{lease.id}", held, named=[s for s in idle if s in held])
+        named = to_shrink(row.warnings.idle_slots(), idle, held)
+        if not named:
+            run.report.held_back.append(f"L{lease.id} idle: no GPU the warning named is idle")
+            return
+        chosen = to_give_back(f"L{lease.id}", held, named=named)
         if isinstance(chosen, Problem):
             return  # every GPU idle now: that is a reclaim's business, not a shrink's
         shrink_in(

@@ -109,6 +109,14 @@ def test_a_request_nobody_decides_is_reminded_escalated_and_expires(story: Story
     again = story.bot.services.requests(ALICE)
     assert [request + 1] == [r.id for r in again if r.state == "pending"]
     assert ("a100", 1, timedelta(hours=48)) == (again[-1].pool, again[-1].gpus, again[-1].duration)
+    # a second click files nothing: it says where the first one's request stands
+    story.click_in_dm(ALICE, "request_ask_again")
+    reply = json.dumps(story.local.calls.of("response_url")[-1].args)
+    assert f"You asked again already: R{request + 1} is waiting for <@U0VMGR001>" in reply
+    assert [request + 1] == [
+        r.id for r in story.bot.services.requests(ALICE) if r.state == "pending"
+    ]
+    assert f"asked again as R{request + 1}" in story.answer(ALICE, f"why R{request}")
 
 
 def test_while_paused_expiry_is_only_recorded_and_reminders_still_go(story: Story) -> None:

@@ -251,8 +251,13 @@ def denied_message(request: RequestView, decider_name: str, reason: str) -> Mess
 
 
 def escalated_line(targets: tuple[str, ...], after: timedelta) -> str:
-    """The mark on a card that was escalated: to whom, and how long after it was filed."""
-    return f"⏫ Escalated to {_people(targets)} after {format_duration(_minutes(after))}."
+    """The mark on a card that was escalated: to whom, how long after it was filed, and, for a
+    channel, that the admins settle it from there (`rules.approvals.escalation_settlers`)."""
+    line = f"⏫ Escalated to {_people(targets)} after {format_duration(_minutes(after))}."
+    channels = tuple(t for t in targets if t[:1] in ("C", "G"))
+    if channels:
+        line += f" In {_people(channels)}, the gpubot admins approve or deny it."
+    return line
 
 
 def approval_reminder(
@@ -317,6 +322,19 @@ def nudge_reply(
             "(at most once every 15 minutes)."
         )
     return message(text, [section(text)])
+
+
+def asked_again_reply(request: RequestView, asked: tuple[str, ...]) -> Message:
+    """*Ask again* clicked once more: nothing new was filed; where the first click's request
+    stands."""
+    if asked:
+        where = f"{request.code} is waiting for {_people(asked)}."
+    else:
+        where = f"{request.code} is {request.state}."
+    text = f"You asked again already: {where}"
+    return message(
+        text, [section(text), context(f"`/gpu why {request.code}` shows where it stands.")]
+    )
 
 
 def _people(who: tuple[str, ...]) -> str:

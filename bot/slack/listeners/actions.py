@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from slack_bolt import Ack, App
 
 from bot.services import BorrowAsk, Refused
-from bot.services.approval_lifecycle import Nudged, TooSoon
-from bot.services.results import LeaseView, RequestView
+from bot.services.approval_lifecycle import AskedAgain, Nudged, TooSoon
+from bot.services.results import BorrowResult, LeaseView, RequestView
 from bot.slack.blocks import (
     APPROVE_ACTION,
     BORROW_OPEN_ACTION,
@@ -29,7 +29,7 @@ from bot.slack.blocks import (
     release_reply,
     settle_reply,
 )
-from bot.slack.blocks.approval import nudge_reply
+from bot.slack.blocks.approval import asked_again_reply, nudge_reply
 from bot.slack.blocks.home import PAUSE_ACTION, RESUME_ACTION
 from bot.slack.blocks.kit import (
     ASK_AGAIN_ACTION,
@@ -144,7 +144,7 @@ def _act(deps: SlackDeps, action_id: str, user: str, value: str) -> Answer:
         GIVE_BACK_IDLE_ACTION: (services.give_back_idle, shrink_reply),
         KEEP_ALL_ACTION: (services.keep_all, kept_reply),
         REMIND_ACTION: (services.nudge, _nudged),
-        ASK_AGAIN_ACTION: (services.ask_again, lambda result: borrowed(deps, result)),
+        ASK_AGAIN_ACTION: (services.ask_again, lambda result: _asked_again(deps, result)),
     }
     act, render = acts[action_id]
     return Answer(reply=_reply(act(user, target), render))
@@ -189,6 +189,12 @@ def _noted(deps: SlackDeps, lease: LeaseView) -> Message:
     quiet = format_duration(deps.services.policy.timing.snooze)
     text = f"Noted: {lease.code} is in use. No idle warning for the next {quiet}."
     return message(text, [section(text)])
+
+
+def _asked_again(deps: SlackDeps, result: BorrowResult | AskedAgain) -> Message:
+    if isinstance(result, AskedAgain):
+        return asked_again_reply(result.request, result.asked)
+    return borrowed(deps, result)
 
 
 def _nudged(result: Nudged | TooSoon) -> Message:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from bot.services import BorrowAsk, Services
-from bot.services.approval_lifecycle import Nudged, TooSoon, chase
+from bot.services.approval_lifecycle import AskedAgain, Nudged, TooSoon, chase
 from bot.services.results import BorrowResult, Refused
 from rules.domain import Outcome
-from storage import outbox
+from storage import audit, outbox
 from storage.db import Database
 from storage.outbox import OutboxKind
 from tests.builders import default_sources
@@ -104,6 +104,47 @@ def test_ask_again_files_the_same_borrow_only_for_its_requester(
     assert asked.request.id != view.id
 
 
+def test_ask_again_is_only_for_an_expired_request_and_files_it_once(
+    services: Services, clock: Clock
+) -> None:
+    """Pending, denied or approved requests cannot be asked again; a second click on an
+    expired one answers with the request the first filed, and files nothing."""
+    pending = borrowed(services, ALICE, LONG).request.id
+    assert "not-expired" == refusal_code(services.ask_again(ALICE, pending))
+    denied = borrowed(services, ALICE, LONG).request.id
+    services.deny(VICTOR, denied, "not now")
+    assert "not-expired" == refusal_code(services.ask_again(ALICE, denied))
+    granted = borrowed(services, ALICE, BorrowAsk("a100", 1, timedelta(hours=2)))
+    assert "not-expired" == refusal_code(services.ask_again(ALICE, granted.request.id))
+    clock.advance(timedelta(days=1))
+    chase(services.ctx)
+    assert "cancelled" == services.request(pending).state  # type: ignore[union-attr]
+    first = services.ask_again(ALICE, pending)
+    assert isinstance(first, BorrowResult)
+    filed = len(services.requests(ALICE))
+    second = services.ask_again(ALICE, pending)
+    assert isinstance(second, AskedAgain)
+    assert (first.request.id, "pending") == (second.request.id, second.request.state)
+    assert VICTOR in second.asked
+    assert filed == len(services.requests(ALICE))
+    services.approve(VICTOR, first.request.id)
+    third = services.ask_again(ALICE, pending)
+    assert isinstance(third, AskedAgain)
+    assert (first.request.id, ()) == (third.request.id, third.asked)
+    with services.db.read() as session:
+        (row,) = [
+            r
+            for r in audit.history(session, f"request:{pending}")
+            if r.tag == "request:asked-again"
+        ]
+    assert (ALICE, {"request": first.request.id}) == (row.actor, row.detail)
+
+
+def refusal_code(result: object) -> str:
+    assert isinstance(result, Refused), result
+    return result.code
+
+
 def test_a_team_with_working_hours_is_chased_only_within_them_and_escalates_to_a_channel(
     database: Database,
 ) -> None:
@@ -190,6 +231,33 @@ def test_a_person_a_request_is_escalated_to_gets_a_card_and_may_settle_it(
         assert ["C0VAPPROV", NADIA] == cards
         assert [asked] == [r.id for r in services.waiting_for(NADIA)]
         settled = services.approve(NADIA, asked)
+        assert not isinstance(settled, Refused)
+        assert "approved" == settled.request.state
+    finally:
+        services.close()
+
+
+def test_escalated_to_a_channel_and_a_person_the_admins_settle_and_a_refusal_names_who_may(
+    database: Database, clock: Clock
+) -> None:
+    """From a channel's card the admins settle; anyone else who clicks is told who may,
+    the person it was escalated to included."""
+    sources = default_sources()
+    sources["limits.yaml"] = sources["limits.yaml"].replace(
+        "  escalate_to: admins ", f"  escalate_to: [C0ESCAL01, {NADIA}] "
+    )
+    services = Services.open(database, sources, clock=clock)
+    try:
+        asked = borrowed(services, ALICE, LONG).request.id
+        clock.advance(timedelta(hours=4))
+        assert f"R{asked} escalate" in chase(services.ctx).steps()
+        refused = services.approve(BOB, asked)
+        assert isinstance(refused, Refused)
+        assert (
+            f"You may not approve or deny R{asked}: you are not a manager of vision, so you "
+            f"cannot approve this. Only vision's managers, the gpubot admins and <@{NADIA}> can."
+        ) == refused.message
+        settled = services.approve(ADA, asked)
         assert not isinstance(settled, Refused)
         assert "approved" == settled.request.state
     finally:

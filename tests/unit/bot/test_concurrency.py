@@ -7,12 +7,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlmodel import Session, col, select
 
 from bot.services import BorrowAsk, Services, borrowing, grants
+from bot.services.approval_lifecycle import AskedAgain, chase
 from bot.services.results import BorrowResult, SettleResult
 from rules.domain import Outcome
 from rules.facts import PoolUsage
@@ -21,7 +23,7 @@ from storage.db import Database
 from storage.tables import LeaseGpuRow, LeaseRow
 from tests.builders import default_sources
 from tests.support import postgres
-from tests.unit.bot.conftest import ADA
+from tests.unit.bot.conftest import ADA, Clock
 
 PEOPLE = [
     "U0ALICE01",
@@ -113,3 +115,35 @@ def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(
     granted = [r for r in results if r.lease is not None]
     assert len(granted) == len(active) > 0
     services.close()
+
+
+def test_ask_again_clicked_twice_at_once_files_one_request(shared_db: Database) -> None:
+    """The expired request is locked while the new one is filed: one click files it, the
+    other answers with it."""
+    clock = Clock()
+    services = Services.open(shared_db, default_sources(), clock=clock)
+    try:
+        alice = "U0ALICE01"
+        old = services.borrow(alice, BorrowAsk("a100", 1, timedelta(days=2), reason="runs"))
+        assert isinstance(old, BorrowResult)
+        clock.advance(timedelta(days=1))
+        chase(services.ctx)
+        start = threading.Barrier(2)
+        results: list[object] = []
+
+        def click() -> None:
+            start.wait()
+            results.append(services.ask_again(alice, old.request.id))
+
+        threads = [threading.Thread(target=click) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        filed = [r for r in results if isinstance(r, BorrowResult)]
+        again = [r for r in results if isinstance(r, AskedAgain)]
+        assert (1, 1) == (len(filed), len(again))
+        assert filed[0].request.id == again[0].request.id
+        assert [filed[0].request.id] == [r.id for r in services.requests(alice)]  # open ones
+    finally:
+        services.close()

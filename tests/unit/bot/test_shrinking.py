@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlmodel import col, select
 
-from bot.services import BorrowAsk, Refused, Services
+from bot.services import BorrowAsk, Refused, Services, device_records
 from bot.services.results import GpuSlot, LeaseView, ShrinkResult
 from bot.telemetry.window import TelemetryWindow
 from storage import outbox
@@ -140,6 +140,42 @@ def test_a_shrink_serves_the_queue_at_once(services: Services) -> None:
     assert ("approved", [BOB]) == (started.state, [lease.holder for lease in result.started])
 
 
+def test_an_ended_lease_and_the_history_show_only_what_it_held_to_the_end(
+    services: Services, clock: Clock
+) -> None:
+    """Keep 1 of 4, the queue takes two of the three, then the lease ends: it shows the one
+    GPU it held at its end, and the history shows it on the others only until they went back,
+    never overlapping the lease that took them."""
+    lease = four_gpus(services)
+    for user, gpus in ((BOB, 4), (CAROL, 6), (ERIN, 2)):
+        ask = BorrowAsk("a100", gpus, timedelta(hours=8), reason="runs")
+        assert borrowed(services, user, ask).lease is not None
+    waiting = borrowed(services, BOB, BorrowAsk("a100", 2, timedelta(hours=2)))
+    approved(services, ADA, waiting)
+    clock.advance(timedelta(minutes=30))
+    shrunk_at = clock.now
+    result = services.shrink(ALICE, lease.id, keep=1)
+    assert isinstance(result, ShrinkResult)
+    (taker,) = result.started
+    clock.advance(timedelta(hours=1))
+    assert not isinstance(services.release(ALICE, lease.id), Refused)
+    ended = services.lease(lease.id)
+    assert ended is not None
+    assert ("released", (lease.gpus[0],)) == (ended.state, ended.gpus)
+    with services.db.read() as session:
+        held = [i for i in device_records.intervals(session) if i.state == "leased"]
+    spans = {(i.lease, i.node, i.gpu): (i.end, i.detail.get("ended")) for i in held}
+    first = lease.gpus[0]
+    assert (clock.now, "released") == spans[(lease.code, first.node, first.index)]
+    for slot in lease.gpus[1:]:
+        assert (shrunk_at, "given back") == spans[(lease.code, slot.node, slot.index)]
+    for slot in taker.gpus:
+        start = next(
+            i.start for i in held if (i.lease, i.node, i.gpu) == (taker.code, slot.node, slot.index)
+        )
+        assert shrunk_at <= start
+
+
 # ---- the sweep's `shrink idle` ---------------------------------------------------------
 
 
@@ -213,3 +249,72 @@ def test_shrink_idle_only_records_what_it_would_have_done_while_paused(
     assert ([], [f"{lease.code} shrink idle (paused)"]) == (report.shrunk, report.would_have)
     assert 4 == len(services.lease(lease.id).gpus)  # type: ignore[union-attr]
     assert [] == shrunk_rows(services)
+
+
+def test_shrink_idle_gives_back_only_the_gpus_the_warning_named(
+    shrinking: Services, clock: Clock
+) -> None:
+    """Warned first: a GPU that went idle after the warning stays until a warning names it."""
+    services, window = shrinking, TelemetryWindow(timedelta(minutes=3))
+    lease = four_gpus(services)
+    busy = list(lease.gpus[:2])
+
+    def sample(minutes: int) -> None:
+        for _ in range(minutes * 2):
+            clock.advance(timedelta(seconds=30))
+            window.observe(
+                [
+                    a_sample(s.node, s.index, 85.0 if s in busy else 0.0, clock.now)
+                    for s in lease.gpus
+                ],
+                now=clock.now,
+            )
+
+    sample(91)
+    assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
+    delivered(services, clock)
+    sample(20)
+    busy.remove(lease.gpus[1])  # idle from now on, long enough to count, never warned of
+    sample(125)
+    assert [f"{lease.code} gave back 2"] == services.sweep(window).shrunk
+    assert lease.gpus[:2] == services.lease(lease.id).gpus  # type: ignore[union-attr]
+    (row,) = shrunk_rows(services)
+    assert names(lease.gpus[2:]) == row.detail["gave_back"]
+
+
+def test_once_no_gpu_the_warning_named_is_idle_a_new_warning_names_those_idle_now(
+    shrinking: Services, clock: Clock
+) -> None:
+    """The two GPUs named got busy and another went idle: that one is warned of before the
+    sweep gives it back, and it alone goes back."""
+    services, window = shrinking, TelemetryWindow(timedelta(minutes=3))
+    lease = four_gpus(services)
+    busy = list(lease.gpus[:2])
+
+    def sample(minutes: int) -> None:
+        for _ in range(minutes * 2):
+            clock.advance(timedelta(seconds=30))
+            window.observe(
+                [
+                    a_sample(s.node, s.index, 85.0 if s in busy else 0.0, clock.now)
+                    for s in lease.gpus
+                ],
+                now=clock.now,
+            )
+
+    sample(91)
+    assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
+    delivered(services, clock)
+    busy = [lease.gpus[0], *lease.gpus[2:]]  # the named two work again, the second idles
+    sample(125)
+    report = services.sweep(window)  # held back, and the warning no longer stands
+    assert ([], [f"{lease.code} idle: no GPU the warning named is idle"]) == (
+        report.shrunk,
+        report.held_back,
+    )
+    assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
+    delivered(services, clock)
+    sample(31)
+    assert [f"{lease.code} gave back 1"] == services.sweep(window).shrunk
+    (row,) = shrunk_rows(services)
+    assert names(lease.gpus[1:2]) == row.detail["gave_back"]

@@ -12,6 +12,7 @@ from rules.approvals import (
     approvers_for,
     check_ask,
     check_form,
+    escalation_settlers,
     may_settle,
     most_gpus,
     pools_for,
@@ -128,7 +129,39 @@ def test_a_refusal_names_the_team_the_clicker_does_not_manage(
 ) -> None:
     """Bob is told he is not a vision manager; Victor that admins alone were asked."""
     team = default_policy().teams["vision"]
-    assert why == may_settle(user, request_id=12, requester=ALICE, approvers=approvers, team=team)
+    assert why == may_settle(
+        user, request_id=12, requester=ALICE, approvers=approvers, team=team, admins=[ADMIN]
+    )
+
+
+def test_a_refusal_names_the_people_a_request_was_escalated_to() -> None:
+    """Escalated to Erin too: Bob is told she may, besides the managers and the admins."""
+    team = default_policy().teams["vision"]
+    why = may_settle(
+        BOB,
+        request_id=12,
+        requester=ALICE,
+        approvers=[VISION_MANAGER, ADMIN, ERIN],
+        team=team,
+        admins=[ADMIN],
+    )
+    assert why is not None
+    assert why.endswith(f"Only vision's managers, the gpubot admins and <@{ERIN}> can.")
+
+
+@pytest.mark.parametrize(
+    ("targets", "settlers"),
+    [
+        ([ADMIN], [ADMIN]),
+        ([ERIN], [ERIN]),
+        (["C0ESCAL01"], [ADMIN]),  # nobody is known to read a channel: the admins settle there
+        ([ERIN, "C0ESCAL01"], [ERIN, ADMIN]),
+        ([ADMIN, "C0ESCAL01"], [ADMIN]),
+    ],
+)
+def test_who_may_settle_an_escalated_request(targets: list[str], settlers: list[str]) -> None:
+    """The people escalated to, and the admins when a channel is among the targets."""
+    assert settlers == escalation_settlers(default_policy(), targets)
 
 
 HOUR = timedelta(hours=1)

@@ -15,7 +15,7 @@ from rules.domain import Action, Reason, Subject
 from rules.lease_facts import LeaseSnapshot, Reading, Warned, lease_facts
 from rules.marks import Marks
 from rules.policy import Verdict
-from rules.reclaim import Do, lease_steps, may_shrink
+from rules.reclaim import Do, lease_steps, may_shrink, to_shrink
 from rules.shrinking import Problem, Slot, to_give_back
 from tests.builders import default_policy
 
@@ -156,6 +156,28 @@ def test_shrink_idle_holds_the_reclaim_invariants(
 ) -> None:
     """Warned first, grace waited, fresh telemetry, never protected, never after Keep."""
     assert expected == may_shrink(facts, warned, policy=default_policy(), now=NOW), case
+
+
+A, B, C, D = ((NODE, i) for i in range(4))
+
+
+@pytest.mark.parametrize(
+    ("case", "named", "idle", "held", "expected"),
+    [
+        ("the named idle GPUs", [C, D], [C, D], [A, B, C, D], (C, D)),
+        ("idle since the warning, never named", [C, D], [B, C, D], [A, B, C, D], (C, D)),
+        ("a named GPU busy again", [C, D], [D], [A, B, C, D], (D,)),
+        ("a named GPU given back already", [C, D], [C, D], [A, B, D], (D,)),
+        ("none of the named idle", [C, D], [B], [A, B, C, D], ()),
+        ("no warning names any", [], [B, C], [A, B, C, D], ()),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)  # fmt: skip
+def test_shrink_idle_gives_back_only_what_the_warning_named(
+    case: str, named: list[Slot], idle: list[Slot], held: list[Slot], expected: tuple[Slot, ...]
+) -> None:
+    """Idle now, named by the delivered warning and still held; else nothing."""
+    assert expected == to_shrink(named, idle, held), case
 
 
 SHRINK_IDLE = Match(

@@ -58,6 +58,12 @@ def test_the_escalation_mark_names_people_and_channels() -> None:
     assert f"Escalated to <@{ADA}> and <#C0ESCAL01> after 4h." in line
 
 
+def test_the_escalation_mark_says_the_admins_settle_from_a_channel() -> None:
+    line = escalated_line(("C0ESCAL01",), timedelta(hours=4))
+    assert "Escalated to <#C0ESCAL01> after 4h. In <#C0ESCAL01>, the gpubot admins" in line
+    assert "admins" not in escalated_line((ADA,), timedelta(hours=4))
+
+
 def test_an_expired_card_says_nobody_decided_and_has_no_buttons() -> None:
     request = a_request(state="cancelled", decided_by="gpubot", decided_at=T0)
     shown = settled_card(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlmodel import select
 
-from storage import leases
+from storage import leases, nodes, usage
 from storage.db import Database
 from storage.tables import GpuRow, LeaseRow
 from tests.unit.storage.builders import a_lease
@@ -25,7 +25,7 @@ def test_giving_back_changes_the_set_and_the_count_together(database: Database) 
     with database.write() as session:
         row = leases.lock(session, lease_id)
         assert row is not None
-        leases.give_back(session, row, [(NODE, 2), (NODE, 3), ("elsewhere", 0)])
+        leases.give_back(session, row, [(NODE, 2), (NODE, 3), ("elsewhere", 0)], at=NOW)
     with database.read() as session:
         row = leases.get(session, lease_id)
         assert row is not None
@@ -46,7 +46,7 @@ def test_a_gpu_given_back_may_be_leased_again(database: Database) -> None:
     with database.write() as session:
         row = leases.lock(session, first)
         assert row is not None
-        leases.give_back(session, row, [(NODE, 3)])
+        leases.give_back(session, row, [(NODE, 3)], at=NOW)
     with database.write() as session:
         second = a_lease(session, at=NOW, gpu_ids=gpus[3:], holder="U2")
     with database.read() as session:
@@ -57,14 +57,56 @@ def test_a_gpu_given_back_may_be_leased_again(database: Database) -> None:
         assert 4 == len(session.exec(select(GpuRow)).all())
 
 
-def test_an_ended_lease_still_shows_what_it_held(database: Database) -> None:
-    """Once every GPU is let go (the lease ended), its slots are those it ever held."""
+def test_an_ended_lease_shows_what_it_held_at_its_end(database: Database) -> None:
+    """Once every GPU is let go (the lease ended), its slots are those it held at its end: a
+    GPU it gave back earlier is not among them, and its ledger row says when it went back."""
     with database.write() as session:
         lease_id = a_lease(session, at=NOW - timedelta(hours=1), gpu_ids=a_fleet(session)[:2])
     with database.write() as session:
         row = leases.lock(session, lease_id)
         assert row is not None
-        leases.give_back(session, row, [(NODE, 1)])
+        leases.give_back(session, row, [(NODE, 1)], at=NOW - timedelta(minutes=20))
         leases.let_go(session, lease_id)
     with database.read() as session:
-        assert [(NODE, 0), (NODE, 1)] == sorted(leases.slots_of(session, lease_id))
+        assert [(NODE, 0)] == sorted(leases.slots_of(session, lease_id))
+        assert [(NODE, 0, None), (NODE, 1, NOW - timedelta(minutes=20))] == sorted(
+            (node, index, released) for node, index, _, _, released in nodes.holdings(session)
+        )
+
+
+def test_a_gpu_given_back_counts_in_recent_use_only_until_it_went_back(
+    database: Database,
+) -> None:
+    """Two GPUs for an hour, one given back after 20 minutes: 80 GPU-minutes, not 120."""
+    with database.write() as session:
+        lease_id = a_lease(session, at=NOW - timedelta(hours=1), gpu_ids=a_fleet(session)[:2])
+    with database.write() as session:
+        row = leases.lock(session, lease_id)
+        assert row is not None
+        leases.give_back(session, row, [(NODE, 1)], at=NOW - timedelta(minutes=40))
+        leases.let_go(session, lease_id)
+        row.state, row.ended_at = "released", NOW
+        session.add(row)
+    with database.read() as session:
+        used = usage.held_minutes(session, "U1", NOW - timedelta(days=1), NOW, busy_pct=50.0)
+    assert 80.0 == used.held
+
+
+def test_a_lease_reclaimed_after_a_shrink_was_reclaimed_only_from_what_it_held(
+    database: Database,
+) -> None:
+    """A process left on a GPU given back earlier is not a leftover of the reclaim."""
+    with database.write() as session:
+        gpus = a_fleet(session)[:2]
+        lease_id = a_lease(session, at=NOW - timedelta(hours=1), gpu_ids=gpus)
+    with database.write() as session:
+        row = leases.lock(session, lease_id)
+        assert row is not None
+        leases.give_back(session, row, [(NODE, 1)], at=NOW - timedelta(minutes=40))
+        leases.let_go(session, lease_id)
+        row.state, row.ended_at = "reclaimed", NOW
+        session.add(row)
+    with database.read() as session:
+        since = NOW - timedelta(hours=1)
+        found = [leases.reclaimed_from(session, gpu, since) for gpu in gpus]
+    assert [{"U1"}, set()] == found
