@@ -349,14 +349,14 @@ class Deliverer:
             about = outbox.owed_about(session, home)
             if home != row.subject:
                 about += outbox.owed_about(session, row.subject)
-        grants = [r for r in about if r.kind == OutboxKind.LEASE_GRANTED]
+        # Only the holder's messages belong in the thread of the holder's grant: a notice to
+        # anyone else about the lease goes out on its own, at once.
+        grants = [
+            r for r in about if r.kind == OutboxKind.LEASE_GRANTED and r.recipient == row.recipient
+        ]
         if any(g.state in _UNSENT for g in grants):
             return _DEFERRED
-        landed = [
-            g
-            for g in grants
-            if g.state == outbox.DELIVERED and g.ts and g.recipient == row.recipient
-        ]
+        landed = [g for g in grants if g.state == outbox.DELIVERED and g.ts]
         if not landed:
             return None
         first = row.kind == OutboxKind.LEASE_WARNING and not any(

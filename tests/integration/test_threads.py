@@ -228,3 +228,48 @@ def test_a_reply_whose_grant_was_deleted_is_posted_on_its_own(story: Story) -> N
     assert warning.thread_ts is None
     assert warning.text.startswith(f"L{lease} ends soon")
     assert "delivered" == _rows(story, "lease_warning")[0].state
+
+
+def test_a_digest_whose_message_was_deleted_is_posted_anew_and_grown_after(story: Story) -> None:
+    """Ada deleted her digest: the next lines cannot update it (message_not_found), so they
+    are posted as a new digest with all it says, and later lines grow that one."""
+    dm = story.local.dm_channel(ADA)
+    _tell_admins(story, "node-1 GPU 0 is out of service")
+    _deliver_digests(story)
+    [digest] = story.local.messages(dm)
+    assert story.local.workspace.delete(dm, digest.ts)
+    story.clock.tick(timedelta(minutes=1))
+    _tell_admins(story, "node-3 has sent no telemetry")
+    _deliver_digests(story)
+    [anew] = story.local.messages(dm)
+    assert "node-1 GPU 0" in _said(anew)
+    assert "node-3 has sent" in _said(anew)
+    story.clock.tick(timedelta(minutes=1))
+    _tell_admins(story, "node-4 reports again")
+    _deliver_digests(story)
+    [grown] = story.local.messages(dm)
+    assert (anew.ts, True) == (grown.ts, grown.edited)
+    assert "node-4 reports again" in _said(grown)
+    assert ["delivered"] * 3 == [r.state for r in _rows(story, "admin_digest")]
+
+
+def test_a_notice_about_a_lease_to_someone_else_does_not_wait_for_its_grant(
+    story: Story,
+) -> None:
+    """Only the holder's messages wait for the holder's grant DM to land: Bob's notice about
+    Alice's lease goes out at once, on its own."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.bot.deliverer.idle()
+    [grant] = _rows(story, "lease_granted")
+    now = story.bot.services.now()
+    with story.bot.db.write() as session:  # the grant is still on its way
+        row = session.get(OutboxRow, grant.id)
+        assert row is not None
+        row.state, row.channel, row.ts = "pending", None, None
+        row.next_attempt_at = now + timedelta(hours=1)
+        session.add(row)
+        notices.tell(session, BOB, f"lease:{lease}", "Alice's job runs on your GPU", at=now)
+    story.bot.deliverer.deliver_due()
+    [told] = story.local.messages(story.local.dm_channel(BOB))
+    assert told.thread_ts is None
+    assert "Alice's job runs on your GPU" in _said(told)
