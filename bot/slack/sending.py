@@ -52,7 +52,12 @@ class Rendered:
 #: each with the kinds of the messages it redraws: it waits for those still on their way.
 UPDATES: dict[str, tuple[str, ...]] = {
     OutboxKind.CARD_SETTLED: (OutboxKind.APPROVAL_CARD,),
-    OutboxKind.LEASE_CLOSED: (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING),
+    # The end is drawn last: a redraw of the lease still active, if one is on its way, first.
+    OutboxKind.LEASE_CLOSED: (
+        OutboxKind.LEASE_GRANTED,
+        OutboxKind.LEASE_WARNING,
+        OutboxKind.LEASE_REDRAWN,
+    ),
     # The grant DM shows the lease as it stands once what its thread was told has landed.
     OutboxKind.LEASE_REDRAWN: (
         OutboxKind.LEASE_GRANTED,

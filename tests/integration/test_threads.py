@@ -273,3 +273,92 @@ def test_a_notice_about_a_lease_to_someone_else_does_not_wait_for_its_grant(
     [told] = story.local.messages(story.local.dm_channel(BOB))
     assert told.thread_ts is None
     assert "Alice's job runs on your GPU" in _said(told)
+
+
+def test_a_line_added_while_its_digest_is_being_sent_is_not_lost(story: Story) -> None:
+    """A long sweep (its lines stamped with its start) adds a line to a digest a deliverer
+    has already read: the line is in what Ada sees, in that digest or the next."""
+    dm = story.local.dm_channel(ADA)
+    started = story.bot.services.now()
+    _tell_admins(story, "node-1 GPU 0 is out of service")
+    render = story.bot.deliverer.render
+    late: list[str] = []
+
+    def render_and_grow(row: OutboxRow) -> Any:
+        drawn = render(row)
+        if row.kind == "admin_digest" and not late:
+            late.append("node-9 has sent no telemetry")
+            with story.bot.db.write() as session:
+                notices.tell_admins(session, [ADA], "test", late[0], at=started)
+        return drawn
+
+    story.bot.deliverer.render = render_and_grow
+    _deliver_digests(story)
+    _deliver_digests(story)
+    shown = " ".join(_said(m) for m in story.local.messages(dm))
+    assert late == ["node-9 has sent no telemetry"]
+    assert "node-1 GPU 0" in shown
+    assert "node-9 has sent" in shown
+
+
+def _redraw_then(story: Story, act: Any) -> None:
+    """The next grant redraw is drawn, then `act` commits, then the drawing is sent."""
+    render = story.bot.deliverer.render
+    done: list[bool] = []
+
+    def draw_then_act(row: OutboxRow) -> Any:
+        drawn = render(row)
+        if row.kind == "lease_redrawn" and not done:
+            done.append(True)
+            act()
+        return drawn
+
+    story.bot.deliverer.render = draw_then_act
+
+
+def test_an_extension_while_the_grant_is_redrawn_is_shown_on_the_grant(story: Story) -> None:
+    """Alice extends while her grant's redraw is on its way: the grant ends up showing the
+    extension, not the drawing made before it."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.run(61, busy, lease=lease)
+    dm = story.local.dm_channel(ALICE)
+    grant = story.local.messages(dm)[0]
+    with story.bot.db.write() as session:
+        notices.lease_changed(session, lease, ALICE, at=story.bot.services.now())
+    extended: list[object] = []
+    _redraw_then(
+        story,
+        lambda: extended.append(story.bot.services.extend(ALICE, lease, timedelta(hours=1))),
+    )
+    for _ in range(3):
+        story.clock.tick(timedelta(seconds=10))
+        story.pass_()
+    assert 1 == len(extended)
+    shown = story.local.workspace.message(dm, grant.ts)
+    assert shown is not None
+    assert "extended once by 1h" in _said(shown)
+
+
+def test_a_lease_ended_while_its_grant_is_redrawn_keeps_no_buttons(story: Story) -> None:
+    """Alice releases while her grant's redraw (still active) is on its way: the grant ends
+    up showing the end, without Extend or Release."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.pass_()
+    dm = story.local.dm_channel(ALICE)
+    [grant] = story.local.messages(dm)
+    with story.bot.db.write() as session:
+        notices.lease_changed(session, lease, ALICE, at=story.bot.services.now())
+
+    def release_and_close() -> None:
+        story.bot.services.release(ALICE, lease)
+        story.bot.deliverer.deliver(r.id for r in _rows(story, "lease_closed") if r.id)
+
+    _redraw_then(story, release_and_close)
+    for _ in range(3):
+        story.clock.tick(timedelta(seconds=10))
+        story.pass_()
+    assert "released" == story.state(lease)
+    shown = story.local.workspace.message(dm, grant.ts)
+    assert shown is not None
+    assert "lease_extend" not in json.dumps(shown.blocks)
+    assert "lease_release" not in json.dumps(shown.blocks)
