@@ -6,7 +6,8 @@ included, waits out a backoff instead of sending again at once. An outcome that 
 recorded is kept in memory and recorded later, never re-sent. A row claimed by a process that
 is gone may have reached Slack: a message is looked up in its conversation by the outbox id it
 carries in its metadata before it is sent again; a reply through a response_url, which cannot
-be looked up, is sent again (at least once) and counted as in doubt.
+be looked up, is sent again (at least once) and counted as in doubt. A redraw in place and an
+admin digest are drawn only once claimed, so nothing committed before the claim is drawn over.
 
 Rows go out in the order they were owed; a failure holds back later rows for the same
 recipient in this pass, so nobody reads a "denied" before the card it settles. How one row

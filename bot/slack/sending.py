@@ -142,7 +142,8 @@ class Sender:
 
     def send(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
         """One attempt: a Rendered, or (Rendered, cards) for a card update. A reply whose
-        thread is gone (its parent deleted) is posted on its own instead."""
+        thread is gone (its parent deleted), or a digest whose message is, is posted on its
+        own instead."""
         try:
             try:
                 return self._call(row, prepared, now)
