@@ -112,6 +112,7 @@ def stray(ctx: Context, session: Session, node: str, count: int, now: datetime) 
         f"{node} sends telemetry for {count} GPUs but is in no pool of pools.yaml: nothing is "
         f"granted on it. Add it to a pool, or fix the name it reports under.{hint}",
         at=now,
+        now=ctx.now(),
     )
 
 
@@ -170,6 +171,7 @@ def intruded(ctx: Context, session: Session, intrusion: Intrusion, now: datetime
         subject,
         f"L{lease_id}: {what} on {where}, not the holder's.",
         at=now,
+        now=ctx.now(),
     )
     keyvalue.set_users_told(session, key, told | set(users), at=now, by=SYSTEM)
 
