@@ -362,3 +362,15 @@ def test_a_lease_ended_while_its_grant_is_redrawn_keeps_no_buttons(story: Story)
     assert shown is not None
     assert "lease_extend" not in json.dumps(shown.blocks)
     assert "lease_release" not in json.dumps(shown.blocks)
+
+
+def test_a_long_sweep_s_line_does_not_grow_a_digest_already_due(story: Story) -> None:
+    """A line stamped with its sweep's start but told once the digest is due starts a new
+    digest: the margin is measured from the clock, not from the sweep's start."""
+    started = story.bot.services.now()
+    _tell_admins(story, "node-1 GPU 0 is out of service")
+    story.clock.tick(notices.DIGEST_WAIT)
+    with story.bot.db.write() as session:
+        now = story.bot.services.now()
+        notices.tell_admins(session, [ADA], "test", "node-9 is silent", at=started, now=now)
+    assert [1, 1] == [len(r.data["lines"]) for r in _rows(story, "admin_digest")]
