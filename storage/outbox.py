@@ -125,7 +125,9 @@ def waiting(
     session: Session, kind: str, recipient: str, *, not_before: datetime
 ) -> OutboxRow | None:
     """The newest row of `kind` for `recipient` never tried and not due before `not_before`:
-    one that no deliverer can be reading, so what it says may still grow."""
+    what it says may still grow. It is locked until the caller's transaction ends (on
+    PostgreSQL; SQLite has one writer at a time): a deliverer's claim of it waits for that
+    commit, and the row is drawn after its claim, so a line added is never left out."""
     stmt = (
         select(OutboxRow)
         .where(
@@ -136,8 +138,21 @@ def waiting(
             col(OutboxRow.next_attempt_at) > not_before,
         )
         .order_by(col(OutboxRow.id).desc())
+        .with_for_update()
     )
     return session.exec(stmt).first()
+
+
+def untaken(session: Session, subject: str, kind: str) -> bool:
+    """Whether a row of `kind` about `subject` waits that no deliverer has claimed yet; such
+    rows are locked until the caller's transaction ends (on PostgreSQL), so a claim waits for
+    that commit and the row, drawn after its claim, shows what it committed."""
+    stmt = (
+        select(OutboxRow.id)
+        .where(OutboxRow.subject == subject, OutboxRow.kind == kind, OutboxRow.state == PENDING)
+        .with_for_update()
+    )
+    return bool(session.exec(stmt).all())
 
 
 def latest_posted(session: Session, recipient: str, kinds: Sequence[str]) -> OutboxRow | None:

@@ -374,4 +374,5 @@ def _tell_swaps(
             f"{ev.node} GPU {ev.gpu} has a new UUID ({ev.detail['uuid']}, was {ev.detail['was']}): "
             "the card was swapped or the slots renumbered. Check it before trusting its history.",
             at=now,
+            now=ctx.now(),
         )

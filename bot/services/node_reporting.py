@@ -81,7 +81,7 @@ def tell(
         else:
             continue
         record(session, at=now, actor=SYSTEM, tag=tag, subject=f"node:{node}", outcome=state)
-        notices.tell_admins(session, ctx.policy.admins, f"node:{node}", text, at=now)
+        notices.tell_admins(session, ctx.policy.admins, f"node:{node}", text, at=now, now=ctx.now())
 
 
 def _words(after: timedelta) -> str:

@@ -104,9 +104,9 @@ def lease_changed(session: Session, lease_id: int | None, holder: str, *, at: da
     if lease_id is None:
         return
     subject = f"lease:{lease_id}"
-    # Only a redraw nobody has taken yet still shows this change: one being sent may have
-    # been drawn before it.
-    if not outbox.any_about(session, subject, OutboxKind.LEASE_REDRAWN, [outbox.PENDING]):
+    # Only a redraw nobody has taken yet still shows this change (a redraw is drawn once it
+    # is claimed): one taken may have been drawn before it.
+    if not outbox.untaken(session, subject, OutboxKind.LEASE_REDRAWN):
         message = Owed(OutboxKind.LEASE_REDRAWN, subject, holder, {"lease": lease_id})
         owe(session, message, at=at, after=PARENT_EVERY)
 
@@ -184,20 +184,28 @@ def tell(session: Session, user: str, subject: str, text: str, *, at: datetime) 
 
 
 # Lines for an admin owed within this long share one digest message (a sweep owes all of its
-# lines within a pass). A digest is only grown while no deliverer can be reading it.
+# lines within a pass). A digest is only grown while it is not due for a while yet; and as it
+# is drawn once claimed, and locked while it grows, a line added just before its claim is in it.
 DIGEST_WAIT = timedelta(seconds=10)
 _DIGEST_MARGIN = timedelta(seconds=3)
 DIGEST_MAX_LINES = 40
 
 
 def tell_admins(
-    session: Session, admins: Iterable[str], subject: str, text: str, *, at: datetime
+    session: Session,
+    admins: Iterable[str],
+    subject: str,
+    text: str,
+    *,
+    at: datetime,
+    now: datetime | None = None,
 ) -> None:
-    """A line for each admin, in their digest: the one still waiting to go out, or a new one."""
+    """A line for each admin, in their digest: the one still waiting to go out, or a new one.
+    `at`: when it happened (a sweep's start); `now`: the clock as it reads now (default
+    `at`), which the margin before a digest goes out is measured from."""
+    not_before = max(at, now or at) + _DIGEST_MARGIN
     for user in sorted(admins):
-        digest = outbox.waiting(
-            session, OutboxKind.ADMIN_DIGEST, user, not_before=at + _DIGEST_MARGIN
-        )
+        digest = outbox.waiting(session, OutboxKind.ADMIN_DIGEST, user, not_before=not_before)
         line = {"subject": subject, "text": text}
         if digest is not None and len(digest.data.get("lines") or []) < DIGEST_MAX_LINES:
             digest.data = {**digest.data, "lines": [*digest.data["lines"], line]}

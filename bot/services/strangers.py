@@ -113,6 +113,7 @@ def stray(ctx: Context, session: Session, node: str, count: int, now: datetime) 
         f"{node} sends telemetry for {plural(count, 'GPU')} but is in no pool of pools.yaml: "
         f"nothing is granted on it. Add it to a pool, or fix the name it reports under.{hint}",
         at=now,
+        now=ctx.now(),
     )
 
 
@@ -171,6 +172,7 @@ def intruded(ctx: Context, session: Session, intrusion: Intrusion, now: datetime
         subject,
         f"L{lease_id}: {what} on {where}, not the holder's.",
         at=now,
+        now=ctx.now(),
     )
     keyvalue.set_users_told(session, key, told | set(users), at=now, by=SYSTEM)
 

@@ -311,4 +311,6 @@ def _forget(run: Pass, lease: LeaseSnapshot, key: str) -> None:
 
 
 def tell_admins(run: Pass, session: Session, subject: str, text: str) -> None:
-    notices.tell_admins(session, run.ctx.policy.admins, subject, text, at=run.now)
+    notices.tell_admins(
+        session, run.ctx.policy.admins, subject, text, at=run.now, now=run.ctx.now()
+    )

@@ -67,6 +67,7 @@ def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) ->
             f"{gpu.node} GPU {gpu.index} is out of service: {match.because}. "
             f"`/gpu admin undrain {gpu.node}` returns it once repaired.",
             at=run.now,
+            now=run.ctx.now(),
         )
     run.report.notified.append(f"{gpu.node}:{gpu.index} unhealthy")
 
@@ -114,7 +115,9 @@ def _unreserved(
             )
         if gave_back:
             text += f" Not offered a lease: {', '.join(gave_back)}, whose lease gave it back."
-        notices.tell_admins(session, run.ctx.policy.admins, subject, text, at=run.now)
+        notices.tell_admins(
+            session, run.ctx.policy.admins, subject, text, at=run.now, now=run.ctx.now()
+        )
         keyvalue.set_users_told(session, key, told | set(new), at=run.now, by=SWEEPER, empty="?")
         record(
             session,

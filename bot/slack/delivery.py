@@ -6,7 +6,8 @@ included, waits out a backoff instead of sending again at once. An outcome that 
 recorded is kept in memory and recorded later, never re-sent. A row claimed by a process that
 is gone may have reached Slack: a message is looked up in its conversation by the outbox id it
 carries in its metadata before it is sent again; a reply through a response_url, which cannot
-be looked up, is sent again (at least once) and counted as in doubt.
+be looked up, is sent again (at least once) and counted as in doubt. A redraw in place and an
+admin digest are drawn only once claimed, so nothing committed before the claim is drawn over.
 
 Rows go out in the order they were owed; a failure holds back later rows for the same
 recipient in this pass, so nobody reads a "denied" before the card it settles. How one row
@@ -51,6 +52,13 @@ log = logging.getLogger(__name__)
 _DEFERRED = object()  # not yet: a card update waiting for its card, a reply for its parent
 _UNSENT = (outbox.PENDING, outbox.SENDING)
 EXPRESS_BATCH = 50  # rows the express thread sends before it records their outcomes at once
+
+
+def drawn_after_claim(row: OutboxRow) -> bool:
+    """Is `row` drawn only once it is claimed? A redraw in place, and an admin digest that
+    may still grow: whatever committed before the claim is in what is sent, and whatever
+    commits after it finds the row taken and owes another."""
+    return row.kind in UPDATES or row.kind == OutboxKind.ADMIN_DIGEST
 
 
 class Deliverer:
@@ -233,7 +241,8 @@ class Deliverer:
         kept = self.recorder.kept(row.id)
         if kept is not None:  # sent (or not) earlier in this process; only the record is late
             return self._record(row, kept, report)
-        prepared = self._prepare_or_fail(row)
+        late = drawn_after_claim(row)
+        prepared = self._waits(row) if late else self._prepare_or_fail(row)
         if prepared is _DEFERRED:
             report.deferred += 1
             return True
@@ -247,6 +256,10 @@ class Deliverer:
             taken = self._claim(row, report)
             if taken is not True:
                 return taken is None  # None: another pass or worker took it
+        if late:
+            prepared = self._prepare_claimed(row)
+            if isinstance(prepared, Dropped):
+                return self._record(row, prepared, report)
         if in_doubt:
             report.in_doubt += 1
             log.info(
@@ -256,6 +269,24 @@ class Deliverer:
                 row.kind,
             )
         return self._send(row, prepared, report, later)
+
+    def _waits(self, row: OutboxRow) -> Any:
+        """_DEFERRED while a message a redraw updates is still on its way, else None (a row
+        drawn only once it is claimed)."""
+        if row.kind not in UPDATES:
+            return None
+        with self.db.read() as session:
+            about = outbox.owed_about(session, row.subject)
+        waiting = [r for r in about if r.kind in UPDATES[row.kind] and r.state in _UNSENT]
+        return _DEFERRED if waiting else None
+
+    def _prepare_claimed(self, row: OutboxRow) -> Any:
+        """What to send for a row drawn once claimed: it waits its backoff when a message it
+        updates was owed between the look and the claim."""
+        prepared = self._prepare_or_fail(row)
+        if prepared is _DEFERRED:
+            return NotSent("a message it updates is still on its way")
+        return prepared
 
     def _prepare_or_fail(self, row: OutboxRow) -> Any:
         """What to send (`_prepare`), or a NotSent when drawing it failed."""
@@ -313,15 +344,8 @@ class Deliverer:
 
     def _prepare(self, row: OutboxRow) -> Any:
         """What to send: a Rendered, (Rendered, cards) for a card update, Dropped or _DEFERRED."""
-        if row.kind in UPDATES:
-            with self.db.read() as session:
-                waiting = [
-                    r
-                    for r in outbox.owed_about(session, row.subject)
-                    if r.kind in UPDATES[row.kind] and r.state in _UNSENT
-                ]
-            if waiting:  # a message still on its way: update it once it has landed
-                return _DEFERRED
+        if self._waits(row) is _DEFERRED:  # a message on its way: updated once it has landed
+            return _DEFERRED
         home = home_of(row)
         thread = self._thread(row, home) if home is not None else None
         if thread is _DEFERRED:
@@ -349,14 +373,14 @@ class Deliverer:
             about = outbox.owed_about(session, home)
             if home != row.subject:
                 about += outbox.owed_about(session, row.subject)
-        grants = [r for r in about if r.kind == OutboxKind.LEASE_GRANTED]
+        # Only the holder's messages belong in the thread of the holder's grant: a notice to
+        # anyone else about the lease goes out on its own, at once.
+        grants = [
+            r for r in about if r.kind == OutboxKind.LEASE_GRANTED and r.recipient == row.recipient
+        ]
         if any(g.state in _UNSENT for g in grants):
             return _DEFERRED
-        landed = [
-            g
-            for g in grants
-            if g.state == outbox.DELIVERED and g.ts and g.recipient == row.recipient
-        ]
+        landed = [g for g in grants if g.state == outbox.DELIVERED and g.ts]
         if not landed:
             return None
         first = row.kind == OutboxKind.LEASE_WARNING and not any(

@@ -52,7 +52,12 @@ class Rendered:
 #: each with the kinds of the messages it redraws: it waits for those still on their way.
 UPDATES: dict[str, tuple[str, ...]] = {
     OutboxKind.CARD_SETTLED: (OutboxKind.APPROVAL_CARD,),
-    OutboxKind.LEASE_CLOSED: (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING),
+    # The end is drawn last: a redraw of the lease still active, if one is on its way, first.
+    OutboxKind.LEASE_CLOSED: (
+        OutboxKind.LEASE_GRANTED,
+        OutboxKind.LEASE_WARNING,
+        OutboxKind.LEASE_REDRAWN,
+    ),
     # The grant DM shows the lease as it stands once what its thread was told has landed.
     OutboxKind.LEASE_REDRAWN: (
         OutboxKind.LEASE_GRANTED,
@@ -137,14 +142,16 @@ class Sender:
 
     def send(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
         """One attempt: a Rendered, or (Rendered, cards) for a card update. A reply whose
-        thread is gone (its parent deleted) is posted on its own instead."""
+        thread is gone (its parent deleted), or a digest whose message is, is posted on its
+        own instead."""
         try:
             try:
                 return self._call(row, prepared, now)
             except SlackApiError as exc:
-                if not (_thread_gone(exc) and isinstance(prepared, Rendered)):
+                fallback = _fallback(row, prepared, exc)
+                if fallback is None:
                     raise
-                return self._call(row, replace(prepared, thread_ts=None, broadcast=False), now)
+                return self._call(row, fallback, now)
         except ResponseUrlError as exc:
             return NotSent(str(exc), exc.retry_after)
         except SlackApiError as exc:
@@ -282,8 +289,23 @@ def _retry_after(headers: Any) -> timedelta | None:
     return timedelta(seconds=min(max(seconds, 0.0), 3600.0)) if seconds is not None else None
 
 
-def _thread_gone(exc: SlackApiError) -> bool:
-    return bool(exc.response.get("error") == "thread_not_found")
+#: What Slack answers an update of a message it will not update any more (deleted, or too old).
+_MESSAGE_GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
+
+
+def _fallback(row: OutboxRow, prepared: Any, exc: SlackApiError) -> Rendered | None:
+    """What to post instead when Slack refused `prepared` for good, or None: a reply whose
+    thread is gone is posted on its own; a message that grows another in place (a digest
+    updating the previous one) is posted anew, with all it says, when that one is gone, and
+    the next grows the new one."""
+    if not isinstance(prepared, Rendered):
+        return None
+    error = exc.response.get("error")
+    if error == "thread_not_found":
+        return replace(prepared, thread_ts=None, broadcast=False)
+    if error in _MESSAGE_GONE and prepared.updates and row.kind not in UPDATES:
+        return replace(prepared, updates=())
+    return None
 
 
 def _describe(exc: Exception) -> str:

@@ -228,3 +228,149 @@ def test_a_reply_whose_grant_was_deleted_is_posted_on_its_own(story: Story) -> N
     assert warning.thread_ts is None
     assert warning.text.startswith(f"L{lease} ends soon")
     assert "delivered" == _rows(story, "lease_warning")[0].state
+
+
+def test_a_digest_whose_message_was_deleted_is_posted_anew_and_grown_after(story: Story) -> None:
+    """Ada deleted her digest: the next lines cannot update it (message_not_found), so they
+    are posted as a new digest with all it says, and later lines grow that one."""
+    dm = story.local.dm_channel(ADA)
+    _tell_admins(story, "node-1 GPU 0 is out of service")
+    _deliver_digests(story)
+    [digest] = story.local.messages(dm)
+    assert story.local.workspace.delete(dm, digest.ts)
+    story.clock.tick(timedelta(minutes=1))
+    _tell_admins(story, "node-3 has sent no telemetry")
+    _deliver_digests(story)
+    [anew] = story.local.messages(dm)
+    assert "node-1 GPU 0" in _said(anew)
+    assert "node-3 has sent" in _said(anew)
+    story.clock.tick(timedelta(minutes=1))
+    _tell_admins(story, "node-4 reports again")
+    _deliver_digests(story)
+    [grown] = story.local.messages(dm)
+    assert (anew.ts, True) == (grown.ts, grown.edited)
+    assert "node-4 reports again" in _said(grown)
+    assert ["delivered"] * 3 == [r.state for r in _rows(story, "admin_digest")]
+
+
+def test_a_notice_about_a_lease_to_someone_else_does_not_wait_for_its_grant(
+    story: Story,
+) -> None:
+    """Only the holder's messages wait for the holder's grant DM to land: Bob's notice about
+    Alice's lease goes out at once, on its own."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.bot.deliverer.idle()
+    [grant] = _rows(story, "lease_granted")
+    now = story.bot.services.now()
+    with story.bot.db.write() as session:  # the grant is still on its way
+        row = session.get(OutboxRow, grant.id)
+        assert row is not None
+        row.state, row.channel, row.ts = "pending", None, None
+        row.next_attempt_at = now + timedelta(hours=1)
+        session.add(row)
+        notices.tell(session, BOB, f"lease:{lease}", "Alice's job runs on your GPU", at=now)
+    story.bot.deliverer.deliver_due()
+    [told] = story.local.messages(story.local.dm_channel(BOB))
+    assert told.thread_ts is None
+    assert "Alice's job runs on your GPU" in _said(told)
+
+
+def test_a_line_added_while_its_digest_is_being_sent_is_not_lost(story: Story) -> None:
+    """A long sweep (its lines stamped with its start) adds a line to a digest a deliverer
+    has already read: the line is in what Ada sees, in that digest or the next."""
+    dm = story.local.dm_channel(ADA)
+    started = story.bot.services.now()
+    _tell_admins(story, "node-1 GPU 0 is out of service")
+    render = story.bot.deliverer.render
+    late: list[str] = []
+
+    def render_and_grow(row: OutboxRow) -> Any:
+        drawn = render(row)
+        if row.kind == "admin_digest" and not late:
+            late.append("node-9 has sent no telemetry")
+            with story.bot.db.write() as session:
+                notices.tell_admins(session, [ADA], "test", late[0], at=started)
+        return drawn
+
+    story.bot.deliverer.render = render_and_grow
+    _deliver_digests(story)
+    _deliver_digests(story)
+    shown = " ".join(_said(m) for m in story.local.messages(dm))
+    assert late == ["node-9 has sent no telemetry"]
+    assert "node-1 GPU 0" in shown
+    assert "node-9 has sent" in shown
+
+
+def _redraw_then(story: Story, act: Any) -> None:
+    """The next grant redraw is drawn, then `act` commits, then the drawing is sent."""
+    render = story.bot.deliverer.render
+    done: list[bool] = []
+
+    def draw_then_act(row: OutboxRow) -> Any:
+        drawn = render(row)
+        if row.kind == "lease_redrawn" and not done:
+            done.append(True)
+            act()
+        return drawn
+
+    story.bot.deliverer.render = draw_then_act
+
+
+def test_an_extension_while_the_grant_is_redrawn_is_shown_on_the_grant(story: Story) -> None:
+    """Alice extends while her grant's redraw is on its way: the grant ends up showing the
+    extension, not the drawing made before it."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.run(61, busy, lease=lease)
+    dm = story.local.dm_channel(ALICE)
+    grant = story.local.messages(dm)[0]
+    with story.bot.db.write() as session:
+        notices.lease_changed(session, lease, ALICE, at=story.bot.services.now())
+    extended: list[object] = []
+    _redraw_then(
+        story,
+        lambda: extended.append(story.bot.services.extend(ALICE, lease, timedelta(hours=1))),
+    )
+    for _ in range(3):
+        story.clock.tick(timedelta(seconds=10))
+        story.pass_()
+    assert 1 == len(extended)
+    shown = story.local.workspace.message(dm, grant.ts)
+    assert shown is not None
+    assert "extended once by 1h" in _said(shown)
+
+
+def test_a_lease_ended_while_its_grant_is_redrawn_keeps_no_buttons(story: Story) -> None:
+    """Alice releases while her grant's redraw (still active) is on its way: the grant ends
+    up showing the end, without Extend or Release."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.pass_()
+    dm = story.local.dm_channel(ALICE)
+    [grant] = story.local.messages(dm)
+    with story.bot.db.write() as session:
+        notices.lease_changed(session, lease, ALICE, at=story.bot.services.now())
+
+    def release_and_close() -> None:
+        story.bot.services.release(ALICE, lease)
+        story.bot.deliverer.deliver(r.id for r in _rows(story, "lease_closed") if r.id)
+
+    _redraw_then(story, release_and_close)
+    for _ in range(3):
+        story.clock.tick(timedelta(seconds=10))
+        story.pass_()
+    assert "released" == story.state(lease)
+    shown = story.local.workspace.message(dm, grant.ts)
+    assert shown is not None
+    assert "lease_extend" not in json.dumps(shown.blocks)
+    assert "lease_release" not in json.dumps(shown.blocks)
+
+
+def test_a_long_sweep_s_line_does_not_grow_a_digest_already_due(story: Story) -> None:
+    """A line stamped with its sweep's start but told once the digest is due starts a new
+    digest: the margin is measured from the clock, not from the sweep's start."""
+    started = story.bot.services.now()
+    _tell_admins(story, "node-1 GPU 0 is out of service")
+    story.clock.tick(notices.DIGEST_WAIT)
+    with story.bot.db.write() as session:
+        now = story.bot.services.now()
+        notices.tell_admins(session, [ADA], "test", "node-9 is silent", at=started, now=now)
+    assert [1, 1] == [len(r.data["lines"]) for r in _rows(story, "admin_digest")]

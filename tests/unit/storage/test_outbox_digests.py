@@ -3,6 +3,7 @@ message from the bot, and the rows one message was delivered as."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 from storage import outbox
@@ -62,3 +63,48 @@ def test_the_newest_message_is_read_by_its_ts_and_a_message_by_its_rows(
         assert grant.id == newest.id
         same = outbox.delivered_as(session, OutboxKind.ADMIN_DIGEST, "D1", "1.000001")
         assert [one, two] == [r.id for r in same]
+
+
+def test_a_claim_waits_for_a_digest_growing_and_then_sees_its_line(database: Database) -> None:
+    """A line is being added to a digest when a deliverer claims it: the claim waits for that
+    commit, so the digest, drawn after its claim, has the line."""
+    first = _digest(database, T0)
+    locked, go_on = threading.Event(), threading.Event()
+
+    def grow() -> None:
+        with database.write() as session:
+            found = outbox.waiting(session, OutboxKind.ADMIN_DIGEST, "U1", not_before=T0)
+            assert found is not None
+            locked.set()
+            go_on.wait(0.5)  # the claim, started meanwhile, waits for this commit
+            found.data = {"lines": [{"subject": "s", "text": "added"}]}
+            session.add(found)
+
+    grower = threading.Thread(target=grow)
+    grower.start()
+    assert locked.wait(5)
+    with database.read() as session:
+        row = outbox.get(session, first)
+    assert row is not None
+    with database.write() as session:
+        claimed = outbox.claim(session, row, at=T0 + WAIT, by="deliverer")
+    with database.read() as session:  # drawn as soon as it is claimed
+        drawn = outbox.get(session, first)
+    go_on.set()
+    grower.join()
+    assert drawn is not None
+    assert (True, [{"subject": "s", "text": "added"}]) == (claimed, drawn.data["lines"])
+
+
+def test_a_redraw_not_claimed_yet_is_untaken(database: Database) -> None:
+    """Pending: untaken (it will show what commits before its claim); claimed: taken."""
+    with database.write() as session:
+        owed = Owed(OutboxKind.LEASE_REDRAWN, "lease:1", "U1", {"lease": 1})
+        row = outbox.owe(session, owed, at=T0, after=WAIT)
+    with database.read() as session:
+        assert outbox.untaken(session, "lease:1", OutboxKind.LEASE_REDRAWN)
+        assert not outbox.untaken(session, "lease:2", OutboxKind.LEASE_REDRAWN)
+    with database.write() as session:
+        assert outbox.claim(session, row, at=T0 + WAIT, by="deliverer")
+    with database.read() as session:
+        assert not outbox.untaken(session, "lease:1", OutboxKind.LEASE_REDRAWN)
