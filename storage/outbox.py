@@ -247,9 +247,21 @@ def claim(session: Session, row: OutboxRow, *, at: datetime, by: str) -> bool:
 
 
 def delivered(
-    session: Session, row_id: int, *, at: datetime, channel: str | None, ts: str | None
+    session: Session,
+    row_id: int,
+    *,
+    at: datetime,
+    channel: str | None,
+    ts: str | None,
+    note: Mapping[str, Any] | None = None,
 ) -> None:
+    """The row landed at (channel, ts); `note`: what its drawing was, kept in its data."""
     session.execute(_DELIVERED, {"row_id": row_id, "at": at, "channel": channel, "ts": ts})
+    if note:
+        row = session.get(OutboxRow, row_id)
+        if row is not None:
+            row.data = {**row.data, **note}
+            session.add(row)
 
 
 def failed(

@@ -180,4 +180,5 @@ def snooze(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
             outcome="snoozed",
             detail={"until": lease.snoozed_until.isoformat(), "snoozes": lease.snoozes},
         )
+        notices.lease_changed(session, lease.id, lease.holder, at=now)  # the warning answered
         return lease_view(session, lease)

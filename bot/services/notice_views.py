@@ -21,7 +21,8 @@ from bot.services.context import SYSTEM, Context
 from bot.services.reads import lease_view, request_view
 from bot.services.results import ApprovalEffects, LeaseView, QuotaUse, RequestView
 from rules.approvals import escalation_targets
-from rules.domain import LeaseState, RequestState
+from rules.domain import LeaseState, RequestKind, RequestState
+from rules.settled import Settled, WarningShown, settled
 from storage import audit, leases, outbox, requests
 from storage.outbox import OutboxKind
 from storage.tables import AuditRow, LeaseRow, OutboxRow, RequestRow
@@ -134,6 +135,29 @@ class EndedWarning:
 
 
 @dataclass(frozen=True)
+class SettledWarning:
+    """A warning of an active lease that no longer stands, redrawn without buttons: what became
+    of it (`outcome`). `by`: who approved the extension that answered it ("" when the rules
+    did); `until`: the lease's end (extended) or the snooze's (snoozed); `given`: the GPUs
+    given back ("node:index")."""
+
+    lease: LeaseView
+    reason: str
+    because: str
+    outcome: Settled
+    by: str = ""
+    until: datetime | None = None
+    given: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """What its drawing shows, as a value: drawn again only when this changes."""
+        until = self.until.isoformat() if self.until else ""
+        kept = ",".join(f"{g.node}:{g.index}" for g in self.lease.gpus)
+        return f"{self.outcome}|{self.by}|{until}|{','.join(self.given)}|{kept}"
+
+
+@dataclass(frozen=True)
 class Reclaimed:
     lease: LeaseView
     reason: str
@@ -160,7 +184,7 @@ class Redraw:
 
     channel: str
     ts: str
-    shows: Grant | EndedGrant | EndedWarning
+    shows: Grant | EndedGrant | EndedWarning | SettledWarning
 
 
 @dataclass(frozen=True)
@@ -176,10 +200,13 @@ class LeaseClosed:
 @dataclass(frozen=True)
 class LeaseRedrawn:
     """An active lease's grant DM, the parent of its thread, drawn as the lease stands now
-    (`redraws` empty: the grant never landed)."""
+    (`redraws` empty: the grant never landed), and its warnings that no longer stand, each
+    only while its drawing changed since the lease's previous redraw. `drawn`: the settled
+    drawing of each such warning (by its outbox id), recorded with the redraw once delivered."""
 
     lease: LeaseView
     redraws: tuple[Redraw, ...]
+    drawn: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -222,6 +249,7 @@ Notice = (
     | EndedByOther
     | LeaseClosed
     | LeaseRedrawn
+    | SettledWarning
     | UnreservedUse
     | AdminNotice
     | AdminDigest
@@ -361,7 +389,7 @@ def _about_lease(session: Session, ctx: Context, owed: OutboxRow, row: LeaseRow)
         case OutboxKind.LEASE_CLOSED:
             return None if active else _closed(session, owed, lease)
         case OutboxKind.LEASE_REDRAWN:  # an ended lease's grant is redrawn by lease_closed
-            return _redrawn(session, owed, row, lease) if active else None
+            return _redrawn(session, ctx, owed, row, lease) if active else None
     return None
 
 
@@ -370,13 +398,91 @@ def _grant(grant: OutboxRow, row: LeaseRow, lease: LeaseView) -> Grant:
     return Grant(lease, unknown, tuple(sorted(row.warnings.outboxes())))
 
 
-def _redrawn(session: Session, owed: OutboxRow, row: LeaseRow, lease: LeaseView) -> LeaseRedrawn:
-    redraws = tuple(
+def _redrawn(
+    session: Session, ctx: Context, owed: OutboxRow, row: LeaseRow, lease: LeaseView
+) -> LeaseRedrawn:
+    kinds = (OutboxKind.LEASE_GRANTED, OutboxKind.LEASE_WARNING)
+    landed = [m for m in outbox.landed(session, owed.subject, kinds) if m.channel and m.ts]
+    redraws = [
         Redraw(g.channel, g.ts, _grant(g, row, lease))
-        for g in outbox.landed(session, owed.subject, (OutboxKind.LEASE_GRANTED,))
-        if g.channel and g.ts
+        for g in landed
+        if g.kind == OutboxKind.LEASE_GRANTED and g.channel and g.ts
+    ]
+    before = _drawn_before(session, owed)
+    drawn: dict[str, str] = {}
+    for shown in landed:
+        if shown.kind != OutboxKind.LEASE_WARNING or not shown.channel or not shown.ts:
+            continue
+        now = _settled(session, ctx, shown, row, lease)
+        if now is None:
+            continue
+        drawn[str(shown.id)] = now.key
+        if before.get(str(shown.id)) != now.key:
+            redraws.append(Redraw(shown.channel, shown.ts, now))
+    return LeaseRedrawn(lease, tuple(redraws), drawn)
+
+
+def _drawn_before(session: Session, owed: OutboxRow) -> Mapping[str, Any]:
+    """What the lease's latest redraw before `owed` recorded of its settled warnings."""
+    earlier = [
+        r
+        for r in outbox.landed(session, owed.subject, (OutboxKind.LEASE_REDRAWN,))
+        if owed.id is None or (r.id is not None and r.id < owed.id)
+    ]
+    found = earlier[-1].data.get("drawn") if earlier else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def _settled(
+    session: Session, ctx: Context, shown: OutboxRow, row: LeaseRow, lease: LeaseView
+) -> SettledWarning | None:
+    """What became of the warning `shown` (None: it still stands)."""
+    assert shown.id is not None
+    data = shown.data
+    reason = str(data.get("reason"))
+    warning = WarningShown(
+        shown.id,
+        reason,
+        shown.created_at,
+        time_left_min=float(data.get("time_left_min") or 0.0),
+        idle=tuple(str(gpu) for gpu in data.get("idle_gpus") or ()),
     )
-    return LeaseRedrawn(lease, redraws)
+    held = [f"{g.node}:{g.index}" for g in lease.gpus]
+    outcome = settled(
+        warning,
+        row.warnings,
+        expires_at=row.expires_at,
+        held=held,
+        snoozed_until=row.snoozed_until,
+        now=ctx.now(),
+    )
+    because = str(data.get("because") or "")
+    match outcome:
+        case Settled.STANDS:
+            return None
+        case Settled.EXTENDED:
+            by = _extended_by(session, row)
+            return SettledWarning(lease, reason, because, outcome, by, row.expires_at)
+        case Settled.SNOOZED:
+            return SettledWarning(lease, reason, because, outcome, until=row.snoozed_until)
+        case Settled.GAVE_BACK:
+            given = tuple(gpu for gpu in warning.idle if gpu not in held)
+            return SettledWarning(lease, reason, because, outcome, given=given)
+    return SettledWarning(lease, reason, because, outcome)
+
+
+def _extended_by(session: Session, lease: LeaseRow) -> str:
+    """Who approved the lease's latest extension ("" when the rules approved it)."""
+    assert lease.id is not None
+    for request_id in sorted(requests.ids_for_lease(session, lease.id), reverse=True):
+        request = requests.get(session, request_id)
+        if request is None or request.kind != RequestKind.EXTEND:
+            continue
+        if request.state != RequestState.APPROVED:
+            continue
+        by = request.decided_by or ""
+        return "" if by in ("", SYSTEM, request.requester) else by
+    return ""
 
 
 def _digest(session: Session, owed: OutboxRow) -> AdminDigest:

@@ -136,4 +136,5 @@ def keep_all(ctx: Context, user: str, lease_id: int) -> LeaseView | Refused:
                 outcome="kept",
                 detail={"gpus": lease.gpus},
             )
+            notices.lease_changed(session, lease.id, lease.holder, at=now)  # the warning answered
         return lease_view(session, lease)

@@ -26,6 +26,7 @@ from bot.services.notice_views import (
     Reclaimed,
     RequestDecided,
     SettledCard,
+    SettledWarning,
     UnreservedUse,
 )
 from bot.services.results import RequestView
@@ -52,6 +53,7 @@ from bot.slack.blocks.warnings import (
     ended_warning_message,
     recall_withdrawn_message,
     reclaimed_message,
+    settled_warning_message,
     unreserved_message,
     warning_message,
 )
@@ -86,7 +88,8 @@ def drawn(notice: Notice, people: People) -> Rendered:
             updates = tuple(
                 (r.channel, r.ts, _rendered(_drawn_message(r.shows, people))) for r in redraws
             )
-            return Rendered(f"{lease.code} redrawn", [], updates=updates)
+            note = {"drawn": dict(notice.drawn)} if notice.drawn else None
+            return Rendered(f"{lease.code} redrawn", [], updates=updates, note=note)
         case AdminDigest(lines=lines, replaces=replaces, earlier=earlier):
             drawn = _rendered(admin_digest(lines, earlier))
             if replaces is None:
@@ -121,6 +124,7 @@ def _drawn_message(
     | EndedGrant
     | LeaseWarning
     | EndedWarning
+    | SettledWarning
     | Reclaimed
     | RecallWithdrawn
     | EndedByOther
@@ -129,6 +133,15 @@ def _drawn_message(
     people: People,
 ) -> Message:
     match notice:
+        case SettledWarning(lease=lease, reason=reason, outcome=outcome, by=by):
+            return settled_warning_message(
+                lease,
+                reason,
+                outcome,
+                by=people.label(by) if by else "",
+                until=notice.until,
+                given=notice.given,
+            )
         case ApprovalCard(request=request, quota=quota, effects=effects, because=because):
             escalated = (
                 escalated_line(notice.escalated_to, notice.escalated_after)

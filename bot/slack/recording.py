@@ -84,7 +84,9 @@ class Recorder:
 
     def _apply(self, session: Any, row_id: int, outcome: Outcome, at: datetime) -> datetime | None:
         if isinstance(outcome, Sent):
-            outbox.delivered(session, row_id, at=at, channel=outcome.channel, ts=outcome.ts)
+            outbox.delivered(
+                session, row_id, at=at, channel=outcome.channel, ts=outcome.ts, note=outcome.note
+            )
             return None
         if isinstance(outcome, Dropped):
             outbox.dropped(session, row_id, at=at, why=outcome.why)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import http.client
 import logging
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +46,8 @@ class Rendered:
     # `broadcast`.
     thread_ts: str | None = None
     broadcast: bool = False
+    # Recorded in the row's data once it is delivered (what a redraw drew).
+    note: Mapping[str, Any] | None = None
 
 
 #: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
@@ -98,6 +100,7 @@ Render = Callable[[OutboxRow], Rendered | None]
 class Sent:
     channel: str | None
     ts: str | None
+    note: Mapping[str, Any] | None = None  # recorded in the row's data
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ class Sender:
                 self.client.chat_update(
                     channel=channel, ts=ts, text=shown.text, blocks=shown.blocks
                 )
-            return Sent(prepared.updates[0][0], prepared.updates[0][1])
+            return Sent(prepared.updates[0][0], prepared.updates[0][1], prepared.note)
         if row.kind == OutboxKind.HOME:
             self.client.views_publish(user_id=row.recipient, view=prepared.view)
             return Sent(None, None)

@@ -244,6 +244,71 @@ def ended_warning_message(lease: LeaseView, reason: str, because: str, by: str =
     return message(ended_text(lease, by), blocks)
 
 
+_TITLE = {
+    "expiry": "{code} ends soon",
+    "idle": "{code} looked idle",
+    "partly_idle": "{code}: some GPUs looked idle",
+    "preempt": "{code} was recalled",
+    "unhealthy": "{code}: a GPU reported a fault",
+}
+
+
+def settled_warning_message(
+    lease: LeaseView,
+    reason: str,
+    outcome: str,
+    *,
+    by: str = "",
+    until: datetime | None = None,
+    given: Sequence[str] = (),
+) -> Message:
+    """A warning of an active lease that no longer stands: what became of it, no buttons."""
+    title = _TITLE.get(reason, "{code}: a warning").format(code=lease.code)
+    line = _settled_line(lease, reason, outcome, by=by, until=until, given=given)
+    blocks = [
+        header(title),
+        section(line),
+        context(
+            f"This warned of {_WARNED_OF.get(reason, escape(reason))}; it needs nothing from "
+            f"you now. `/gpu why {lease.code}` shows the whole story."
+        ),
+    ]
+    return message(f"{title}: {_plain(line)}", blocks)
+
+
+def _settled_line(
+    lease: LeaseView,
+    reason: str,
+    outcome: str,
+    *,
+    by: str,
+    until: datetime | None,
+    given: Sequence[str],
+) -> str:
+    """One line: what became of a warning (`rules.settled.Settled`)."""
+    total = len(lease.gpus)
+    held = [f"{g.node}:{g.index}" for g in lease.gpus]
+    lines = {
+        "superseded": ":arrow_down: Superseded by the warning below.",
+        "extended": f":white_check_mark: Extended to {slack_date(until or lease.expires_at)}"
+        + (f" by {escape(by)}'s approval." if by else "."),
+        "gave_back": f":white_check_mark: You gave back {plural(len(given), 'GPU')}"
+        f" ({escape(_named(given))}); {lease.code} keeps {escape(_named(held))}.",
+        "kept": f":white_check_mark: You chose to keep all {plural(total, 'GPU')}; "
+        f"no more idle-GPU warnings for {lease.code}.",
+        "snoozed": ":zzz: Snoozed: no idle warnings until "
+        f"{slack_date(until) if until else 'the snooze ends'}.",
+        "withdrawn": f":white_check_mark: The recall was withdrawn: {lease.code} keeps its GPUs "
+        "and ends as planned.",
+    }
+    cleared = {
+        "expiry": f":white_check_mark: {lease.code} now ends {slack_date(lease.expires_at)}.",
+        "unhealthy": ":white_check_mark: The GPU no longer reports a fault.",
+    }
+    default = ":white_check_mark: No longer stands: the GPUs are busy again."
+    return lines.get(outcome) or cleared.get(reason, default)
+
+
 def recall_withdrawn_message(lease: LeaseView) -> Message:
     text = (
         f"{lease.code} is no longer recalled: the GPUs it was asked to give back came free "
