@@ -128,3 +128,17 @@ def test_an_ended_lease_s_warning_shows_its_end_not_the_settled_state(story: Sto
     now = _now(story, BOB, warning)
     assert now.text.startswith(f"L{lease} ended")
     assert "Extended to" not in json.dumps(now.blocks)
+
+
+def test_a_newer_expiry_warning_supersedes_the_first(story: Story) -> None:
+    """T-10 replaces T-60: the first says so and loses its buttons; the newest keeps them."""
+    lease = story.borrow(ALICE, "a100", 1, hours=2)
+    story.run(61, busy, lease=lease)
+    [first] = _warnings(story, ALICE, f"L{lease} ends soon")
+    story.run(112, busy, lease=lease)
+    _settle(story)
+    first_now, second = _warnings(story, ALICE, f"L{lease} ends soon")
+    assert first.ts == first_now.ts
+    assert "Superseded by the warning below" in json.dumps(first_now.blocks)
+    assert "lease_extend" not in json.dumps(first_now.blocks)
+    assert "lease_extend" in json.dumps(second.blocks)

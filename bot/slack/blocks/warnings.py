@@ -294,7 +294,8 @@ def _settled_line(
         + (f" by {escape(by)}'s approval." if by else "."),
         "gave_back": f":white_check_mark: You gave back {plural(len(given), 'GPU')}"
         f" ({escape(_named(given))}); {lease.code} keeps {escape(_named(held))}.",
-        "kept": f":white_check_mark: You chose to keep all {plural(total, 'GPU')}; "
+        "kept": f":white_check_mark: You chose to keep "
+        f"{f'all {total} GPUs' if total > 1 else 'the GPU'}; "
         f"no more idle-GPU warnings for {lease.code}.",
         "snoozed": ":zzz: Snoozed: no idle warnings until "
         f"{slack_date(until) if until else 'the snooze ends'}.",
