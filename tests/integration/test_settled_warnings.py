@@ -10,8 +10,9 @@ from datetime import timedelta
 from bot.localslack import Message
 from bot.services.results import BorrowResult
 from bot.slack.blocks.warnings import GIVE_BACK_IDLE_ACTION, KEEP_ALL_ACTION, SNOOZE_ACTION
-from tests.integration.story import ALICE, Story, busy
+from tests.integration.story import ALICE, ERIN, Story, busy
 from tests.integration.test_partly_idle import _borrow, _run_on_one_gpu
+from tests.integration.test_recall import CAROL, DAVE, alice_asks, lend_out
 
 BOB, VICTOR = "U0BOB0001", "U0VMGR001"
 
@@ -142,3 +143,18 @@ def test_a_newer_expiry_warning_supersedes_the_first(story: Story) -> None:
     assert "Superseded by the warning below" in json.dumps(first_now.blocks)
     assert "lease_extend" not in json.dumps(first_now.blocks)
     assert "lease_extend" in json.dumps(second.blocks)
+
+
+def test_a_withdrawn_recall_redraws_the_preemption_warning(story: Story) -> None:
+    """The recall is no longer needed: its warning says so and offers no Release now."""
+    leases = lend_out(story)
+    story.run(70, busy, lease=list(leases.values()))
+    alice_asks(story)
+    story.run(72, busy, lease=list(leases.values()))
+    [warning] = _warnings(story, DAVE, f"L{leases[DAVE]} is recalled")
+    assert "lease_release" in json.dumps(warning.blocks)
+    story.bot.services.release(CAROL, leases[CAROL])
+    story.run(75, busy, lease=[leases[DAVE], leases[ERIN]])
+    now = _now(story, DAVE, warning)
+    assert "The recall was withdrawn" in json.dumps(now.blocks)
+    assert "lease_release" not in json.dumps(now.blocks)
