@@ -17,6 +17,8 @@ SCOPES = {
     "auth_test": set(),
     # The outbox looks a message up by its outbox id before posting it again after a crash.
     "conversations_history": {"channels:history", "groups:history", "im:history"},
+    # ... and, for a reply in a lease's thread, in that thread.
+    "conversations_replies": {"channels:history", "groups:history", "im:history"},
     "chat_postMessage": {"chat:write", "chat:write.public"},
     "chat_update": {"chat:write"},
     "conversations_open": {"im:write"},
