@@ -10,16 +10,9 @@ from slack_sdk import WebClient
 
 from bot.localslack import BOT_TOKEN, LocalSlack
 from bot.slack.people import People, Zone
+from bot.workspace.launch import PROXY_VARIABLES
 
 ALICE, VICTOR = "U0ALICE01", "U0VMGR001"
-PROXY_VARIABLES = (
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-)
 
 
 @pytest.fixture
