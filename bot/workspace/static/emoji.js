@@ -12,6 +12,7 @@ const FALLBACK = {
   "👀": ["look", "info"], "👁": ["", ""], "📥": ["in", "info"], "⏸": ["||", "warn"],
   "⏩": [">>", ""], "🔒": ["lock", ""], "⚡": ["bot", ""], "🖼": ["img", ""],
   "⏳": ["wait", "warn"], "↩": ["back", "info"], "▶": [">", "good"],
+  "⬇": ["v", "info"],
 };
 // Extended pictographs with an optional variation selector, and keycaps such as 1️⃣.
 const PICTOGRAPH = /(?:\p{Extended_Pictographic}|[0-9#*]\uFE0F?\u20E3)\uFE0F?/gu;

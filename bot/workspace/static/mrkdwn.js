@@ -8,6 +8,7 @@ const EMOJI = {
   lock: "🔒", clock3: "🕒", zzz: "💤", rocket: "🚀", tada: "🎉", bell: "🔔", fire: "🔥",
   one: "1️⃣", two: "2️⃣", three: "3️⃣", heavy_check_mark: "✔️", stopwatch: "⏱️", checkered_flag: "🏁",
   hourglass_flowing_sand: "⏳", leftwards_arrow_with_hook: "↩️", arrow_forward: "▶️",
+  arrow_down: "⬇️",
 };
 
 export function escapeHtml(text) {
