@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -485,6 +486,8 @@ class Governance(RuleBasedStateMachine):
 
 
 def test_random_sequences_keep_the_invariants() -> None:
+    # The same 40 sequences every run, so a red suite always means a change broke something;
+    # explore new ones with `--hypothesis-seed=random` (the failure below came from that).
     run_state_machine_as_test(
         Governance,
         settings=settings(
@@ -492,6 +495,28 @@ def test_random_sequences_keep_the_invariants() -> None:
             stateful_step_count=50,
             deadline=None,
             database=None,
+            derandomize=True,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: the queue orders a team's requests by nominal use now, so a short backfilled "
+    "lease of the same team, ending before the head's expected start, still pushes the head "
+    "behind a smaller request of its own team until it ends",
+)
+def test_a_short_backfill_of_the_same_team_does_not_push_its_head_back() -> None:
+    """Found by the state machine with a random seed: vision's 4-GPU head waits for 11:00;
+    Alice's 1-GPU, 30-minute low-priority borrow starts at once (it ends at 09:30), yet the
+    head's expected start moves to 11:30 behind her 3-GPU request while the lease runs."""
+    machine = Governance()
+    try:
+        machine.a100_head_waits(start="head waits")
+        machine.first_lease(user=ALICE, pool="a100", gpus=3, minutes=30)
+        machine.crowd_l40s(start="empty")
+        machine.borrow(user=ALICE, pool="a100", gpus=1, duration=30 * MINUTE, priority=Priority.LOW)
+    finally:
+        machine.services.close()
+        machine.db.dispose()
