@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 PORT ?= 8080
+# The suite's worker processes (pytest-xdist, one test file per worker at a time): much of it
+# waits on servers, subprocesses and Chromium, so twice the cores keeps them busy.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 
 .PHONY: help demo test check fmt lint typecheck bench imports screenshots system-deps clean
 
@@ -41,7 +44,7 @@ system-deps:
 # Under coverage (branch coverage of bot, rules and storage); below the floor in pyproject.toml
 # ([tool.coverage.report] fail_under) the target fails.
 test: $(STAMP) system-deps
-	$(BIN)/python -m coverage run -m pytest --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report= --durations=25
 	@printf 'coverage (branch, of bot, rules and storage), %%: '; $(BIN)/python -m coverage report --format=total
 
 # The bot, the local Slack API and the page, on 127.0.0.1 only; Ctrl-C stops it.
