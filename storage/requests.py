@@ -135,11 +135,13 @@ def ordered_queue(
     *,
     extra: RequestRow | None = None,
     usage: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
+    also_held: Mapping[str, int] | None = None,
 ) -> list[tuple[RequestRow, bool]]:
     """The pool's queued borrows in serving order (rules.queueing.queue_order), each with
     whether it is inside its team's nominal; `extra`, a request not queued (yet), placed
     among them as if it were; `usage`, each team's recent usage for fair share (or what
-    reads it, called only when fair share can change the order)."""
+    reads it, called only when fair share can change the order); `also_held`, GPUs per team
+    counted as held besides its leases (a lease that would start now)."""
     rows = list(
         session.exec(
             select(RequestRow).where(
@@ -161,6 +163,8 @@ def ordered_queue(
         for key, r in by_id.items()
     ]
     held = held_by_team(session, pool)
+    for team, gpus in (also_held or {}).items():
+        held[team] = held.get(team, 0) + gpus
     order = queue_order(items, held, quotas, usage)
     return [(by_id[q.request], inside) for q, inside in order]
 

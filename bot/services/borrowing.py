@@ -14,7 +14,7 @@ from sqlmodel import Session
 from bot.services import notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.grants import decide, grant, guarantees_in, owed_to, queue_of
-from bot.services.queueing import queued, timeline
+from bot.services.queueing import pushed_back, queued, timeline
 from bot.services.reads import request_view
 from bot.services.results import BorrowResult, Refused, RequestView
 from rules import approvals
@@ -219,7 +219,7 @@ def _queue_now(
     expected_starts([queued(r) for r, _ in queue[:place]], line, backfill)
     if line.deep:
         return place, owed  # too far back for backfill: it waits its turn
-    return len(line.delays(ask.gpus, duration)), owed
+    return len(set(line.delays(ask.gpus, duration)) | set(pushed_back(ctx, session, new))), owed
 
 
 def cancel(ctx: Context, user: str, request_id: int) -> RequestView | Refused:

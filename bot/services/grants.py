@@ -9,7 +9,7 @@ invariant to every request decision, and `grant` checks it once more before plac
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -186,12 +186,23 @@ def _guarantees(
 
 
 def queue_of(
-    ctx: Context, session: Session, pool: str, *, extra: RequestRow | None = None
+    ctx: Context,
+    session: Session,
+    pool: str,
+    *,
+    extra: RequestRow | None = None,
+    also_held: Mapping[str, int] | None = None,
 ) -> list[tuple[RequestRow, bool]]:
     """The pool's queue in serving order, fair share counted; each request with whether it is
-    inside its team's nominal (see rules.queueing)."""
+    inside its team's nominal (see rules.queueing); `also_held`, GPUs per team counted as held
+    besides its leases."""
     return ordered_queue(
-        session, ctx.policy, pool, extra=extra, usage=lambda: recent_usage(ctx, session, pool)
+        session,
+        ctx.policy,
+        pool,
+        extra=extra,
+        usage=lambda: recent_usage(ctx, session, pool),
+        also_held=also_held,
     )
 
 

@@ -68,7 +68,7 @@ def _walk(ctx: Context, session: Session, pool: str) -> list[LeaseView]:
             if backfill == Backfill.RESERVE:  # it waits for GPUs: asked again when they come
                 line.reserve(row.id or 0, row.gpus, want)
             continue
-        ahead = len(line.delays(row.gpus, want)) if backfill == Backfill.RESERVE else 0
+        ahead = _delays(ctx, session, line, row) if backfill == Backfill.RESERVE else 0
         facts = facts_now(ctx, session, row, ahead=ahead, queue=remaining)
         lease, moved = _serve(ctx, session, row, decide(ctx, facts))
         if moved:
@@ -83,6 +83,42 @@ def _walk(ctx: Context, session: Session, pool: str) -> list[LeaseView]:
         elif backfill == Backfill.RESERVE and not fits:
             line.reserve(row.id or 0, row.gpus, want)
     return granted
+
+
+def _delays(ctx: Context, session: Session, line: Timeline, row: RequestRow) -> int:
+    """How many earlier requests `row` would delay by starting now (`pool.queued`)."""
+    want = timedelta(seconds=row.duration_s)
+    return len(set(line.delays(row.gpus, want)) | set(pushed_back(ctx, session, row)))
+
+
+def pushed_back(ctx: Context, session: Session, row: RequestRow) -> list[int]:
+    """The requests before `row` in the queue whose expected start would be later if `row`
+    started now. Its lease counts towards its team's nominal use while it runs, so it can put
+    another request of its team ahead of one waiting inside nominal: the queue is ordered and
+    the expected starts computed again with the lease counted as held, and compared."""
+    now = ctx.now()
+    backfill = ctx.policy.queue.backfill
+    rows = [r for r, _ in queue_of(ctx, session, row.pool, extra=row)]
+    place = next(i for i, r in enumerate(rows) if r is row or (row.id and r.id == row.id))
+    ahead = [queued(r) for r in rows[:place]]
+    if not ahead:
+        return []
+    line = timeline(ctx, session, row.pool, now)
+    if line.available(now) < row.gpus:
+        return []  # it cannot start now anyway
+    held = {row.team: row.gpus}
+    was = expected_starts(ahead, timeline(ctx, session, row.pool, now), backfill)
+    line.start(row.gpus, timedelta(seconds=row.duration_s))
+    others = [
+        queued(r) for r, _ in queue_of(ctx, session, row.pool, also_held=held) if r.id != row.id
+    ]
+    will = expected_starts(others, line, backfill)
+    later = []
+    for q in ahead:
+        start, then = was[q.request].start, will[q.request].start if q.request in will else None
+        if start is not None and q.request in will and (then is None or start < then):
+            later.append(q.request)
+    return later
 
 
 def timeline(ctx: Context, session: Session, pool: str, now: datetime) -> Timeline:

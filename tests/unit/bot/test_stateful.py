@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -501,12 +500,6 @@ def test_random_sequences_keep_the_invariants() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the queue orders a team's requests by nominal use now, so a short backfilled "
-    "lease of the same team, ending before the head's expected start, still pushes the head "
-    "behind a smaller request of its own team until it ends",
-)
 def test_a_short_backfill_of_the_same_team_does_not_push_its_head_back() -> None:
     """Found by the state machine with a random seed: vision's 4-GPU head waits for 11:00;
     Alice's 1-GPU, 30-minute low-priority borrow starts at once (it ends at 09:30), yet the
