@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 PORT ?= 8080
-# The suite's worker processes (pytest-xdist, one test file per worker at a time): much of it
-# waits on servers, subprocesses and Chromium, so twice the cores keeps them busy.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+# The suite's worker processes (pytest-xdist, one test file per worker at a time), one per core:
+# more would starve the tests that hold the bot to its ack and timing budgets.
+TEST_WORKERS ?= $(shell nproc)
 
 .PHONY: help demo test check fmt lint typecheck bench imports screenshots system-deps clean
 
