@@ -259,23 +259,12 @@ def test_shrink_idle_gives_back_only_the_gpus_the_warning_named(
     lease = four_gpus(services)
     busy = list(lease.gpus[:2])
 
-    def sample(minutes: int) -> None:
-        for _ in range(minutes * 2):
-            clock.advance(timedelta(seconds=30))
-            window.observe(
-                [
-                    a_sample(s.node, s.index, 85.0 if s in busy else 0.0, clock.now)
-                    for s in lease.gpus
-                ],
-                now=clock.now,
-            )
-
-    sample(91)
+    observed(window, clock, lease, busy, 91)
     assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
     delivered(services, clock)
-    sample(20)
+    observed(window, clock, lease, busy, 20)
     busy.remove(lease.gpus[1])  # idle from now on, long enough to count, never warned of
-    sample(125)
+    observed(window, clock, lease, busy, 125)
     assert [f"{lease.code} gave back 2"] == services.sweep(window).shrunk
     assert lease.gpus[:2] == services.lease(lease.id).gpus  # type: ignore[union-attr]
     (row,) = shrunk_rows(services)
@@ -291,22 +280,11 @@ def test_once_no_gpu_the_warning_named_is_idle_a_new_warning_names_those_idle_no
     lease = four_gpus(services)
     busy = list(lease.gpus[:2])
 
-    def sample(minutes: int) -> None:
-        for _ in range(minutes * 2):
-            clock.advance(timedelta(seconds=30))
-            window.observe(
-                [
-                    a_sample(s.node, s.index, 85.0 if s in busy else 0.0, clock.now)
-                    for s in lease.gpus
-                ],
-                now=clock.now,
-            )
-
-    sample(91)
+    observed(window, clock, lease, busy, 91)
     assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
     delivered(services, clock)
     busy = [lease.gpus[0], *lease.gpus[2:]]  # the named two work again, the second idles
-    sample(125)
+    observed(window, clock, lease, busy, 125)
     report = services.sweep(window)  # held back, and the warning no longer stands
     assert ([], [f"{lease.code} idle: no GPU the warning named is idle"]) == (
         report.shrunk,
@@ -314,7 +292,19 @@ def test_once_no_gpu_the_warning_named_is_idle_a_new_warning_names_those_idle_no
     )
     assert [f"{lease.code} partly_idle"] == services.sweep(window).warned
     delivered(services, clock)
-    sample(31)
+    observed(window, clock, lease, busy, 31)
     assert [f"{lease.code} gave back 1"] == services.sweep(window).shrunk
     (row,) = shrunk_rows(services)
     assert names(lease.gpus[1:2]) == row.detail["gave_back"]
+
+
+def observed(
+    window: TelemetryWindow, clock: Clock, lease: LeaseView, busy: list[GpuSlot], minutes: int
+) -> None:
+    """`minutes` of samples every 30 s: the GPUs in `busy` at 85 %, the others idle."""
+    for _ in range(minutes * 2):
+        clock.advance(timedelta(seconds=30))
+        samples = [
+            a_sample(s.node, s.index, 85.0 if s in busy else 0.0, clock.now) for s in lease.gpus
+        ]
+        window.observe(samples, now=clock.now)

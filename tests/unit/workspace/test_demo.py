@@ -11,7 +11,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,31 +19,12 @@ import pytest
 from typer.testing import CliRunner
 
 from bot.cli.app import app
-from bot.settings import Settings
-from bot.telemetry.sources import DEFAULT_FLEET
-from bot.workspace.demo import Demo, start
-from bot.workspace.launch import PROXY_VARIABLES, run
+from bot.workspace.demo import Demo
+from bot.workspace.launch import run
 from bot.workspace.opening import REASON
 from bot.workspace.page import PageServer
 
-SIMULATED = Settings(_env_file=None, telemetry="simulated", fleet=DEFAULT_FLEET)
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-@pytest.fixture
-def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    running = start(tmp_path, SIMULATED)
-    yield running
-    running.close()
-
-
-@pytest.fixture
-def page(demo: Demo) -> Iterator[PageServer]:
-    server = PageServer(0).start(demo)
-    yield server
-    server.stop()
 
 
 def call(

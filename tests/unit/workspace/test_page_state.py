@@ -4,36 +4,18 @@ closed when a window goes, unread counts, and threads as Slack shows them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from bot.localslack import BOT_TOKEN
-from bot.workspace.demo import Demo, ForwardBusyError, start
-from bot.workspace.launch import PROXY_VARIABLES
+from bot.workspace.demo import Demo, ForwardBusyError
 from bot.workspace.page import PageServer
 from bot.workspace.state import page_state
-from tests.unit.workspace.test_demo import SIMULATED, call
+from tests.unit.workspace.test_demo import call
 
 ALICE, BOB = "U0ALICE01", "U0BOB0001"
-
-
-@pytest.fixture
-def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    running = start(tmp_path, SIMULATED)
-    yield running
-    running.close()
-
-
-@pytest.fixture
-def page(demo: Demo) -> Iterator[PageServer]:
-    server = PageServer(0).start(demo)
-    yield server
-    server.stop()
 
 
 def test_fast_forward_answers_before_the_time_has_moved_and_reports_when_done(
