@@ -7,6 +7,8 @@ The keys, as stored:
     intruder:<lease>:<node>:<index>        the Unix users told they run on another's lease
     unreserved:<node>:<index>              the Unix users told they run on a GPU without a lease
     health:probe                           when /healthz last proved the database takes writes
+    simulation:<revision>                  the summary (JSON) of the last `gpubot rules simulate`
+                                           of a candidate revision
 
 Callers own the session (and so the transaction).
 """
@@ -25,6 +27,7 @@ _STRAY = "device:unknown-node:"
 _INTRUDER = "intruder:"
 _UNRESERVED = "unreserved:"
 HEALTH_PROBE = "health:probe"
+_SIMULATION = "simulation:"
 
 
 def paused(session: Session) -> bool:
@@ -121,6 +124,20 @@ def forget(session: Session, key: str) -> None:
     row = session.get(SettingRow, key)
     if row is not None:
         session.delete(row)
+
+
+def set_simulation(session: Session, revision: str, summary: str, *, at: datetime, by: str) -> None:
+    """Keep `summary` as the last simulation of the candidate `revision` (replacing any)."""
+    key = f"{_SIMULATION}{revision}"
+    row = session.get(SettingRow, key) or SettingRow(key=key, value="", updated_by=by)
+    row.value, row.updated_at, row.updated_by = summary, at, by
+    session.add(row)
+
+
+def simulation(session: Session, revision: str) -> str | None:
+    """The summary of the last simulation of `revision`; None when none was run."""
+    row = session.get(SettingRow, f"{_SIMULATION}{revision}")
+    return row.value if row is not None else None
 
 
 def _under(session: Session, prefix: str) -> list[tuple[str, str]]:

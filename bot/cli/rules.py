@@ -1,15 +1,28 @@
-"""`gpubot rules check`: validate the rule files and run their test cases, as a reload would."""
+"""`gpubot rules check`: validate the rule files and run their test cases, as a reload would;
+`gpubot rules simulate`: replay the recorded history through candidate rule files."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 
-from bot.cli.common import EXIT_FAILED, fail, plural, read_settings
+from bot.cli.common import (
+    EXIT_FAILED,
+    DatabaseUrl,
+    database_errors,
+    fail,
+    migrated,
+    parse_since,
+    plural,
+    read_settings,
+    resolved_url,
+)
+from bot.services import simulate
 from bot.services.rule_files import read_rules_dir
 from rules.domain import Subject
 from rules.engine.live import EngineName, build_engine, check
@@ -42,16 +55,7 @@ def rules_check(
     settings = read_settings()
     directory = settings.rules_dir if directory is None else directory
     prefer: EngineName = settings.rules_engine if engine is None else engine.value
-    try:
-        sources = read_rules_dir(directory)
-    except OSError as exc:  # RulesDirError, or a file that cannot be read
-        fail(str(exc))
-    except UnicodeDecodeError as exc:
-        fail(f"{directory}: a rule file is not UTF-8 text ({exc.reason})")
-    try:
-        policy = load_policy(sources)
-    except PolicyError as exc:
-        _report(directory, exc.problems, f"{plural(len(exc.problems), 'problem')} in {directory}")
+    policy = _load(directory)
     try:
         rule_engine = build_engine(policy, prefer)
     except PolicyError as exc:
@@ -69,6 +73,75 @@ def rules_check(
     for warning in unstated(policy):  # a warning, not a failure: the code holds the limit
         typer.echo(f"{directory}: warning: {warning}", err=True)
     typer.echo(f"OK: {_rule_counts(policy)}, {cases} passed; {tail}")
+
+
+def _load(directory: Path) -> Policy:
+    """The policy in `directory`, or exit 2 naming each problem's file and line."""
+    try:
+        sources = read_rules_dir(directory)
+    except OSError as exc:  # RulesDirError, or a file that cannot be read
+        fail(str(exc))
+    except UnicodeDecodeError as exc:
+        fail(f"{directory}: a rule file is not UTF-8 text ({exc.reason})")
+    try:
+        return load_policy(sources)
+    except PolicyError as exc:
+        _report(directory, exc.problems, f"{plural(len(exc.problems), 'problem')} in {directory}")
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSONL = "jsonl"
+
+
+@app.command("simulate")
+def rules_simulate(
+    candidate: Annotated[Path, typer.Argument(help="the candidate rules directory")],
+    since: Annotated[str, typer.Option(help="how far back: 30d, 12h, or an ISO date")] = "30d",
+    output: Annotated[Format, typer.Option("--format", help="table or jsonl")] = Format.TABLE,
+    in_force: Annotated[
+        Path | None,
+        typer.Option(help="the rules in force; default: GPUBOT_RULES_DIR", show_default=False),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Replay the requests and telemetry recorded since --since through the candidate rules
+    next to the rules in force, and print what would differ."""
+    now = datetime.now(UTC)
+    try:
+        start = parse_since(since, now)
+    except ValueError as exc:
+        fail(str(exc))
+    if start >= now:
+        fail(f"--since: {since!r} is not in the past")
+    settings = read_settings()
+    current = _load(settings.rules_dir if in_force is None else in_force)
+    proposed = _load(candidate)
+    _warn_failing_cases(candidate, proposed)
+    url = resolved_url(database_url)
+    with migrated(url) as db, database_errors(url):
+        sim = simulate.simulate(db, current, proposed, since=start, until=now)
+        simulate.remember(db, sim, at=now, by="gpubot rules simulate")
+    lines = simulate.jsonl(sim) if output == Format.JSONL else simulate.table(sim)
+    for line in lines:
+        typer.echo(line)
+
+
+def _warn_failing_cases(directory: Path, policy: Policy) -> None:
+    """A candidate whose own cases fail is still simulated; a reload would refuse it."""
+    engine = build_engine(policy, "reference")
+    try:
+        check(policy, engine)
+    except PolicyError as exc:
+        for p in exc.problems:
+            typer.echo(f"{directory / p.file}:{p.line}:{p.col}: warning: {p.message}", err=True)
+        typer.echo(
+            f"warning: {plural(len(exc.problems), 'case')} of {directory} fail: a reload would "
+            "refuse this revision",
+            err=True,
+        )
+    finally:
+        engine.close()
 
 
 def _report(directory: Path, problems: Iterable[Problem], summary: str) -> NoReturn:

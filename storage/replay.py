@@ -1,0 +1,139 @@
+"""The recorded history a rules simulation replays: the requests made in a window with the
+facts they were decided on, the leases that ran in it, and their GPUs' stored minutes.
+Callers own the session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from rules.domain import RequestKind
+from rules.simulate import LeaseLife
+from storage.tables import (
+    AuditRow,
+    GpuMinuteRow,
+    GpuRow,
+    LeaseGpuRow,
+    LeaseRow,
+    NodeRow,
+    RequestRow,
+)
+
+_CHUNK = 500  # ids per IN list: well inside every database's limit on bound parameters
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A request as recorded: its row, the facts it was decided on (None: its audit row is
+    gone or holds none), and how long it waited for a lease (None: it got none)."""
+
+    request: RequestRow
+    facts: Mapping[str, Any] | None
+    waited_s: float | None
+
+
+def requests_in(session: Session, since: datetime, until: datetime) -> list[Asked]:
+    """Every borrow and extend request made in [since, until), oldest first."""
+    stmt = (
+        select(RequestRow, LeaseRow.granted_at)
+        .join(LeaseRow, col(LeaseRow.id) == col(RequestRow.lease_id), isouter=True)
+        .where(
+            col(RequestRow.kind).in_([RequestKind.BORROW, RequestKind.EXTEND]),
+            col(RequestRow.created_at) >= since,
+            col(RequestRow.created_at) < until,
+        )
+        .order_by(col(RequestRow.created_at), col(RequestRow.id))
+    )
+    rows = list(session.exec(stmt).all())
+    facts = _facts(session, [r.audit_id for r, _ in rows if r.audit_id is not None])
+    out = []
+    for request, granted_at in rows:
+        waited = None
+        if request.kind == RequestKind.BORROW and granted_at is not None:
+            waited = max(0.0, (granted_at - request.created_at).total_seconds())
+        found = facts.get(request.audit_id) if request.audit_id is not None else None
+        out.append(Asked(request, found or None, waited))
+    return out
+
+
+def _facts(session: Session, ids: list[int]) -> dict[int, Mapping[str, Any]]:
+    out: dict[int, Mapping[str, Any]] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        stmt = select(AuditRow.id, AuditRow.facts).where(col(AuditRow.id).in_(chunk))
+        out |= {int(i): f for i, f in session.exec(stmt).all() if i is not None}
+    return out
+
+
+def leases_in(session: Session, since: datetime, until: datetime) -> list[LeaseLife]:
+    """Every lease that held GPUs at some time in [since, until), by grant, with its GPUs."""
+    stmt = (
+        select(LeaseRow)
+        .where(
+            col(LeaseRow.granted_at) < until,
+            sa.or_(col(LeaseRow.ended_at).is_(None), col(LeaseRow.ended_at) > since),
+        )
+        .order_by(col(LeaseRow.granted_at), col(LeaseRow.id))
+    )
+    rows = list(session.exec(stmt).all())
+    slots = _slots(session, [int(r.id or 0) for r in rows])
+    return [
+        LeaseLife(
+            id=int(r.id or 0),
+            holder=r.holder,
+            team=r.team,
+            pool=r.pool,
+            gpus=r.gpus,
+            priority=r.priority,
+            protected=r.protected,
+            granted_at=r.granted_at,
+            expires_at=r.expires_at,
+            ended_at=r.ended_at,
+            slots=tuple(slots.get(int(r.id or 0), ())),
+        )
+        for r in rows
+    ]
+
+
+def _slots(session: Session, ids: list[int]) -> dict[int, list[tuple[str, int]]]:
+    out: dict[int, list[tuple[str, int]]] = {}
+    for start in range(0, len(ids), _CHUNK):
+        stmt = (
+            select(LeaseGpuRow.lease_id, NodeRow.name, GpuRow.index)
+            .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+            .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+            .where(col(LeaseGpuRow.lease_id).in_(ids[start : start + _CHUNK]))
+            .order_by(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
+        )
+        for lease_id, node, index in session.exec(stmt).all():
+            out.setdefault(lease_id, []).append((node, index))
+    return out
+
+
+def minutes_of(
+    session: Session, node: str, index: int, since: datetime, until: datetime
+) -> Iterator[tuple[datetime, float | None, int]]:
+    """One GPU's stored minutes in [since, until), in order: (minute, highest utilisation,
+    working readings). The highest reading counts, as any busy sample resets the sweep's
+    idle clock; a minute that kept only its average counts that."""
+    stmt = (
+        sa.select(
+            col(GpuMinuteRow.minute),
+            sa.func.coalesce(col(GpuMinuteRow.util_max_pct), col(GpuMinuteRow.util_avg_pct)),
+            col(GpuMinuteRow.ok_samples),
+        )
+        .where(
+            col(GpuMinuteRow.node) == node,
+            col(GpuMinuteRow.index) == index,
+            col(GpuMinuteRow.minute) >= since,
+            col(GpuMinuteRow.minute) < until,
+        )
+        .order_by(col(GpuMinuteRow.minute))
+    )
+    for minute, util, ok in session.connection().execute(stmt):
+        yield minute, util, int(ok)
