@@ -28,6 +28,7 @@ from bot.services import (
     recall,
     settling,
     shrinking,
+    simulate,
     strangers,
     sweep,
 )
@@ -387,6 +388,10 @@ class Services:
         with self.db.read() as session:
             row = outbox.get(session, outbox_id)
             return notice_views.notice(session, self.ctx, row) if row else None
+
+    def simulation_note(self, revision: str) -> str | None:
+        """The line `/gpu admin reload` adds when `gpubot rules simulate` ran on `revision`."""
+        return simulate.reload_note(self.db, revision)
 
     def reload_rules_dir(self, actor: str, directory: Path) -> Policy:
         """Read the rule files in `directory` and reload them (`reload_rules`). Raises

@@ -251,7 +251,8 @@ def _reload(deps: SlackDeps, user: str) -> str | Refused:
             f"{shown}{tail}",
             "reload",
         )
+    note = deps.services.simulation_note(policy.revision)
     return (
         f"Rules reloaded: revision {policy.revision}, {len(policy.rules)} rules, "
-        f"{len(policy.cases)} cases passed."
+        f"{len(policy.cases)} cases passed." + (f"\n{note}" if note else "")
     )
