@@ -4,16 +4,17 @@ Callers own the session."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from rules.domain import RequestKind
-from rules.simulate import LeaseLife
+from rules.sweep_replay import MINUTE, LeaseLife, Minute
 from storage.tables import (
     AuditRow,
     GpuMinuteRow,
@@ -22,6 +23,7 @@ from storage.tables import (
     LeaseRow,
     NodeRow,
     RequestRow,
+    UtcDateTime,
 )
 
 _CHUNK = 500  # ids per IN list: well inside every database's limit on bound parameters
@@ -115,25 +117,42 @@ def _slots(session: Session, ids: list[int]) -> dict[int, list[tuple[str, int]]]
     return out
 
 
-def minutes_of(
-    session: Session, node: str, index: int, since: datetime, until: datetime
-) -> Iterator[tuple[datetime, float | None, int]]:
-    """One GPU's stored minutes in [since, until), in order: (minute, highest utilisation,
-    working readings). The highest reading counts, as any busy sample resets the sweep's
-    idle clock; a minute that kept only its average counts that."""
-    stmt = (
-        sa.select(
-            col(GpuMinuteRow.minute),
-            sa.func.coalesce(col(GpuMinuteRow.util_max_pct), col(GpuMinuteRow.util_avg_pct)),
-            col(GpuMinuteRow.ok_samples),
-        )
-        .where(
-            col(GpuMinuteRow.node) == node,
-            col(GpuMinuteRow.index) == index,
-            col(GpuMinuteRow.minute) >= since,
-            col(GpuMinuteRow.minute) < until,
-        )
-        .order_by(col(GpuMinuteRow.minute))
+def minute_states(
+    session: Session, node: str, since: datetime, until: datetime, *, busy_pct: float
+) -> dict[int, bytearray]:
+    """Each GPU of `node` (by index) as one `Minute` byte for each minute of [since, until)
+    (`since` on a minute): busy when its highest reading reached `busy_pct` (any busy sample
+    resets the sweep's idle clock; a minute that kept only its average counts that), idle
+    under it, unknown when no working reading was stored. The database works out each
+    minute's place and state, so only small numbers cross over."""
+    count = max(0, math.ceil((until - since) / MINUTE))
+    util = sa.func.coalesce(col(GpuMinuteRow.util_max_pct), col(GpuMinuteRow.util_avg_pct))
+    state = sa.case(
+        (sa.or_(col(GpuMinuteRow.ok_samples) <= 0, util.is_(None)), int(Minute.UNKNOWN)),
+        (util >= busy_pct, int(Minute.BUSY)),
+        else_=int(Minute.IDLE),
     )
-    for minute, util, ok in session.connection().execute(stmt):
-        yield minute, util, int(ok)
+    stmt = sa.select(col(GpuMinuteRow.index), _minutes_after(session, since), state).where(
+        col(GpuMinuteRow.node) == node,
+        col(GpuMinuteRow.minute) >= since,
+        col(GpuMinuteRow.minute) < until,
+    )
+    out: dict[int, bytearray] = {}
+    for index, at, value in session.connection().execute(stmt):
+        states = out.get(index)
+        if states is None:
+            states = out[index] = bytearray(count)
+        if 0 <= at < count:
+            states[at] = value
+    return out
+
+
+def _minutes_after(session: Session, since: datetime) -> sa.ColumnElement[int]:
+    """Whole minutes from `since` to each stored minute, worked out by the database."""
+    minute = col(GpuMinuteRow.minute)
+    if session.get_bind().dialect.name == "sqlite":  # stored as text: "YYYY-MM-DD HH:MM:SS..."
+        start = since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        days = sa.func.julianday(minute) - sa.func.julianday(sa.literal(start))
+        return sa.cast(sa.func.round(days * 1440), sa.Integer)
+    seconds = sa.extract("epoch", minute - sa.bindparam("since", since, type_=UtcDateTime()))
+    return sa.cast(sa.func.floor(seconds / 60 + 0.5), sa.Integer)

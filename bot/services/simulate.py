@@ -19,19 +19,14 @@ from rules.engine.reference import ReferenceEngine
 from rules.errors import FactError
 from rules.policy import Policy
 from rules.simulate import (
-    MINUTE,
-    STEP,
-    GpuTrace,
     LeaseChange,
-    LeaseLife,
     RequestChange,
     Summary,
     lease_changes,
-    minute_state,
-    replay_lease,
     request_decision,
     summarise,
 )
+from rules.sweep_replay import STEP, GpuTrace, SweepReplay
 from storage import keyvalue, replay
 from storage.db import Database
 from storage.replay import Asked
@@ -67,16 +62,16 @@ def simulate(
     """Replay [since, until) through both policies on the pure reference engine (the fastest
     for a batch; a property test proves it agrees with durable)."""
     engines = (ReferenceEngine(in_force), ReferenceEngine(candidate))
+    replays = [SweepReplay(p, e, step) for p, e in zip((in_force, candidate), engines, strict=True)]
+    start = since.replace(second=0, microsecond=0)  # the stored minutes' grid
     with db.read() as session:
         asked = replay.requests_in(session, since, until)
         lives = replay.leases_in(session, since, until)
+        traces = _Traces(session, start, until, busy_pct)
         swept: list[LeaseChange] = []
         for life in lives:
-            traces = _traces(session, life, since, until, busy_pct)
-            before, after = (
-                replay_lease(p, e, life, traces, since=since, until=until, step=step)
-                for p, e in zip((in_force, candidate), engines, strict=True)
-            )
+            held = [traces.of(node, index) for node, index in life.slots]
+            before, after = (r.events(life, held, since=since, until=until) for r in replays)
             swept += lease_changes(life, before, after, until)
     changed, skipped = _requests(asked, (in_force, candidate), engines)
     summary = summarise(len(asked), skipped, len(lives), changed, swept)
@@ -131,24 +126,21 @@ def _requests(
     return changed, skipped
 
 
-def _traces(
-    session: Session, life: LeaseLife, since: datetime, until: datetime, busy_pct: float
-) -> list[GpuTrace | None]:
-    """Each GPU's stored minutes over the lease's life in the window, one state a minute."""
-    start = _floor(max(life.granted_at, since))
-    end = life.end(until)
-    count = max(0, int((end - start) / MINUTE) + 1)
-    out: list[GpuTrace | None] = []
-    for node, index in life.slots:
-        states = bytearray(count)  # 0: unknown until a stored minute says otherwise
-        for minute, util, ok in replay.minutes_of(session, node, index, start, end):
-            states[int((minute - start) / MINUTE)] = minute_state(util, ok, busy_pct)
-        out.append(GpuTrace(start, states))
-    return out
+class _Traces:
+    """Each GPU's stored minutes over the window, read a node at a time when first needed."""
 
+    def __init__(self, session: Session, start: datetime, until: datetime, busy_pct: float):
+        self._session, self._start, self._until, self._busy = session, start, until, busy_pct
+        self._nodes: dict[str, dict[int, GpuTrace]] = {}
 
-def _floor(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
+    def of(self, node: str, index: int) -> GpuTrace | None:
+        """None: nothing was ever stored for that GPU in the window (unknown throughout)."""
+        if node not in self._nodes:
+            states = replay.minute_states(
+                self._session, node, self._start, self._until, busy_pct=self._busy
+            )
+            self._nodes[node] = {i: GpuTrace(self._start, s) for i, s in states.items()}
+        return self._nodes[node].get(index)
 
 
 # ---- kept per revision, for /gpu admin reload ---------------------------------------------

@@ -4,6 +4,7 @@ policy gives a request's stored facts, and the differences counted."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from functools import cache
 
@@ -13,18 +14,20 @@ from rules.engine.reference import ReferenceEngine
 from rules.loader import load_policy
 from rules.policy import Policy
 from rules.simulate import (
-    GpuTrace,
     LeaseChange,
-    LeaseLife,
-    Minute,
     RequestChange,
-    SweepEvent,
     lease_changes,
-    minute_state,
     refreshed,
-    replay_lease,
     request_decision,
     summarise,
+)
+from rules.sweep_replay import (
+    GpuTrace,
+    LeaseLife,
+    Minute,
+    SweepEvent,
+    SweepReplay,
+    replay_lease,
 )
 from tests.builders import a_request, default_policy, default_sources
 
@@ -76,24 +79,6 @@ def test_a_reading_rebuilt_from_stored_minutes(
     minutes = [{"I": IDLE, "B": BUSY, "U": UNKNOWN}[c] for c in states]
     reading = GpuTrace(T0, minutes).reading(at(now), STALE)
     assert (fresh, timedelta(minutes=idle_min)) == (reading.fresh, reading.idle_for), case
-
-
-@pytest.mark.parametrize(
-    ("util", "ok", "expected"),
-    [
-        (0.0, 2, IDLE),
-        (4.9, 2, IDLE),
-        (5.0, 2, BUSY),
-        (80.0, 1, BUSY),
-        (None, 2, UNKNOWN),
-        (50.0, 0, UNKNOWN),
-    ],
-)
-def test_a_stored_minute_is_idle_busy_or_unknown(
-    util: float | None, ok: int, expected: Minute
-) -> None:
-    """Under the busy threshold is idle; no working reading is unknown, never idle."""
-    assert expected == minute_state(util, ok, 5.0)
 
 
 def a_life(minutes: int = 100, *, gpus: int = 2, hours: float = 6) -> LeaseLife:
@@ -312,3 +297,31 @@ def test_the_summary_counts_changes_by_kind_and_names_each_person_once() -> None
         s.warnings_removed,
     )
     assert (0.33, ("U0ALICE01", "U0BOB0001")) == (s.gpu_h_freed, s.people)
+
+
+def random_minutes(rng: random.Random, count: int) -> list[Minute]:
+    """Runs of busy, idle and unknown minutes, up to three hours each."""
+    out: list[Minute] = []
+    while len(out) < count:
+        out += [rng.choice((IDLE, IDLE, BUSY, BUSY, UNKNOWN))] * rng.randint(1, 180)
+    return out[:count]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_skipping_quiet_stretches_decides_as_stepping_through_every_step(seed: int) -> None:
+    """Random lives (some past their expiry, some granted before the window) under both
+    policies: the same events whether quiet stretches are skipped or every step is taken."""
+    rng = random.Random(seed)
+    hours = rng.choice((1, 2, 6, 12))
+    minutes = rng.randint(30, (hours + 2) * 60)
+    life = a_life(minutes, gpus=rng.randint(1, 3), hours=hours)
+    traces = [GpuTrace(T0, random_minutes(rng, minutes + 5)) for _ in life.slots]
+    since = at(rng.choice((0, 0, 17, 95)))
+    for policy in (default_policy(), candidate()):
+        got = [
+            SweepReplay(policy, ReferenceEngine(policy), skip=skip).events(
+                life, traces, since=since, until=at(24 * 60)
+            )
+            for skip in (True, False)
+        ]
+        assert got[0] == got[1]

@@ -1,0 +1,375 @@
+"""The sweep replayed over a lease's recorded life: readings rebuilt from the stored minutes,
+the lease facts rebuilt at each step, the sweep rules of one policy applied as the sweep would.
+
+A replayed lease starts unwarned at the window's start (or its grant), sees no snooze and no
+recall (people's clicks are not replayed), keeps its final expiry, and is warned the moment a
+rule says so: a replayed warning is delivered at once. Steps fall every `step` from the start,
+and at each moment an expiry lead, the expiry or a grace period ends. Where nothing can change
+(every GPU busy, or unknown, for a while, and no time a rule compares with is crossed) the
+steps in between are skipped: they would decide the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import IntEnum
+from typing import Any
+
+from rules import expr
+from rules.decision import Decision
+from rules.domain import Subject
+from rules.engine import RuleEngine, decide
+from rules.lease_facts import LeaseSnapshot, Warned, expiry_stage, lease_facts
+from rules.marks import Marks
+from rules.policy import Policy
+from rules.reclaim import Do, lease_steps
+
+MINUTE = timedelta(minutes=1)
+STEP = timedelta(minutes=5)
+
+
+class Minute(IntEnum):
+    """One stored minute of one GPU: no working reading, all readings idle, or busy."""
+
+    UNKNOWN = 0
+    IDLE = 1
+    BUSY = 2
+
+
+_UNKNOWN, _IDLE, _BUSY = b"\x00", b"\x01", b"\x02"
+
+
+@dataclass(frozen=True)
+class MinuteReading:
+    """A GPU as the sweep would have read it, rebuilt from the stored minutes (no health or
+    processes are kept per minute: healthy, nobody else's work)."""
+
+    fresh: bool
+    idle_for: timedelta
+    util_pct: float | None = None
+    healthy: bool = True
+    health: str = "ok"
+    memory_used_mib: int | None = None
+    processes: tuple[Any, ...] = ()
+
+
+_UNSEEN = MinuteReading(False, timedelta(0))
+
+
+class GpuTrace:
+    """One GPU's minutes from `start` (a minute boundary), one `Minute` byte each; what is not
+    stored is unknown, and unknown is never idle (invariant 3)."""
+
+    def __init__(self, start: datetime, states: bytes | bytearray | Sequence[int]) -> None:
+        self.start = start
+        self.states = bytes(states)
+
+    def _last(self, now: datetime) -> int:
+        """The last minute complete at `now` (-1: none yet)."""
+        return min(int((now - self.start) / MINUTE), len(self.states)) - 1
+
+    def _seen(self, k: int) -> int:
+        """The last minute up to `k` with a working reading (-1: none)."""
+        s = self.states
+        if s[k] != Minute.UNKNOWN:
+            return k
+        return max(s.rfind(_IDLE, 0, k), s.rfind(_BUSY, 0, k))
+
+    def reading(self, now: datetime, stale_after: timedelta) -> MinuteReading:
+        """Fresh when a working minute ended within `stale_after`; idle for the idle minutes
+        in a row up to that one (a busy or unknown minute ends the stretch)."""
+        k = self._last(now)
+        if k < 0:
+            return _UNSEEN
+        seen = self._seen(k)
+        if seen < 0 or now - (self.start + (seen + 1) * MINUTE) > stale_after:
+            return _UNSEEN
+        s = self.states
+        if s[seen] != Minute.IDLE:
+            return MinuteReading(True, timedelta(0))
+        began = max(s.rfind(_UNKNOWN, 0, seen), s.rfind(_BUSY, 0, seen)) + 1
+        return MinuteReading(True, (seen - began + 1) * MINUTE)
+
+    def steady_until(self, now: datetime, stale_after: timedelta) -> datetime | None:
+        """Until when the reading stays as it is at `now` at least; None when it may change
+        with the next minute (idle, or about to go stale)."""
+        k = self._last(now)
+        s = self.states
+        if k < 0 or k >= len(s) - 1 or s[k] == Minute.IDLE:
+            return None
+        if s[k] == Minute.UNKNOWN and self.reading(now, stale_after).fresh:
+            return None  # goes stale soon
+        others = (_UNKNOWN, _IDLE) if s[k] == Minute.BUSY else (_IDLE, _BUSY)
+        found = [j for j in (s.find(o, k + 1) for o in others) if j >= 0]
+        j = min(found, default=len(s))
+        return self.start + j * MINUTE + MINUTE  # when minute j is complete
+
+
+@dataclass(frozen=True)
+class LeaseLife:
+    """A lease as it ran: its GPUs, its times; `ended_at` None while it still runs."""
+
+    id: int
+    holder: str
+    team: str
+    pool: str
+    gpus: int
+    priority: str
+    protected: bool
+    granted_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+    slots: tuple[tuple[str, int], ...]
+
+    def end(self, until: datetime) -> datetime:
+        """When it stopped holding its GPUs, within the window."""
+        return min(self.ended_at or until, until)
+
+
+@dataclass(frozen=True)
+class SweepEvent:
+    """The first time a policy's sweep took one action (`warn`, `reclaim`, `shrink`,
+    `notify`) for one reason on a lease."""
+
+    action: str
+    reason: str
+    at: datetime
+    rule: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.action} {self.reason}"
+
+
+# Facts that move with the clock alone, and where each is anchored: (anchor, sign).
+_CLOCK_FACTS = {
+    "lease.age": ("granted", 1),
+    "lease.time_left": ("expires", -1),
+    "lease.overdue": ("expires", 1),
+    "lease.since_warned.expiry": ("expiry", 1),
+    "lease.since_warned.idle": ("idle", 1),
+    "lease.since_warned.partly_idle": ("partly_idle", 1),
+    "lease.since_warned.preempt": ("preempt", 1),
+}
+
+
+def _clock_compares(node: expr.Node) -> list[tuple[str, expr.Fact | expr.Literal]] | None:
+    """Each comparison of a clock fact with something that holds still (None: a comparison
+    of two clock facts, or a clock fact in a list, whose crossing is not worked out)."""
+    if isinstance(node, expr.Compare):
+        sides = (node.left, node.right)
+        clock = [s for s in sides if isinstance(s, expr.Fact) and s.name in _CLOCK_FACTS]
+        if len(clock) == 2:
+            return None
+        if not clock:
+            return []
+        other = node.right if clock[0] is node.left else node.left
+        return [(clock[0].name, other)]
+    if isinstance(node, expr.In):
+        return None if node.fact.name in _CLOCK_FACTS else []
+    if isinstance(node, expr.Not):
+        return _clock_compares(node.operand)
+    if isinstance(node, expr.BoolOp):
+        out: list[tuple[str, expr.Fact | expr.Literal]] = []
+        for operand in node.operands:
+            found = _clock_compares(operand)
+            if found is None:
+                return None
+            out += found
+        return out
+    return []
+
+
+@dataclass
+class _State:
+    marks: Marks = field(default_factory=Marks)
+    delivered: dict[str, datetime] = field(default_factory=dict)
+    events: dict[str, SweepEvent] = field(default_factory=dict)
+    keys: list[datetime] = field(default_factory=list)  # moments a fact crosses a line
+
+    def warned(self) -> Warned:
+        return Warned(dict(self.delivered))
+
+
+class SweepReplay:
+    """One policy's sweep rules, replayed lease by lease."""
+
+    def __init__(
+        self, policy: Policy, engine: RuleEngine, step: timedelta = STEP, *, skip: bool = True
+    ) -> None:
+        """`skip=False` evaluates every step (what the skipping is proved against)."""
+        self.policy, self.engine, self.step = policy, engine, step
+        compares: list[tuple[str, expr.Fact | expr.Literal]] | None = [] if skip else None
+        for rule in policy.rules_for(Subject.LEASE):
+            found = _clock_compares(rule.condition)
+            if found is None or compares is None:
+                compares = None
+                break
+            compares += found
+        self._compares = compares
+
+    def events(
+        self,
+        life: LeaseLife,
+        traces: Sequence[GpuTrace | None],
+        *,
+        since: datetime,
+        until: datetime,
+    ) -> tuple[SweepEvent, ...]:
+        """The first event of each kind over the lease's life in [since, until), up to the
+        first reclaim, which ends the lease."""
+        policy = self.policy
+        state = _State(keys=_expiry_keys(policy, life))
+        base = t = max(life.granted_at, since)
+        end = life.end(until)
+        while t < end:
+            stale = policy.timing.stale_after
+            readings = [tr.reading(t, stale) if tr is not None else None for tr in traces]
+            snapshot = _snapshot(life, state.marks)
+            warned = state.warned()
+            facts = lease_facts(policy, snapshot, readings, warned, t)
+            decision = decide(policy, self.engine, Subject.LEASE, facts)
+            before = state.marks
+            if _apply(policy, state, snapshot, decision, warned, now=t):
+                break
+            grid = _Grid(base, self.step)
+            last, t = t, min([grid.after(t), *(k for k in state.keys if k > t)])
+            if state.marks is before:  # nothing changed: skip what would decide the same
+                t = max(t, self._next_change(life, traces, state, facts, grid, last=last, end=end))
+        return tuple(sorted(state.events.values(), key=lambda e: e.at))
+
+    def _next_change(
+        self,
+        life: LeaseLife,
+        traces: Sequence[GpuTrace | None],
+        state: _State,
+        facts: dict[str, Any],
+        grid: _Grid,
+        *,
+        last: datetime,
+        end: datetime,
+    ) -> datetime:
+        """The first step after `last` where the decision made at `last` may no longer hold:
+        a reading changes, a time a rule compares a clock fact with is crossed, or a key moment
+        comes (`end` when none does before it). `last` when that cannot be worked out."""
+        if self._compares is None:
+            return last
+        stale = self.policy.timing.stale_after
+        moments = [k for k in state.keys if k > last]
+        for trace in traces:
+            if trace is None:
+                continue
+            steady = trace.steady_until(last, stale)
+            if steady is None:
+                return last
+            moments.append(grid.at_or_after(steady))
+        anchors = {"granted": life.granted_at, "expires": life.expires_at, **state.delivered}
+        for name, other in self._compares:
+            value = other.value if isinstance(other, expr.Literal) else facts[other.name]
+            anchor_name, sign = _CLOCK_FACTS[name]
+            anchor = anchors.get(anchor_name)
+            if anchor is None or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            crossed = anchor + sign * timedelta(minutes=value)
+            moments += [grid.at_or_after(crossed), grid.after(crossed)]
+        return min((m for m in moments if m > last), default=end)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The steps: every `step` from `base`."""
+
+    base: datetime
+    step: timedelta
+
+    def after(self, t: datetime) -> datetime:
+        return self.base + ((t - self.base) // self.step + 1) * self.step
+
+    def at_or_after(self, t: datetime) -> datetime:
+        if t <= self.base:
+            return self.base
+        return self.base + -((self.base - t) // self.step) * self.step
+
+
+def replay_lease(
+    policy: Policy,
+    engine: RuleEngine,
+    life: LeaseLife,
+    traces: Sequence[GpuTrace | None],
+    *,
+    since: datetime,
+    until: datetime,
+    step: timedelta = STEP,
+) -> tuple[SweepEvent, ...]:
+    """`SweepReplay(policy, engine, step).events(...)` for one lease."""
+    return SweepReplay(policy, engine, step).events(life, traces, since=since, until=until)
+
+
+def _snapshot(life: LeaseLife, marks: Marks) -> LeaseSnapshot:
+    return LeaseSnapshot(
+        id=life.id,
+        holder=life.holder,
+        team=life.team,
+        pool=life.pool,
+        gpus=life.gpus,
+        priority=life.priority,
+        protected=life.protected,
+        granted_at=life.granted_at,
+        expires_at=life.expires_at,
+        warnings=marks,
+        snoozed_until=None,
+        slots=life.slots,
+    )
+
+
+def _expiry_keys(policy: Policy, life: LeaseLife) -> list[datetime]:
+    leads = [life.expires_at - lead for lead in policy.timing.expiry_leads]
+    return sorted({*leads, life.expires_at, life.expires_at + policy.timing.grace})
+
+
+def _apply(
+    policy: Policy,
+    state: _State,
+    lease: LeaseSnapshot,
+    decision: Decision,
+    warned: Warned,
+    *,
+    now: datetime,
+) -> bool:
+    """Carry out one evaluation's steps on the replayed state; True once it reclaims."""
+    steps = lease_steps(lease, decision, warned, policy, now, paused=policy.automation_paused)
+    for step in steps:
+        if step.do == Do.FORGET:
+            state.marks = state.marks.without(step.why)
+            state.delivered.pop(step.why, None)
+            continue
+        if step.do not in (Do.WARN, Do.RECLAIM, Do.SHRINK, Do.NOTIFY) or step.match is None:
+            continue  # would-haves and held-back reclaims change nothing
+        event = SweepEvent(str(step.do), str(step.reason), now, step.match.rule)
+        state.events.setdefault(event.key, event)
+        if step.do == Do.WARN:
+            _warn(policy, state, lease, str(step.reason), decision, now=now)
+        elif step.do == Do.RECLAIM:
+            return True
+    return False
+
+
+def _warn(
+    policy: Policy,
+    state: _State,
+    lease: LeaseSnapshot,
+    reason: str,
+    decision: Decision,
+    *,
+    now: datetime,
+) -> None:
+    """One warning per reason; expiry again only when a nearer lead time is crossed."""
+    again = reason == "expiry" and decision.facts["lease.expiry_warning_due"]
+    if state.marks.warned(reason) and not again:
+        return
+    stage = expiry_stage(policy, lease, now) if reason == "expiry" else None
+    state.marks = state.marks.with_warning(reason, outbox=None, owed_at=now, lead_min=stage or 0.0)
+    state.delivered[reason] = now
+    state.keys += [now + policy.timing.grace, now + policy.recall.notice]
