@@ -138,7 +138,7 @@ def minute_states(
         col(GpuMinuteRow.minute) < until,
     )
     out: dict[int, bytearray] = {}
-    for index, at, value in session.connection().execute(stmt):
+    for index, at, value in session.connection().execute(stmt).all():
         states = out.get(index)
         if states is None:
             states = out[index] = bytearray(count)

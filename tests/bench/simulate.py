@@ -326,8 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = f"sqlite:///{Path(scratch) / 'simulate.db'}"
         size, took, sim = run(url, args.gpus, args.days)
     s = sim.summary
+    days = f"{args.days} day" + ("s" if args.days != 1 else "")
     print(
-        f"history: {size.gpus:,} GPUs x {args.days} days: {size.minutes:,} minute rows, "
+        f"history: {size.gpus:,} GPUs x {days}: {size.minutes:,} minute rows, "
         f"{size.leases:,} leases, {size.requests:,} requests (generated in {size.seconds:.1f} s)"
     )
     print(
@@ -337,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     full = took * (FULL_DAYS / args.days) * (1_000 / size.gpus)
     print(f"{'':<40}{'ours':>10}{'budget':>10}{'ratio':>8}")
-    print(f"{f'{size.gpus:,} GPUs x {args.days} days (measured)':<40}{took:>9.1f}s")
+    print(f"{f'{size.gpus:,} GPUs x {days} (measured)':<40}{took:>9.1f}s")
     label = "1,000 GPUs x 30 days" + (" (extrapolated)" if args.days != FULL_DAYS else "")
     print(f"{label:<40}{full:>9.1f}s{BUDGET_S:>9.0f}s{full / BUDGET_S:>8.2f}")
     return 0
