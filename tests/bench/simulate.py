@@ -340,7 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'':<40}{'ours':>10}{'budget':>10}{'ratio':>8}")
     print(f"{f'{size.gpus:,} GPUs x {days} (measured)':<40}{took:>9.1f}s")
     label = "1,000 GPUs x 30 days" + (" (extrapolated)" if args.days != FULL_DAYS else "")
-    print(f"{label:<40}{full:>9.1f}s{BUDGET_S:>9.0f}s{full / BUDGET_S:>8.2f}")
+    verdict = "PASS" if full < BUDGET_S else "MISS"
+    print(f"{label:<40}{full:>9.1f}s{BUDGET_S:>9.0f}s{full / BUDGET_S:>8.2f}  {verdict}")
     return 0
 
 
