@@ -16,8 +16,9 @@ from bot.services import Refused, Services
 from bot.settings import Settings
 from bot.slack.blocks import BORROW_MODAL
 from bot.slack.inbox import Accepted, Inbox, request_key
-from bot.slack.parse import Audit, Why, parse
+from bot.slack.parse import Audit, Report, Why, parse
 from bot.slack.people import UTC_ZONE, People, Zone
+from rules.reports import ScopeKind
 from storage.tables import InboxRow
 
 NOT_RECORDED = (
@@ -76,6 +77,8 @@ class SlackDeps:
         """`why` and `audit` show times in the reader's zone and people by name: both looked
         up here, outside the unit of work (a read, then users.info calls, cached)."""
         parsed = parse(text, now=self.now(), tz=UTC_ZONE, pools=list(self.services.policy.pools))
+        if isinstance(parsed, Report):
+            return self._reporting(user, parsed)
         if not isinstance(parsed, Why | Audit):
             return None
         zone = self.people.zone(user)
@@ -84,3 +87,15 @@ class SlackDeps:
         if not isinstance(found, Refused):
             self.people.warm("\n".join((found.summary, *found.lines)))
         return zone
+
+    def _reporting(self, user: str, command: Report) -> Zone:
+        """`report` counts days in the reader's zone and shows a team's people by name: the
+        zone, and the names of the team a manager's report breaks down, looked up here."""
+        policy = self.services.policy
+        named = command.name if command.scope is ScopeKind.TEAM else ""
+        own = policy.team_of(user)
+        managed = [t for t in policy.teams.values() if user in t.managers]
+        team = policy.teams.get(named) or (managed[0] if managed else own)
+        if team is not None:
+            self.people.warm(" ".join(f"<@{who}>" for who in sorted(team.members | team.managers)))
+        return self.people.zone(user)
