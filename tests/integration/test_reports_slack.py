@@ -16,6 +16,8 @@ from sqlmodel import select
 
 from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
+from bot.services import BorrowAsk, Refused
+from bot.services.results import BorrowResult
 from storage.outbox import OutboxKind
 from storage.tables import GpuHourRow, OutboxRow
 from tests.integration.conftest import SECRET, settings_for
@@ -240,3 +242,19 @@ def test_someone_elses_report_button_owes_nothing(
     refused = click(bot, local, slack, ALICE, "report_csv", nlp)
     assert "You can see your own use" in refused
     assert [] == file_rows(bot)
+
+
+def test_waits_and_extensions_come_from_requests_and_the_audit(
+    bot: Bot, local: LocalSlack, slack: SlackDriver
+) -> None:
+    """A borrow granted at once waited 0 s; its extension is counted for the holder (both a
+    minute before the report: a window ends just before its last moment)."""
+    granted = bot.services.borrow(ALICE, BorrowAsk("a100", 1, timedelta(hours=2)))
+    assert isinstance(granted, BorrowResult)
+    assert granted.lease is not None
+    extended = bot.services.extend(ALICE, granted.lease.id, timedelta(hours=1))
+    assert not isinstance(extended, Refused), extended
+    with freeze_time(NOW + timedelta(minutes=1)):
+        said = report(bot, local, slack, ALICE, "")
+    assert "*Wait for GPUs*\\nmedian 0s, 90 % within 0s (1 granted)" in said
+    assert "*Reclaims · extensions · recalls*\\n0 · 1 · 0" in said
