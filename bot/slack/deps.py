@@ -12,7 +12,7 @@ from typing import Any
 
 from slack_bolt import Ack
 
-from bot.services import Refused, Services
+from bot.services import Refused, Services, reports
 from bot.settings import Settings
 from bot.slack.blocks import BORROW_MODAL
 from bot.slack.inbox import Accepted, Inbox, request_key
@@ -29,6 +29,15 @@ NOT_RECORDED = (
 
 class NotRecorded(Exception):  # noqa: N818 - names the situation, like Slack's own error codes
     """A request that could not be recorded is refused (503), so Slack shows it failed."""
+
+
+def own_team(services: Services, user: str) -> str | None:
+    """The team a manager's report shows by default, else the team the person is in."""
+    default = reports.default_scope(services.ctx, user)
+    if default.kind is ScopeKind.TEAM:
+        return default.name
+    team = services.policy.team_of(user)
+    return team.name if team is not None else None
 
 
 @dataclass
@@ -91,11 +100,8 @@ class SlackDeps:
     def _reporting(self, user: str, command: Report) -> Zone:
         """`report` counts days in the reader's zone and shows a team's people by name: the
         zone, and the names of the team a manager's report breaks down, looked up here."""
-        policy = self.services.policy
         named = command.name if command.scope is ScopeKind.TEAM else ""
-        own = policy.team_of(user)
-        managed = [t for t in policy.teams.values() if user in t.managers]
-        team = policy.teams.get(named) or (managed[0] if managed else own)
+        team = self.services.policy.teams.get(named or own_team(self.services, user) or "")
         if team is not None:
             self.people.warm(" ".join(f"<@{who}>" for who in sorted(team.members | team.managers)))
         return self.people.zone(user)

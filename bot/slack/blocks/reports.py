@@ -91,8 +91,10 @@ def report_message(
     window_text: str,
     tz: tzinfo,
     label: Callable[[str], str] = mention,
+    zone: str = "",
 ) -> Message:
-    """The report as an ephemeral answer. `label` shows a person (a Slack id) as mrkdwn."""
+    """The report as an ephemeral answer. `label` shows a person (a Slack id) as mrkdwn;
+    `zone` names the time zone the days are counted in (the name of `tz` by default)."""
     title = f"{_whose(report.scope, label)} · {_period(report, tz)}"
     usage = report.figures.usage
     if usage.allocated_s <= 0 and usage.unreserved_s <= 0:
@@ -111,7 +113,7 @@ def report_message(
         context(
             "Efficiency is used GPU-h (weighted by utilisation) over allocated GPU-h. "
             "Unknown time had no working readings and is never counted as idle. "
-            f"Days are in {escape(str(tz))}."
+            f"Days are in {escape(zone or str(tz))}."
         )
     )
     text = (

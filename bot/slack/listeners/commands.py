@@ -33,6 +33,7 @@ from bot.slack.blocks.kit import Message, context, escape, mention, message, sec
 from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
 from bot.slack.blocks.reports import report_message
 from bot.slack.blocks.shrinking import shrink_reply
+from bot.slack.deps import own_team
 from bot.slack.inbox import Answer
 from bot.slack.people import UTC_ZONE, Zone
 from rules.approvals import most_gpus, pools_for
@@ -92,20 +93,11 @@ def report_scope(deps: SlackDeps, user: str, command: p.Report) -> Scope | Refus
     if command.scope is None:
         return report_use.default_scope(deps.services.ctx, user)
     if command.scope is ScopeKind.TEAM and not command.name:
-        team = own_team(deps, user)
+        team = own_team(deps.services, user)
         if team is None:
             return Refused("You are in no team; name one: `/gpu report team vision`.", "no-team")
         return Scope(ScopeKind.TEAM, team)
     return Scope(command.scope, command.name)
-
-
-def own_team(deps: SlackDeps, user: str) -> str | None:
-    """The team a manager's report shows by default, else the team the person is in."""
-    default = report_use.default_scope(deps.services.ctx, user)
-    if default.kind is ScopeKind.TEAM:
-        return default.name
-    team = deps.services.policy.team_of(user)
-    return team.name if team is not None else None
 
 
 def reported(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -> Message:
@@ -129,6 +121,7 @@ def reported(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -
         window_text=command.window,
         tz=tz,
         label=lambda who: names(mention(who)),
+        zone=tz.key if zone is not None and zone.known else "UTC: Slack did not tell me yours",
     )
 
 
