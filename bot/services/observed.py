@@ -17,14 +17,11 @@ from rules.domain import Subject, format_duration
 from rules.observed import After, Tally, after, false_positive_line
 from rules.policy import Policy
 from storage import observed as store
+from storage.db import Database
 from storage.observed import WouldHave
 
 State = Literal["observe", "enforced now", "gone"]
 Checked = tuple[WouldHave, After | None]  # a would-have, and what came of it if a reclaim
-
-#: How soon after a would-have reclaim a busy minute counts against the rule, until the
-#: `reports:` settings say otherwise.
-BUSY_AGAIN_WITHIN = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -58,9 +55,14 @@ class ObservedReport:
 def observed(ctx: Context, since: datetime, until: datetime) -> ObservedReport:
     """Every rule now in observe mode, and every rule that recorded a would-have in
     [since, until) (those since enforced or removed marked so), in the rule files' order."""
-    within = busy_again_within(ctx.policy)
+    return observed_in(ctx.db, ctx.policy, since, until)
+
+
+def observed_in(db: Database, policy: Policy, since: datetime, until: datetime) -> ObservedReport:
+    """`observed` over a database and rules at hand (the command line loads no engine)."""
+    within = policy.reports.busy_again_within
     by_rule: dict[str, list[Checked]] = {}
-    with ctx.db.read() as session:
+    with db.read() as session:
         for would in store.would_haves(session, since, until):
             came = None
             lease = would.lease_id
@@ -69,12 +71,8 @@ def observed(ctx: Context, since: datetime, until: datetime) -> ObservedReport:
                 facts = store.afterwards(session, lease, would.at, stop, busy_pct=BUSY_PCT)
                 came = after(facts, would.at, within, until)
             by_rule.setdefault(would.rule, []).append((would, came))
-    rules = [_one(ctx.policy, rule, by_rule.get(rule, [])) for rule in _order(ctx.policy, by_rule)]
+    rules = [_one(policy, rule, by_rule.get(rule, [])) for rule in _order(policy, by_rule)]
     return ObservedReport(since, until, within, BUSY_PCT, tuple(rules))
-
-
-def busy_again_within(policy: Policy) -> timedelta:
-    return BUSY_AGAIN_WITHIN
 
 
 def _order(policy: Policy, found: Iterable[str]) -> list[str]:

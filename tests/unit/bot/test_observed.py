@@ -91,3 +91,22 @@ def test_a_rule_taken_out_of_the_files_still_shows_what_it_would_have_done(
     (gone,) = [r for r in report.rules if r.state == "gone"]
     assert ("reclaim-idle-fast", "lease", 3) == (gone.rule, gone.subject, gone.affected)
     assert "reclaim-idle-fast (lease rule, no longer in the rules)" in render(report)
+
+
+def test_the_look_ahead_is_the_reports_setting(database: Database, clock: Clock) -> None:
+    """`busy_again_within: 10m`: the lease busy again 20 minutes after no longer counts."""
+    sources = observing_sources()
+    sources["reports.yaml"] = sources["reports.yaml"].replace(
+        "busy_again_within: 1h", "busy_again_within: 10m"
+    )
+    services = Services.open(database, sources, clock=clock)
+    try:
+        three_idle_leases(services, clock)
+        report = observed(services.ctx, T0, clock.now)
+    finally:
+        services.close()
+    rule = next(r for r in report.rules if r.rule == "reclaim-idle-fast")
+    assert (timedelta(minutes=10), Tally(busy=0, idle=2, unknown=1)) == (
+        report.within,
+        rule.reclaims,
+    )
