@@ -128,6 +128,8 @@ def render(report: ObservedReport, *, tz: tzinfo = UTC) -> str:
 
 
 def _rule_lines(rule: RuleObserved, within: timedelta) -> list[str]:
+    if not rule.verdicts and rule.subject == Subject.GPU:
+        return ["the sweep records no would-have for a GPU rule, so there is nothing to count"]
     if not rule.verdicts:
         return ["would have done nothing in this window"]
     done = ", ".join(f"{verdict} {_times(n)}" for verdict, n in rule.verdicts)

@@ -110,3 +110,23 @@ def test_the_look_ahead_is_the_reports_setting(database: Database, clock: Clock)
         report.within,
         rule.reclaims,
     )
+
+
+def test_an_observed_gpu_rule_says_its_would_haves_are_not_recorded(
+    database: Database, clock: Clock
+) -> None:
+    """The sweep acts on GPU rules' actions only: the report says so rather than "nothing"."""
+    sources = observing_sources()
+    sources["sweep.yaml"] += (
+        "\n  - id: watch-hot\n    on: gpu\n    when: gpu.unreserved\n    then: notify unreserved"
+        '\n    mode: observe\n    because: "hot"\n'
+    )
+    services = Services.open(database, sources, clock=clock)
+    try:
+        report = observed(services.ctx, T0, clock.now + timedelta(hours=1))
+    finally:
+        services.close()
+    assert (
+        "watch-hot (gpu rule, observe mode)\n"
+        "  the sweep records no would-have for a GPU rule, so there is nothing to count"
+    ) in render(report)
