@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlmodel import Session, col, select
 
 from rules.domain import RequestKind
@@ -123,28 +124,68 @@ def minute_states(
     """Each GPU of `node` (by index) as one `Minute` byte for each minute of [since, until)
     (`since` on a minute): busy when its highest reading reached `busy_pct` (any busy sample
     resets the sweep's idle clock; a minute that kept only its average counts that), idle
-    under it, unknown when no working reading was stored. The database works out each
-    minute's place and state, so only small numbers cross over."""
+    under it, unknown when no working reading was stored.
+
+    The database judges each minute and strings a GPU's minutes together in order, one
+    character each, so a GPU's window crosses over as one row; a GPU whose stored minutes
+    have gaps is read minute by minute instead."""
     count = max(0, math.ceil((until - since) / MINUTE))
-    util = sa.func.coalesce(col(GpuMinuteRow.util_max_pct), col(GpuMinuteRow.util_avg_pct))
-    state = sa.case(
-        (sa.or_(col(GpuMinuteRow.ok_samples) <= 0, util.is_(None)), int(Minute.UNKNOWN)),
-        (util >= busy_pct, int(Minute.BUSY)),
-        else_=int(Minute.IDLE),
-    )
-    stmt = sa.select(col(GpuMinuteRow.index), _minutes_after(session, since), state).where(
-        col(GpuMinuteRow.node) == node,
-        col(GpuMinuteRow.minute) >= since,
-        col(GpuMinuteRow.minute) < until,
-    )
+    index, minute = col(GpuMinuteRow.index), col(GpuMinuteRow.minute)
+    where = (col(GpuMinuteRow.node) == node, minute >= since, minute < until)
+    state = _state(busy_pct, as_text=True)
+    if session.get_bind().dialect.name == "sqlite":
+        rows = sa.select(index, minute, state.label("s")).where(*where).order_by(index, minute)
+        inner = rows.subquery()
+        joined = sa.func.group_concat(inner.c.s, "")  # in the subquery's order
+    else:
+        inner = sa.select(index, minute, state.label("s")).where(*where).subquery()
+        joined = sa.func.string_agg(inner.c.s, aggregate_order_by(sa.literal(""), inner.c.minute))
+    stmt = sa.select(
+        inner.c.index,
+        sa.func.count(),
+        sa.func.min(inner.c.minute),
+        sa.func.max(inner.c.minute),
+        joined,
+    ).group_by(inner.c.index)
     out: dict[int, bytearray] = {}
-    for index, at, value in session.connection().execute(stmt).all():
-        states = out.get(index)
-        if states is None:
-            states = out[index] = bytearray(count)
-        if 0 <= at < count:
-            states[at] = value
+    gaps = []
+    for gpu, stored, first, last, text in session.connection().execute(stmt).all():
+        states = out[gpu] = bytearray(count)
+        start = round((_aware(first) - since) / MINUTE)
+        end = round((_aware(last) - since) / MINUTE) + 1
+        if not (end - start == stored == len(text) and start >= 0 and end <= count):
+            gaps.append(gpu)
+            continue
+        states[start : start + stored] = text.encode().translate(_AS_STATES)
+    by_minute = sa.select(index, _minutes_after(session, since), _state(busy_pct))
+    for gpu in gaps:
+        for _, at, value in session.connection().execute(by_minute.where(*where, index == gpu)):
+            if 0 <= at < count:
+                out[gpu][at] = value
     return out
+
+
+_AS_STATES = bytes.maketrans(b"012", bytes([Minute.UNKNOWN, Minute.IDLE, Minute.BUSY]))
+
+
+def _state(busy_pct: float, *, as_text: bool = False) -> sa.ColumnElement[Any]:
+    """A stored minute as a `Minute` (or its digit, as text)."""
+    util = sa.func.coalesce(col(GpuMinuteRow.util_max_pct), col(GpuMinuteRow.util_avg_pct))
+
+    def value(m: Minute) -> int | str:
+        return str(int(m)) if as_text else int(m)
+
+    return sa.case(
+        (sa.or_(col(GpuMinuteRow.ok_samples) <= 0, util.is_(None)), value(Minute.UNKNOWN)),
+        (util >= busy_pct, value(Minute.BUSY)),
+        else_=value(Minute.IDLE),
+    )
+
+
+def _aware(at: datetime | str) -> datetime:
+    """A minute read back through an aggregate (SQLite hands back its stored text)."""
+    when = datetime.fromisoformat(at) if isinstance(at, str) else at
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _minutes_after(session: Session, since: datetime) -> sa.ColumnElement[int]:
