@@ -11,6 +11,7 @@ steps in between are skipped: they would decide the same.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -106,6 +107,18 @@ class GpuTrace:
         j = min(found, default=len(s))
         return self.start + j * MINUTE + MINUTE  # when minute j is complete
 
+    def idle_run(self, now: datetime) -> tuple[datetime, datetime] | None:
+        """While idle at `now`: since when (its stretch's first minute) and until when it
+        stays idle at least (its next other minute complete); None when not idle."""
+        k = self._last(now)
+        s = self.states
+        if k < 0 or k >= len(s) - 1 or s[k] != Minute.IDLE:
+            return None
+        began = max(s.rfind(_UNKNOWN, 0, k), s.rfind(_BUSY, 0, k)) + 1
+        found = [j for j in (s.find(o, k + 1) for o in (_UNKNOWN, _BUSY)) if j >= 0]
+        j = min(found, default=len(s))
+        return self.start + began * MINUTE, self.start + j * MINUTE + MINUTE
+
 
 @dataclass(frozen=True)
 class LeaseLife:
@@ -155,12 +168,18 @@ _CLOCK_FACTS = {
 }
 
 
+# Facts that grow minute by minute while a lease's GPUs stay idle (and with its age).
+_IDLE_FACTS = frozenset({"lease.idle_for", "lease.idle_gpus_for"})
+_MOVING = _CLOCK_FACTS.keys() | _IDLE_FACTS
+
+
 def _clock_compares(node: expr.Node) -> list[tuple[str, expr.Fact | expr.Literal]] | None:
-    """Each comparison of a clock fact with something that holds still (None: a comparison
-    of two clock facts, or a clock fact in a list, whose crossing is not worked out)."""
+    """Each comparison of a moving fact (clock or idle time) with something that holds still
+    (None: a comparison of two moving facts, or one in a list, whose crossing is not worked
+    out)."""
     if isinstance(node, expr.Compare):
         sides = (node.left, node.right)
-        clock = [s for s in sides if isinstance(s, expr.Fact) and s.name in _CLOCK_FACTS]
+        clock = [s for s in sides if isinstance(s, expr.Fact) and s.name in _MOVING]
         if len(clock) == 2:
             return None
         if not clock:
@@ -168,7 +187,7 @@ def _clock_compares(node: expr.Node) -> list[tuple[str, expr.Fact | expr.Literal
         other = node.right if clock[0] is node.left else node.left
         return [(clock[0].name, other)]
     if isinstance(node, expr.In):
-        return None if node.fact.name in _CLOCK_FACTS else []
+        return None if node.fact.name in _MOVING else []
     if isinstance(node, expr.Not):
         return _clock_compares(node.operand)
     if isinstance(node, expr.BoolOp):
@@ -252,29 +271,67 @@ class SweepReplay:
         end: datetime,
     ) -> datetime:
         """The first step after `last` where the decision made at `last` may no longer hold:
-        a reading changes, a time a rule compares a clock fact with is crossed, or a key moment
-        comes (`end` when none does before it). `last` when that cannot be worked out."""
+        a reading changes other than by an idle GPU's minutes adding up, a time a rule
+        compares a moving fact with is crossed, a GPU's idle time reaches the idle threshold,
+        or a key moment comes (`end` when none does before it). `last` when that cannot be
+        worked out."""
         if self._compares is None:
             return last
-        stale = self.policy.timing.stale_after
-        moments = [k for k in state.keys if k > last]
-        for trace in traces:
-            if trace is None:
-                continue
-            steady = trace.steady_until(last, stale)
-            if steady is None:
-                return last
-            moments.append(grid.at_or_after(steady))
+        read = _reading_changes(traces, grid, last, self.policy.timing.stale_after)
+        if read is None:
+            return last
+        changes, idle_since = read
+        moments = [*changes, *(k for k in state.keys if k > last)]
+        threshold = self.policy.timing.idle_threshold / MINUTE
+        for since in idle_since:  # when the GPU counts as idle one by one
+            moments += _idle_crossings(grid, life.granted_at, since, threshold)
         anchors = {"granted": life.granted_at, "expires": life.expires_at, **state.delivered}
         for name, other in self._compares:
             value = other.value if isinstance(other, expr.Literal) else facts[other.name]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if name in _IDLE_FACTS:
+                for since in idle_since:
+                    moments += _idle_crossings(grid, life.granted_at, since, value)
+                continue
             anchor_name, sign = _CLOCK_FACTS[name]
             anchor = anchors.get(anchor_name)
-            if anchor is None or isinstance(value, bool) or not isinstance(value, int | float):
+            if anchor is None:
                 continue
             crossed = anchor + sign * timedelta(minutes=value)
             moments += [grid.at_or_after(crossed), grid.after(crossed)]
         return min((m for m in moments if m > last), default=end)
+
+
+def _reading_changes(
+    traces: Sequence[GpuTrace | None], grid: _Grid, last: datetime, stale: timedelta
+) -> tuple[list[datetime], list[datetime]] | None:
+    """The steps where a GPU's reading stops being as it was at `last` (an idle one's
+    minutes adding up aside), and since when each idle one has been idle. None: some reading
+    may change with the next minute (it is about to go stale)."""
+    moments, idle_since = [], []
+    for trace in traces:
+        if trace is None:
+            continue
+        steady = trace.steady_until(last, stale)
+        if steady is None:
+            run = trace.idle_run(last)
+            if run is None:
+                return None
+            since, steady = run
+            idle_since.append(since)
+        moments.append(grid.at_or_after(steady))
+    return moments, idle_since
+
+
+def _idle_crossings(
+    grid: _Grid, granted: datetime, since: datetime, value: float
+) -> list[datetime]:
+    """The steps where an idle time of min(whole minutes since `since`, age) may cross
+    `value` minutes, whichever way it is compared."""
+    whole = [since + math.ceil(value) * MINUTE, since + (math.floor(value) + 1) * MINUTE]
+    age = granted + timedelta(minutes=value)
+    return [*(grid.at_or_after(t) for t in whole), grid.at_or_after(age), grid.after(age)]
 
 
 @dataclass(frozen=True)
