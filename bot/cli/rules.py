@@ -135,9 +135,11 @@ def _warn_failing_cases(directory: Path, policy: Policy) -> None:
     except PolicyError as exc:
         for p in exc.problems:
             typer.echo(f"{directory / p.file}:{p.line}:{p.col}: warning: {p.message}", err=True)
+        failing = len(exc.problems)
+        verb = "fails" if failing == 1 else "fail"
         typer.echo(
-            f"warning: {plural(len(exc.problems), 'case')} of {directory} fail: a reload would "
-            "refuse this revision",
+            f"warning: {plural(failing, 'case')} of {directory} {verb}: a reload would refuse "
+            "this revision",
             err=True,
         )
     finally:
