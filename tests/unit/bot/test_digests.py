@@ -3,17 +3,24 @@ runs again, a second process owes at once, or automation is paused; and what eac
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlmodel import col, select
 
 from bot.services import Services
+from bot.services import digests as digest_service
 from bot.services.digests import LabDigest, PersonalDigest
+from rules.digests import Period, due_period
 from storage.db import Database
 from storage.tables import GpuHourRow, LeaseRow, OutboxRow, SettingRow
 from tests.builders import default_sources
+from tests.support import postgres
 from tests.unit.bot.conftest import ADA, ALICE, CAROL, T0, Clock
 
 LAB_CHANNEL = "C0LABGPU1"
@@ -62,8 +69,7 @@ def held(
         )  # fmt: skip
 
 
-@pytest.fixture
-def week(services: Services) -> Services:
+def seed_week(services: Services) -> None:
     """Alice's L1: 4 GPU-h at half use, 1 h of it idle; Carol's L2: 2 GPU-h, both idle and
     unused; and an hour of Alice's after the window (not counted)."""
     first = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
@@ -75,6 +81,11 @@ def week(services: Services) -> Services:
             session.add(LeaseRow(id=lease, holder=holder, team=team, pool="a100", gpus=1,
                                  state="released", granted_at=first,
                                  expires_at=first + timedelta(hours=4)))  # fmt: skip
+
+
+@pytest.fixture
+def week(services: Services) -> Services:
+    seed_week(services)
     return services
 
 
@@ -115,6 +126,49 @@ def test_a_second_process_owing_the_same_period_adds_nothing(week: Services) -> 
                 session.delete(row)
     assert 0 == week.send_digests()
     assert 3 == len(digests(week))
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite-file", id="sqlite-file"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A database two processes' connections share: a SQLite file, or PostgreSQL."""
+    if request.param == "sqlite-file":
+        db = Database(f"sqlite:///{tmp_path / 'race.db'}")
+        db.create_all()
+    else:
+        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+        db = server.database_with_schema()
+    yield db
+    db.dispose()
+
+
+def test_two_racing_runs_owe_each_digest_once(
+    shared_db: Database, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two bot processes read the period as unsent before either has written: one set of
+    messages, and neither run fails."""
+    both_read = threading.Barrier(2)
+
+    def slow_due(*args: Any) -> Period | None:
+        found = due_period(*args)
+        both_read.wait(timeout=5)  # both have read "not sent yet" before either writes
+        return found
+
+    monkeypatch.setattr(digest_service, "due_period", slow_due)
+    first, second = (Services.open(shared_db, digest_sources(), clock=clock) for _ in range(2))
+    try:
+        seed_week(first)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            owed = [f.result() for f in [pool.submit(s.send_digests) for s in (first, second)]]
+        assert 3 == sum(owed)
+        assert 3 == len(digests(first))
+    finally:
+        first.close()
+        second.close()
 
 
 def test_digests_go_out_while_automation_is_paused(week: Services) -> None:
