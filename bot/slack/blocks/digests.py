@@ -7,9 +7,18 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from bot.services.digests import IdleLease, LabDigest, PersonalDigest
-from bot.slack.blocks.kit import Block, Message, context, escape, header, message, section
+from bot.slack.blocks.kit import (
+    Block,
+    Message,
+    context,
+    escape,
+    header,
+    message,
+    section,
+    slack_date,
+)
 from rules.domain import format_duration
-from rules.reports import Line, Report, Usage
+from rules.reports import Line, Report, Usage, Window
 
 BAR_WIDTH = 12  # characters of a text bar, so bars line up in Slack's code font
 _FULL, _EMPTY = "█", "░"
@@ -40,7 +49,7 @@ def lab_digest(digest: LabDigest, name: Callable[[str], str]) -> Message:
     if digest.idle:
         idle = "\n".join(_idle(lease, name) for lease in digest.idle)
         blocks.append(section("*Held but idle the most*\n" + idle))
-    blocks.append(context(_footer(digest.days, "`/gpu report lab` shows more.")))
+    blocks.append(context(_footer(report.window, "`/gpu report lab` shows more.")))
     return message(f"{title}: {summary}", blocks)
 
 
@@ -62,7 +71,7 @@ def personal_digest(digest: PersonalDigest) -> Message:
     blocks: list[Block] = [section(text)]
     if len(report.lines) > 1:
         blocks.append(section("\n".join(_line(line) for line in _shown(report))))
-    blocks.append(context(_footer(digest.days, "`/gpu report me` shows more.")))
+    blocks.append(context(_footer(report.window, "`/gpu report me` shows more.")))
     return message(text, blocks)
 
 
@@ -111,8 +120,9 @@ def _idle(lease: IdleLease, name: Callable[[str], str]) -> str:
     )
 
 
-def _footer(days: int, more: str) -> str:
-    return f"From the hourly usage records of the {_span(days)} before this was sent. {more}"
+def _footer(window: Window, more: str) -> str:
+    since, until = slack_date(window.since), slack_date(window.until)
+    return f"From the hourly usage records, {since} to {until}. {more}"
 
 
 def _span(days: int) -> str:

@@ -16,6 +16,9 @@ WEEK = Window(
     datetime(2026, 11, 23, 8, tzinfo=UTC), datetime(2026, 11, 30, 8, tzinfo=UTC), "week of Nov 23"
 )
 NAMES = {CAROL: "Carol Chen"}
+# what every reader sees in their own time zone (Monday 23 to Monday 30 November, 08:00 UTC)
+SINCE = "<!date^1795420800^{date_short_pretty} at {time}|2026-11-23 08:00 UTC>"
+UNTIL = "<!date^1796025600^{date_short_pretty} at {time}|2026-11-30 08:00 UTC>"
 
 
 def a_report(usage: Usage, lines: tuple[Line, ...], *, scope: Scope, **figures: object) -> Report:
@@ -59,8 +62,7 @@ def test_the_lab_digest_says_the_weeks_figures_per_team_and_the_idle_leases() ->
         "`██████░░░░░░  50 %`  *vision*  2.0 of 4.0 GPU-h used\n"
         "`░░░░░░░░░░░░   0 %`  *nlp*  0.0 of 2.0 GPU-h used",
         "*Held but idle the most*\n• L2, Carol Chen (a100): 2.0 of 2.0 GPU-h idle",
-        "From the hourly usage records of the 7 days before this was sent. "
-        "`/gpu report lab` shows more.",
+        f"From the hourly usage records, {SINCE} to {UNTIL}. `/gpu report lab` shows more.",
     ] == [_text(block) for block in drawn.blocks]
     assert f"GPU use, week of Nov 23: {summary}" == drawn.text
 
@@ -93,8 +95,7 @@ def test_the_personal_digest_says_the_persons_week_and_each_pool() -> None:
         text,
         "`█████████░░░  75 %`  *a100*  22.5 of 30.0 GPU-h used\n"
         "`████░░░░░░░░  30 %`  *l40s*  3.3 of 11.0 GPU-h used",
-        "From the hourly usage records of the 7 days before this was sent. "
-        "`/gpu report me` shows more.",
+        f"From the hourly usage records, {SINCE} to {UNTIL}. `/gpu report me` shows more.",
     ] == [_text(block) for block in drawn.blocks]
 
 
