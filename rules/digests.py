@@ -6,7 +6,8 @@ the day (or the 7 days) before its send time, counted in that zone's wall time, 
 a daylight-saving change is 167 or 169 hours long. A period is named by the local date of its
 send time ("2026-12-02") or, weekly, by that date's ISO week ("2026-W49"). Only the latest
 period whose send time has passed is ever due: a bot that was down over several send times
-sends one digest when it is back, not one per missed period.
+sends one digest when it is back, not one per missed period. A period due waits for the hourly
+rollups to cover its window, at most `ROLLUP_WAIT` after its send time.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 DAILY = "daily"
+#: How long a digest due waits for the hourly rollups to reach the end of its window.
+ROLLUP_WAIT = timedelta(hours=1)
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
@@ -52,6 +55,13 @@ def due_period(schedule: Schedule, now: datetime, last_sent: str | None) -> Peri
     `last_sent` (the key of the period sent last); None when nothing is due."""
     period = latest_period(schedule, now)
     return None if period.key == last_sent else period
+
+
+def ready(period: Period, now: datetime, rolled_until: datetime | None) -> bool:
+    """Whether a due `period` can go out now: the hourly rollups reach the end of its window
+    (`rolled_until`: the end of the latest hour they hold), or it has waited `ROLLUP_WAIT`."""
+    caught_up = rolled_until is not None and rolled_until >= period.until
+    return caught_up or now >= period.send_at + ROLLUP_WAIT
 
 
 def latest_period(schedule: Schedule, now: datetime) -> Period:

@@ -1,5 +1,6 @@
 """Scheduled usage digests: the lab's report posted in a channel and each person's own by DM,
-owed through the outbox once per period (`rules.digests` says which period is due).
+owed through the outbox once per period (`rules.digests` says which period is due, and when
+the hourly rollups have caught up with it).
 
 A digest reports and takes nothing, so it goes out whether or not automation is paused. Each
 message is owed under a key per period ("digest:lab:2026-W49", "digest:U123:2026-W49"): a sweep
@@ -17,10 +18,10 @@ from sqlmodel import Session
 
 from bot.services import reports as report_service
 from bot.services.context import SYSTEM, Context
-from rules.digests import Period, due_period
+from rules.digests import Period, due_period, ready
 from rules.policy import Digest
 from rules.reports import Report, Scope, ScopeKind, Usage, Window
-from storage import keyvalue, outbox
+from storage import keyvalue, outbox, usage
 from storage import leases as storage_leases
 from storage import reports as storage_reports
 from storage.outbox import OutboxKind, Owed
@@ -73,6 +74,9 @@ def run(ctx: Context, now: datetime) -> int:
             period = due_period(digest, now, keyvalue.digest_sent(session, name))
             if period is not None:
                 due.append((name, digest, period))
+        if due:
+            rolled = usage.rolled_until(session)
+            due = [(name, d, period) for name, d, period in due if ready(period, now, rolled)]
     if not due:
         return 0
     owed = 0

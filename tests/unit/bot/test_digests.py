@@ -226,3 +226,23 @@ def test_a_personal_digest_reads_only_that_persons_week(week: Services) -> None:
     usage = view.report.figures.usage
     assert (ALICE, 4.0, 2.0, 0.5) == (view.person, usage.allocated_h, usage.used_h,
                                       usage.efficiency)  # fmt: skip
+
+
+def test_a_digest_waits_for_the_rollups_to_reach_its_end(services: Services, clock: Clock) -> None:
+    """The rollups hold Sunday only: at 09:00 the digest waits; an hour later it goes anyway,
+    and once they reach 09:00 (the end of its week) it goes at once."""
+    held(services, 1, ALICE, "vision", datetime(2026, 3, 1, 10, 0, tzinfo=UTC), hours=1)
+    clock.now = SENT_AT
+    assert 0 == services.send_digests()
+    clock.now = SENT_AT + timedelta(minutes=59)
+    assert 0 == services.send_digests()
+    held(services, 1, ALICE, "vision", SENT_AT - timedelta(hours=1), hours=1)  # 07:00-08:00
+    assert 2 == services.send_digests()  # the lab's and Alice's
+
+
+def test_a_digest_goes_an_hour_late_when_the_rollups_stay_behind(
+    services: Services, clock: Clock
+) -> None:
+    held(services, 1, ALICE, "vision", datetime(2026, 3, 1, 10, 0, tzinfo=UTC), hours=1)
+    clock.now = SENT_AT + timedelta(hours=1)
+    assert 2 == services.send_digests()

@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 
-from rules.digests import Period, due_period
+from rules.digests import Period, due_period, ready
 
 H = timedelta(hours=1)
 
@@ -134,3 +134,24 @@ def test_a_send_time_that_happens_twice_sends_once() -> None:
     assert first is not None
     assert ("2026-10-25", utc(2026, 10, 25, 0, 30)) == (first.key, first.send_at)
     assert due_period(schedule, utc(2026, 10, 25, 1, 30), first.key) is None
+
+
+@pytest.mark.parametrize(
+    ("now", "rolled_until", "expected"),
+    [
+        (utc(2026, 11, 30, 9), None, False),  # the send time; nothing rolled up yet
+        (utc(2026, 11, 30, 9), utc(2026, 11, 30, 8), False),  # the last hour not rolled yet
+        (utc(2026, 11, 30, 9, 5), utc(2026, 11, 30, 9), True),  # rolled to the window's end
+        (utc(2026, 11, 30, 9, 5), utc(2026, 11, 30, 10), True),
+        (utc(2026, 11, 30, 9, 59), utc(2026, 11, 29), False),
+        (utc(2026, 11, 30, 10), utc(2026, 11, 29), True),  # an hour is long enough to wait
+        (utc(2026, 11, 30, 10), None, True),
+    ],
+)
+def test_a_due_period_waits_for_the_rollups_at_most_an_hour(
+    now: datetime, rolled_until: datetime | None, expected: bool
+) -> None:
+    """Monday 30 November 09:00 UTC: the week before, once the rollups reach 09:00."""
+    period = due_period(At("mon", time(9), "UTC"), utc(2026, 11, 30, 9), None)
+    assert period is not None
+    assert expected == ready(period, now, rolled_until)
