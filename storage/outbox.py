@@ -61,6 +61,7 @@ class OutboxKind(StrEnum):
     ADMIN_DIGEST = "admin_digest"  # the lines a sweep owes one admin, in one message
     NOTICE = "notice"  # a line for one person
     DIGEST = "digest"  # a scheduled usage digest, to a channel or a person, once per period
+    REPORT_FILE = "report_file"  # a report drawn as a chart or a CSV file, posted where asked
 
 
 def backoff(attempts: int) -> timedelta:
