@@ -17,21 +17,11 @@ from bot.slack.blocks.kit import (
     section,
     slack_date,
 )
+from bot.slack.blocks.reports import bar
 from rules.domain import format_duration
 from rules.reports import Line, Report, Usage, Window
 
-BAR_WIDTH = 12  # characters of a text bar, so bars line up in Slack's code font
-_FULL, _EMPTY = "█", "░"
 MAX_TEAMS = 15
-
-
-def bar(efficiency: float | None, width: int = BAR_WIDTH) -> str:
-    """Used against allocated as a fixed-width text bar and a percentage: `████████░░░░  64 %`.
-    Nothing allocated: an empty bar and a dash."""
-    if efficiency is None:
-        return f"{_EMPTY * width}    – "
-    filled = min(width, max(0, round(efficiency * width)))
-    return f"{_FULL * filled}{_EMPTY * (width - filled)} {round(efficiency * 100):>3} %"
 
 
 def lab_digest(digest: LabDigest, name: Callable[[str], str]) -> Message:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 from bot.services.digests import IdleLease, LabDigest, PersonalDigest
-from bot.slack.blocks.digests import bar, lab_digest, personal_digest
+from bot.slack.blocks.digests import lab_digest, personal_digest
 from rules.reports import Counts, Figures, Line, Report, Scope, ScopeKind, Usage, Window
 from tests.unit.slack.builders import assert_within_limits
 
@@ -103,14 +103,6 @@ def test_a_daily_personal_digest_of_nothing_held() -> None:
     nothing = a_report(Usage(), (), scope=Scope(ScopeKind.ME, CAROL))
     drawn = personal_digest(PersonalDigest(CAROL, nothing, date(2026, 11, 29), 1))
     assert "Your GPUs in the last day: you held none." == drawn.text
-
-
-def test_a_bar_is_twelve_characters_and_a_percentage() -> None:
-    assert ["░░░░░░░░░░░░    – ", "████████████ 100 %", "███░░░░░░░░░  25 %"] == [
-        bar(None),
-        bar(1.0),
-        bar(0.25),
-    ]
 
 
 def _text(block: dict[str, object]) -> str:
