@@ -5,7 +5,6 @@ counted as the hourly rollups count them) for the hours not rolled up yet."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,35 +18,6 @@ from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseR
 MINUTE_S = 60.0
 #: Leases that never held a GPU (asked, waiting or refused): the rollups skip them too.
 _NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseState.CANCELLED)
-
-
-@dataclass(frozen=True)
-class HeldMinutes:
-    """GPU-minutes held in a window; `observed`: those with a working reading; `busy`: those
-    whose average utilisation reached the busy threshold."""
-
-    held: float
-    observed: int
-    busy: int
-
-
-def held_minutes(
-    session: Session, holder: str, since: datetime, until: datetime, *, busy_pct: float
-) -> HeldMinutes:
-    """What `holder`'s leases held in [since, until): each GPU from its lease's grant to its
-    end, or to when the lease gave it back (or `until` while it runs), read against the stored
-    minutes of that GPU."""
-    held, observed, busy = 0.0, 0, 0
-    for node, index, lease, held_gpu in session.exec(_held(holder, since, until)).all():
-        ended_at = held_gpu.released_at or lease.ended_at
-        start, end = max(lease.granted_at, since), min(ended_at or until, until)
-        if end <= start:
-            continue
-        held += (end - start).total_seconds() / 60
-        seen, worked = _minutes(session, node, index, start, end, busy_pct=busy_pct)
-        observed += seen
-        busy += worked
-    return HeldMinutes(held, observed, busy)
 
 
 def held_usage(
