@@ -173,27 +173,32 @@ _IDLE_FACTS = frozenset({"lease.idle_for", "lease.idle_gpus_for"})
 _MOVING = _CLOCK_FACTS.keys() | _IDLE_FACTS
 
 
-def _clock_compares(node: expr.Node) -> list[tuple[str, expr.Fact | expr.Literal]] | None:
-    """Each comparison of a moving fact (clock or idle time) with something that holds still
-    (None: a comparison of two moving facts, or one in a list, whose crossing is not worked
-    out)."""
+_Moving = tuple[str, expr.Fact | expr.Literal, str]  # (moving fact, the other side, operator)
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _moving_compares(node: expr.Node) -> list[_Moving] | None:
+    """Each comparison of a moving fact (clock or idle time) with something that holds still,
+    the moving fact read on the left (None: a comparison of two moving facts, or one in a
+    list, whose crossing is not worked out)."""
     if isinstance(node, expr.Compare):
         sides = (node.left, node.right)
-        clock = [s for s in sides if isinstance(s, expr.Fact) and s.name in _MOVING]
-        if len(clock) == 2:
+        moving = [s for s in sides if isinstance(s, expr.Fact) and s.name in _MOVING]
+        if len(moving) == 2:
             return None
-        if not clock:
+        if not moving:
             return []
-        other = node.right if clock[0] is node.left else node.left
-        return [(clock[0].name, other)]
+        if moving[0] is node.left:
+            return [(moving[0].name, node.right, node.op)]
+        return [(moving[0].name, node.left, _FLIPPED[node.op])]
     if isinstance(node, expr.In):
         return None if node.fact.name in _MOVING else []
     if isinstance(node, expr.Not):
-        return _clock_compares(node.operand)
+        return _moving_compares(node.operand)
     if isinstance(node, expr.BoolOp):
-        out: list[tuple[str, expr.Fact | expr.Literal]] = []
+        out: list[_Moving] = []
         for operand in node.operands:
-            found = _clock_compares(operand)
+            found = _moving_compares(operand)
             if found is None:
                 return None
             out += found
@@ -220,9 +225,9 @@ class SweepReplay:
     ) -> None:
         """`skip=False` evaluates every step (what the skipping is proved against)."""
         self.policy, self.engine, self.step = policy, engine, step
-        compares: list[tuple[str, expr.Fact | expr.Literal]] | None = [] if skip else None
+        compares: list[_Moving] | None = [] if skip else None
         for rule in policy.rules_for(Subject.LEASE):
-            found = _clock_compares(rule.condition)
+            found = _moving_compares(rule.condition)
             if found is None or compares is None:
                 compares = None
                 break
@@ -284,15 +289,15 @@ class SweepReplay:
         moments = [*changes, *(k for k in state.keys if k > last)]
         threshold = self.policy.timing.idle_threshold / MINUTE
         for since in idle_since:  # when the GPU counts as idle one by one
-            moments += _idle_crossings(grid, life.granted_at, since, threshold)
+            moments += _idle_crossings(grid, life.granted_at, since, threshold, ">=")
         anchors = {"granted": life.granted_at, "expires": life.expires_at, **state.delivered}
-        for name, other in self._compares:
+        for name, other, op in self._compares:
             value = other.value if isinstance(other, expr.Literal) else facts[other.name]
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             if name in _IDLE_FACTS:
                 for since in idle_since:
-                    moments += _idle_crossings(grid, life.granted_at, since, value)
+                    moments += _idle_crossings(grid, life.granted_at, since, value, op)
                 continue
             anchor_name, sign = _CLOCK_FACTS[name]
             anchor = anchors.get(anchor_name)
@@ -325,13 +330,20 @@ def _reading_changes(
 
 
 def _idle_crossings(
-    grid: _Grid, granted: datetime, since: datetime, value: float
+    grid: _Grid, granted: datetime, since: datetime, value: float, op: str
 ) -> list[datetime]:
-    """The steps where an idle time of min(whole minutes since `since`, age) may cross
-    `value` minutes, whichever way it is compared."""
-    whole = [since + math.ceil(value) * MINUTE, since + (math.floor(value) + 1) * MINUTE]
-    age = granted + timedelta(minutes=value)
-    return [*(grid.at_or_after(t) for t in whole), grid.at_or_after(age), grid.after(age)]
+    """The steps where `idle time op value` may change, the idle time being the whole minutes
+    since `since`, and no more than the lease's age when the GPU was idle before the grant."""
+    whole = []
+    if op in (">=", "<", "==", "!="):  # true from `value` minutes on
+        whole.append(since + math.ceil(value) * MINUTE)
+    if op in (">", "<=", "==", "!="):  # true from a whole minute past `value`
+        whole.append(since + (math.floor(value) + 1) * MINUTE)
+    moments = [grid.at_or_after(t) for t in whole]
+    if since < granted:  # the age caps it
+        age = granted + timedelta(minutes=value)
+        moments += [grid.at_or_after(age), grid.after(age)]
+    return moments
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,27 @@ def candidate() -> Policy:
     return load_policy(sources)
 
 
+@cache
+def strict() -> Policy:
+    """The shipped rules comparing idle and clock times strictly, with odd thresholds."""
+    sources = default_sources()
+    edits = (
+        ("lease.idle_for >= limits.idle_threshold and not", "lease.idle_for > 61.5m and not"),
+        (
+            "lease.since_warned.idle >= limits.grace",
+            "lease.since_warned.idle > 29m and 100m < lease.age",
+        ),
+        (
+            "when: lease.partly_idle and",
+            "when: lease.idle_gpus_for > 92m and lease.partly_idle and",
+        ),
+    )
+    for old, new in edits:
+        assert old in sources["sweep.yaml"]
+        sources["sweep.yaml"] = sources["sweep.yaml"].replace(old, new, 1)
+    return load_policy(sources)
+
+
 def at(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
 
@@ -312,7 +333,7 @@ def random_minutes(rng: random.Random, count: int) -> list[Minute]:
 @pytest.mark.parametrize("seed", range(80))
 def test_skipping_quiet_stretches_decides_as_stepping_through_every_step(seed: int) -> None:
     """Random lives (some past their expiry, some granted before the window or off the
-    minute) under both policies: the same events whether quiet and idle stretches are
+    minute) under three policies: the same events whether quiet and idle stretches are
     skipped or every step is taken."""
     rng = random.Random(seed)
     hours = rng.choice((1, 2, 6, 12))
@@ -321,7 +342,7 @@ def test_skipping_quiet_stretches_decides_as_stepping_through_every_step(seed: i
     life = a_life(minutes, gpus=rng.randint(1, 3), hours=hours, late_s=late)
     traces = [GpuTrace(T0, random_minutes(rng, minutes + 5)) for _ in life.slots]
     since = at(rng.choice((0, 0, 17, 95)))
-    for policy in (default_policy(), candidate()):
+    for policy in (default_policy(), candidate(), strict()):
         got = [
             SweepReplay(policy, ReferenceEngine(policy), skip=skip).events(
                 life, traces, since=since, until=at(24 * 60)
