@@ -59,6 +59,7 @@ class OutboxKind(StrEnum):
     ADMIN_NOTICE = "admin_notice"  # a line for each admin (one message per line, as before)
     ADMIN_DIGEST = "admin_digest"  # the lines a sweep owes one admin, in one message
     NOTICE = "notice"  # a line for one person
+    REPORT_FILE = "report_file"  # a report's chart or CSV, shared where it was asked for
 
 
 def backoff(attempts: int) -> timedelta:
@@ -293,6 +294,15 @@ def failed(
     row.next_attempt_at = max(row.next_attempt_at, later)
     session.add(row)
     return row.next_attempt_at
+
+
+def note(session: Session, row_id: int, data: Mapping[str, Any]) -> None:
+    """Keep `data` in a row's data while it is on its way (a file's id before it is shared,
+    so a share in doubt can be looked for)."""
+    row = session.get(OutboxRow, row_id)
+    if row is not None:
+        row.data = {**row.data, **data}
+        session.add(row)
 
 
 def dropped(session: Session, row_id: int, *, at: datetime, why: str) -> None:
