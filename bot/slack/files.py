@@ -1,0 +1,68 @@
+"""A report's chart or CSV as the outbox shares it: the report built again for the person who
+asked (who may no longer see it: then a plain message says so), drawn in their time zone, and
+shared as a file; text bars where charts cannot be drawn."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from bot.services import Services, charts, reports
+from bot.services.results import Refused
+from bot.slack.blocks.kit import escape, message, section
+from bot.slack.people import People
+from bot.slack.sending import Rendered, Upload
+from rules.reports import GroupBy, Report, Scope, ScopeKind, Window
+from storage.tables import OutboxRow
+
+
+def report_file(services: Services, people: People, row: OutboxRow) -> Rendered:
+    """What a REPORT_FILE row shares: the file, or a message when there is none to share."""
+    data = row.data
+    viewer = str(data["viewer"])
+    scope = Scope(ScopeKind(str(data["scope"])), str(data.get("name") or ""))
+    window = Window(
+        datetime.fromisoformat(str(data["since"])),
+        datetime.fromisoformat(str(data["until"])),
+        str(data.get("label") or data.get("window") or ""),
+    )
+    by = cast(GroupBy | None, data.get("by") or None)
+    tz = people.zone(viewer).tz
+    built = reports.build(services.ctx, viewer, scope, window, by=by, tz=tz)
+    name = people.name(viewer)
+    if isinstance(built, Refused):
+        return _said(f"{escape(name)}, I did not share that report: {built.message}")
+    about = _about(scope, viewer, people)
+    fmt: charts.FileFormat = "csv" if data.get("format") == "csv" else "png"
+    asked = str(data.get("window") or "")
+    filename = charts.filename(scope, asked, fmt)
+    title = charts.title(built, about, tz)
+    if fmt == "csv":
+        content = charts.csv(built, names=_names(built, people)).encode()
+        comment = f"The figures of {title}, as CSV, for {name}."
+        return Rendered(comment, [], upload=Upload(filename, f"{title} (CSV)", content, comment))
+    drawn = charts.png(built, tz=tz, about=about)
+    if drawn is None:
+        return _said(f"{charts.NO_CHARTS}\n*{escape(title)}*\n```{charts.text_bars(built)}```")
+    comment = f"{title}, the chart {name} asked for."
+    return Rendered(comment, [], upload=Upload(filename, title, drawn, comment))
+
+
+def _about(scope: Scope, viewer: str, people: People) -> str:
+    """The report's subject in words, a person by their name."""
+    if scope.kind in (ScopeKind.ME, ScopeKind.USER):
+        return people.name(scope.name or viewer)
+    return charts.label(scope)
+
+
+def _names(report: Report, people: People) -> dict[str, str]:
+    """People's names for a breakdown by person (the CSV keeps their ids next to them)."""
+    if report.by != "holder":
+        return {}
+    return {line.key: people.name(line.key) for line in report.lines if line.key}
+
+
+def _said(text: str) -> Rendered:
+    built = message(text, [section(text)])
+    blocks: list[dict[str, Any]] = list(built.blocks)
+    return Rendered(built.text, blocks)
