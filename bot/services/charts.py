@@ -138,7 +138,7 @@ def _bars(axes: Axes, days: tuple[Line, ...]) -> None:
         axes.tick_params(axis="x", labelrotation=90, labelsize=8)
     axes.set_ylabel("GPU-hours")
     axes.set_ylim(bottom=0, top=max([*allocated, *used, 1.0]) * 1.15)
-    if not days:
+    if not any(day.usage.allocated_s > 0 for day in days):
         axes.text(0.5, 0.5, "No GPU time in this window", ha="center", transform=axes.transAxes)
     share = axes.twinx()
     share.spines["right"].set_visible(True)
