@@ -262,8 +262,9 @@ def owe_file(
     by: GroupBy | None = None,
 ) -> Refused | None:
     """Owe `viewer` the report as a file shared in `channel` (a conversation id, or a person's
-    id for their DM with the bot). Refused at once when they may not see it; the deliverer
-    asks again when it draws the file. `asked`: the window as typed ("7d"), for the name."""
+    id for their DM with the bot), the same row *Chart* and *CSV* owe, with this exact window.
+    Refused at once when they may not see it; the deliverer asks again when it draws the file
+    (a refusal then goes to the viewer). `asked`: the window as typed ("7d"), for the name."""
     seen = reports.build(ctx, viewer, scope, window, by=by)
     if isinstance(seen, Refused):
         return seen
@@ -281,5 +282,5 @@ def owe_file(
     }
     subject = f"report:{scope.kind}:{scope.name}:{data['window']}"
     with ctx.db.write() as session:
-        outbox.owe(session, Owed(OutboxKind.REPORT_FILE, subject, channel, data), at=ctx.now())
+        outbox.owe(session, Owed(OutboxKind.REPORT_FILE, subject, viewer, data), at=ctx.now())
     return None

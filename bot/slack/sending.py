@@ -60,6 +60,8 @@ class Rendered:
     note: Mapping[str, Any] | None = None
     # A file shared in the conversation instead of a message (`text` is its comment).
     upload: Upload | None = None
+    # Where the message goes instead of its recipient's DM or channel (a conversation id).
+    where: str | None = None
 
 
 #: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
@@ -204,7 +206,7 @@ class Sender:
             return None
         thread = prepared.thread_ts if isinstance(prepared, Rendered) else None
         try:
-            channel = self._channel_for(row.recipient)
+            channel = self._channel_for(_where(row, prepared))
             oldest = f"{(row.created_at - HISTORY_SLACK).timestamp():.6f}"
             if thread:
                 history = self.client.conversations_replies(
@@ -257,7 +259,7 @@ class Sender:
                 if not exc.gone:
                     raise
                 log.info("outbox row %s: the response_url is gone; answering by DM", row.id)
-        channel = self._channel_for(row.recipient)
+        channel = self._channel_for(prepared.where or row.recipient)
         threaded: dict[str, Any] = {}
         if prepared.thread_ts:
             threaded = {"thread_ts": prepared.thread_ts, "reply_broadcast": prepared.broadcast}
@@ -274,7 +276,7 @@ class Sender:
         """files_upload_v2's three steps, with the file's id kept in the row before the share:
         a share in doubt is then looked for by that id (a message carries no metadata)."""
         assert row.id is not None
-        channel = self._channel_for(row.recipient)
+        channel = self._channel_for(shared_in(row))
         url = self.client.files_getUploadURLExternal(
             filename=upload.filename, length=len(upload.content)
         )
@@ -327,6 +329,20 @@ class Sender:
             opened = self.client.conversations_open(users=recipient)
             self._dm[recipient] = str(opened["channel"]["id"])
         return self._dm[recipient]
+
+
+def shared_in(row: OutboxRow) -> str:
+    """Where a file is shared: the conversation its row names, else its recipient's DM."""
+    return str(row.data.get("channel") or row.recipient)
+
+
+def _where(row: OutboxRow, prepared: Any) -> str:
+    """The conversation a row's message or file lands in (a person: their DM)."""
+    if isinstance(prepared, Rendered) and prepared.upload is not None:
+        return shared_in(row)
+    if isinstance(prepared, Rendered) and prepared.where:
+        return prepared.where
+    return row.recipient
 
 
 def has_live_url(row: OutboxRow, now: datetime) -> bool:

@@ -140,23 +140,50 @@ def test_the_csv_has_the_figures_per_person_by_name_and_per_day_in_the_readers_z
     assert ("gpubot-report-team-vision-3d.csv", "text/csv") == (file.name, file.mimetype)
 
 
-def test_who_may_no_longer_see_the_report_gets_a_message_not_a_file(bot: Running) -> None:
-    """A file owed for Bob, a member, per person (as if the rules changed since he asked):
-    the deliverer asks again, shares nothing and says why, in words."""
+def test_the_row_a_chart_button_owes_is_drawn_for_its_window_in_the_readers_zone(
+    bot: Running,
+) -> None:
+    """*CSV* under `/gpu report team vision 2026-11` owes the window as typed: read when the
+    file is drawn, as November in Victor's New York, and shared in the channel it names."""
     data = {
-        "viewer": BOB, "scope": "team", "name": "vision", "window": "3d", "label": WEEK.label,
-        "since": WEEK.since.isoformat(), "until": WEEK.until.isoformat(), "format": "png",
-        "channel": GPU, "by": "holder",
+        "viewer": VICTOR, "scope": "team", "name": "vision", "window": "2026-11",
+        "format": "csv", "channel": GPU,
     }  # fmt: skip
     with bot.bot.db.write() as session:
-        owed = Owed(OutboxKind.REPORT_FILE, "report:team:vision:3d", GPU, data)
-        owe(session, owed, at=bot.bot.services.now())
+        owe(
+            session,
+            Owed(OutboxKind.REPORT_FILE, "inbox:1", VICTOR, data),
+            at=bot.bot.services.now(),
+        )
+    bot.deliver()
+    ((title, content),) = shared(bot.local)
+    assert "GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026) (CSV)" == title
+    rows = content.decode().splitlines()
+    assert "total,,,14.00,9.00,5.00,0.00,0.00,64.3,28.40" == rows[1]
+    assert 30 == len([r for r in rows if r.startswith("day,")])
+    assert "day,2026-11-24,2026-11-24,10.00,5.00,5.00,0.00,0.00,50.0,24.00" in rows
+    file = bot.local.workspace.file(bot.local.messages(GPU)[-1].files[0])
+    assert file is not None
+    assert "gpubot-report-team-vision-2026-11.csv" == file.name
+
+
+def test_who_may_no_longer_see_the_report_is_told_in_their_dm_and_nothing_is_shared(
+    bot: Running,
+) -> None:
+    """A file owed for Bob about team nlp (as if he had left it since he clicked): the
+    deliverer asks again, shares nothing and tells him why, in words, in his DM."""
+    data = {
+        "viewer": BOB, "scope": "team", "name": "nlp", "window": "7d", "format": "png",
+        "channel": GPU,
+    }  # fmt: skip
+    with bot.bot.db.write() as session:
+        owe(session, Owed(OutboxKind.REPORT_FILE, "inbox:1", BOB, data), at=bot.bot.services.now())
     bot.deliver()
     assert [] == bot.local.calls.of("files.getUploadURLExternal")
-    message = bot.local.last_message(GPU)
+    assert [] == bot.local.messages(GPU)
+    message = bot.local.last_message(BOB)
     assert message is not None
-    assert "Bob Brown, I did not share that report: Only the team's managers" in message.text
-    assert [] == message.files
+    assert "Bob Brown, I did not share that report: You can see your own use" in message.text
     assert ["delivered"] == [row.state for row in file_rows(bot)]
 
 
@@ -243,3 +270,18 @@ def test_without_matplotlib_the_chart_is_text_bars(
     assert "Wed 25 Nov " + "█" * 8 + " " * 12 + " 4.0 GPU-h allocated, 4.0 used (100 %)" in (
         message.text
     )
+
+
+def test_the_chart_button_under_a_report_shares_the_chart_in_that_channel(bot: Running) -> None:
+    """End to end: Victor types `/gpu report team vision 2026-11` in #gpu and clicks *Chart*;
+    the PNG lands in #gpu, once."""
+    assert 200 == bot.slack.command(VICTOR, "report team vision 2026-11").status
+    bot.deliver()
+    (answer,) = bot.local.ephemerals(VICTOR)
+    assert 200 == bot.slack.click(VICTOR, answer, "report_chart").status
+    bot.deliver()
+    bot.deliver()
+    ((title, content),) = shared(bot.local)
+    assert "GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026)" == title
+    assert PNG_SIGNATURE == content[:8]
+    assert 1 == len(bot.local.calls.of("files.completeUploadExternal"))
