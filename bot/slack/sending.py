@@ -1,8 +1,9 @@
 """How one outbox row reaches Slack, and what became of it: a message posted (carrying its
-outbox id in Slack's message metadata), a card updated, a Home tab published, or a reply POSTed
-to its response_url (a DM once that has expired); and, for a send left in doubt, whether the
-message landed after all, looked up in its conversation (or, for a reply in a lease's thread,
-in that thread) by that outbox id.
+outbox id in Slack's message metadata), a card updated, a Home tab published, a reply POSTed
+to its response_url (a DM once that has expired), or a file shared (its id kept in the row
+before the share); and, for a send left in doubt, whether the message landed after all, looked
+up in its conversation (or, for a reply in a lease's thread, in that thread) by that outbox id,
+or a file by its id.
 
 No retry happens here: the outbox retries, so a timeout is never followed by a second post of
 a message Slack may already have taken.
