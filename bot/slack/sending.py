@@ -298,12 +298,25 @@ class Sender:
         )
         if sent.status != 200:
             raise SlackRequestError(f"the upload answered {sent.status}: {sent.body[:100]}")
+        try:
+            self._share(file_id, upload, channel)
+        except SlackApiError as exc:
+            dm = self._channel_for(row.recipient)
+            if exc.response.get("error") not in _NOWHERE or dm == channel:
+                raise
+            log.info(
+                "outbox row %s: %s; sharing the file in the DM instead", row.id, _describe(exc)
+            )
+            self._share(file_id, upload, dm)
+            channel = dm
+        return Sent(channel, None, {"file_id": file_id})
+
+    def _share(self, file_id: str, upload: Upload, channel: str) -> None:
         self.client.files_completeUploadExternal(
             files=[{"id": file_id, "title": upload.title}],
             channel_id=channel,
             initial_comment=upload.comment or None,
         )
-        return Sent(channel, None, {"file_id": file_id})
 
     def _respond(self, url: str, rendered: Rendered) -> None:
         hook = WebhookClient(url, timeout=int(self.client.timeout))

@@ -238,8 +238,11 @@ def test_an_upload_never_shared_before_a_crash_is_shared_once(bot: Running) -> N
     assert first != row.data["file_id"]
 
 
-def test_a_channel_the_bot_is_not_in_or_that_is_gone_drops_the_file(bot: Running) -> None:
-    """Slack will never take it: dropped, with why, not retried for two hours."""
+def test_a_channel_the_bot_is_not_in_or_that_is_gone_gets_the_file_in_the_dm(
+    bot: Running,
+) -> None:
+    """The person was told the file would appear: where the bot cannot share it, it is shared
+    in their DM with the bot instead, once."""
     with bot.local.workspace.lock:
         bot.local.workspace.channels["C0RANDOM"] = Channel(
             id="C0RANDOM", name="random", members={ALICE}
@@ -247,10 +250,14 @@ def test_a_channel_the_bot_is_not_in_or_that_is_gone_drops_the_file(bot: Running
     bot.bot.services.report_file(VICTOR, VISION, WEEK, fmt="png", channel="C0RANDOM")
     bot.bot.services.report_file(VICTOR, VISION, WEEK, fmt="csv", channel="C0GONE")
     bot.deliver()
+    bot.deliver()
     rows = file_rows(bot)
-    assert ["dropped", "dropped"] == [r.state for r in rows]
-    assert "not_in_channel" in rows[0].last_error
-    assert "channel_not_found" in rows[1].last_error
+    assert ["delivered", "delivered"] == [r.state for r in rows]
+    dm = bot.local.dm_channel(VICTOR)
+    assert {dm} == {r.channel for r in rows}
+    titles = [title for title, _ in shared(bot.local, dm)]
+    assert 2 == len(titles)
+    assert [] == shared(bot.local, "C0RANDOM")
 
 
 def test_without_matplotlib_the_chart_is_text_bars(
