@@ -15,7 +15,8 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlmodel import Session, col, select
 
 from rules.domain import RequestKind
-from rules.sweep_replay import MINUTE, LeaseLife, Minute
+from rules.minute_trace import MINUTE, Minute
+from rules.sweep_replay import LeaseLife
 from storage.tables import (
     AuditRow,
     GpuMinuteRow,

@@ -17,6 +17,7 @@ from bot.services.overview import BUSY_PCT
 from rules.engine import RuleEngine
 from rules.engine.reference import ReferenceEngine
 from rules.errors import FactError
+from rules.minute_trace import GpuTrace
 from rules.policy import Policy
 from rules.simulate import (
     LeaseChange,
@@ -26,7 +27,7 @@ from rules.simulate import (
     request_decision,
     summarise,
 )
-from rules.sweep_replay import STEP, GpuTrace, SweepReplay
+from rules.sweep_replay import STEP, SweepReplay
 from storage import keyvalue, replay
 from storage.db import Database
 from storage.replay import Asked

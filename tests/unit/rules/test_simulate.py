@@ -12,6 +12,7 @@ import pytest
 
 from rules.engine.reference import ReferenceEngine
 from rules.loader import load_policy
+from rules.minute_trace import GpuTrace, Minute
 from rules.policy import Policy
 from rules.simulate import (
     LeaseChange,
@@ -21,14 +22,7 @@ from rules.simulate import (
     request_decision,
     summarise,
 )
-from rules.sweep_replay import (
-    GpuTrace,
-    LeaseLife,
-    Minute,
-    SweepEvent,
-    SweepReplay,
-    replay_lease,
-)
+from rules.sweep_replay import LeaseLife, SweepEvent, SweepReplay, replay_lease
 from tests.builders import a_request, default_policy, default_sources
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
