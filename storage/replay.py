@@ -135,19 +135,16 @@ def minute_states(
     where = (col(GpuMinuteRow.node) == node, minute >= since, minute < until)
     state = _state(busy_pct, as_text=True)
     if session.get_bind().dialect.name == "sqlite":
-        rows = sa.select(index, minute, state.label("s")).where(*where).order_by(index, minute)
-        inner = rows.subquery()
-        joined = sa.func.group_concat(inner.c.s, "")  # in the subquery's order
+        # Grouped on the unique index (node, index, minute), so each GPU's minutes are
+        # visited, and strung together, in order (SQLite before 3.44 takes no ORDER BY here).
+        joined = sa.func.group_concat(state, "")
     else:
-        inner = sa.select(index, minute, state.label("s")).where(*where).subquery()
-        joined = sa.func.string_agg(inner.c.s, aggregate_order_by(sa.literal(""), inner.c.minute))
-    stmt = sa.select(
-        inner.c.index,
-        sa.func.count(),
-        sa.func.min(inner.c.minute),
-        sa.func.max(inner.c.minute),
-        joined,
-    ).group_by(inner.c.index)
+        joined = sa.func.string_agg(state, aggregate_order_by(sa.literal(""), minute))
+    stmt = (
+        sa.select(index, sa.func.count(), sa.func.min(minute), sa.func.max(minute), joined)
+        .where(*where)
+        .group_by(index)
+    )
     out: dict[int, bytearray] = {}
     gaps = []
     for gpu, stored, first, last, text in session.connection().execute(stmt).all():
