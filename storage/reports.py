@@ -155,10 +155,16 @@ def counts(session: Session, since: datetime, until: datetime, where: Filter) ->
     rows = session.connection().execute(stmt).all()
     allowed = _lease_ids(session, where, [s for _, s in rows]) if _filtered(where) else None
     tally: dict[str, int] = defaultdict(int)
+    reclaimed: set[str] = set()
     for tag, subject in rows:
-        if allowed is None or subject in allowed:
-            tally[_COUNTED[AuditTag(tag)]] += 1
-    return Counts(tally["reclaims"], tally["extensions"], tally["recalls"])
+        if allowed is not None and subject not in allowed:
+            continue
+        kind = _COUNTED[AuditTag(tag)]
+        if kind == "reclaims":  # the sweep's decision and the lease's end: one reclaim
+            reclaimed.add(subject)
+        else:
+            tally[kind] += 1
+    return Counts(len(reclaimed), tally["extensions"], tally["recalls"])
 
 
 def _filtered(where: Filter) -> bool:
