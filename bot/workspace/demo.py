@@ -23,6 +23,7 @@ from bot.main import POLL_EVERY, SWEEP_EVERY, Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from bot.telemetry.simulated import SimulatedSource
+from bot.workspace import history
 from bot.workspace.clock import DemoClock
 from bot.workspace.opening import seed
 
@@ -50,6 +51,7 @@ class Demo:
     progress: tuple[int, int] | None = None  # (steps done, steps) while fast-forwarding
     forwards_done: int = 0  # the number of the last fast-forward `forward_later` finished
     forward_error: str | None = None  # why the last fast-forward stopped early, if it did
+    seeded: int = 0  # the past leases seeded before the start (none on this host's own GPUs)
     read_up_to: dict[tuple[str, str], str] = field(default_factory=dict)  # (person, channel)
     _forwards: int = 0
     _mover: threading.Thread | None = None
@@ -181,6 +183,8 @@ def _open(demo: Demo) -> None:
         nodes = {name: node.spec for name, node in bot.source.nodes.items()}
         for line in seed(bot.services, nodes):
             log.info("demo lease: %s", line)
+        demo.seeded = history.seed(bot.db, bot.services.policy, bot.services.now())
+        log.info("demo history: %d past leases over the last two weeks", demo.seeded)
     demo.deliver()
     bot.jobs.every(POLL, POLL_EVERY, demo.locked(bot.poll))
     bot.jobs.every(SWEEP, SWEEP_EVERY, demo.locked(bot.sweep))
