@@ -14,7 +14,7 @@ from sqlmodel import select
 
 from bot.services import Services, reports
 from bot.workspace import history
-from bot.workspace.history import ADA, ALICE, BOB, MARK, PLAN, VICTOR, cycle, idle
+from bot.workspace.history import ADA, ALICE, BOB, MARK, PLAN, QUIET, VICTOR, cycle, idle
 from rules.reports import Counts, Report, Scope, ScopeKind, parse_window
 from storage import audit
 from storage.db import Database
@@ -57,11 +57,14 @@ def test_every_seeded_lease_request_and_audit_row_says_it_is_demo_data(
 
 
 def test_the_past_ends_before_the_demo_starts_and_no_gpu_is_held_twice(seeded: Services) -> None:
-    """Leases end before the start hour, one lease per GPU at a time, and their GPUs are free."""
+    """Leases and hours end `QUIET` before the start hour (the rollup's own hours), one lease
+    per GPU at a time, and their GPUs are free."""
     with seeded.ctx.db.read() as session:
         leases = session.exec(select(LeaseRow)).all()
         held = session.exec(select(LeaseGpuRow)).all()
-    assert all(lease.ended_at is not None and lease.ended_at < HOUR0 for lease in leases)
+        last = max(hour.hour for hour in session.exec(select(GpuHourRow)).all())
+    assert all(lease.ended_at and lease.ended_at <= HOUR0 - QUIET for lease in leases)
+    assert last + timedelta(hours=1) <= HOUR0 - QUIET
     assert all(lease.granted_at >= HOUR0 - timedelta(days=14) for lease in leases)
     assert not any(row.active for row in held)
     by_gpu: dict[tuple[str, int], list[tuple[datetime, datetime]]] = defaultdict(list)
@@ -161,20 +164,20 @@ def test_alice_sees_her_teams_week_by_pool_not_by_person(seeded: Services) -> No
 
 def test_the_labs_week_adds_every_team_and_the_use_without_a_lease(seeded: Services) -> None:
     """vision 374; nlp 328 (carol 2x48 and 4x20 on a100, 1x10 on l40s; dave 2x6, 1x10 and
-    4x30); platform 688 (serving 4x164, 1x8 and 2x12 on l40s); 3 + 2 + 4 hours unleased."""
+    4x30); platform 676 (serving 4x161, 1x8 and 2x12 on l40s); 3 + 2 + 4 hours unleased."""
     report = a_report(seeded, ADA, Scope(ScopeKind.LAB))
     usage = report.figures.usage
-    assert {"vision": 374, "nlp": 328, "platform": 688} == {
+    assert {"vision": 374, "nlp": 328, "platform": 676} == {
         line.key: pytest.approx(line.usage.allocated_h) for line in report.lines if line.key
     }
-    assert (1390, 272, 28, 9) == pytest.approx(
+    assert (1378, 260, 28, 9) == pytest.approx(
         (usage.allocated_h, usage.idle_h, usage.unknown_h, usage.unreserved_h)
     )
-    # serving: 448 busy GPU-h at 42 % and 208 quiet at 1 %; the rest as the plan says
-    serving = 448 * 0.42 + 208 * 0.01
-    assert 753.9 == pytest.approx(usage.used_h)
-    assert 190.24 == pytest.approx(serving)
-    assert (342 + 318) * 2.40 + 74 * 1.10 + 656 * 3.90 == pytest.approx(usage.cost)
+    # serving: 448 busy GPU-h at 42 % and 196 quiet at 1 %; the rest as the plan says
+    serving = 448 * 0.42 + 196 * 0.01
+    assert 190.12 == pytest.approx(serving)
+    assert 753.78 == pytest.approx(usage.used_h)
+    assert (342 + 318) * 2.40 + 74 * 1.10 + 644 * 3.90 == pytest.approx(usage.cost)
     # 17 grants: nine at once, then 5, 10, 15, 20, 25, 40, 90 and 120 minutes
     assert (17, 0) == (report.figures.granted, report.figures.wait_p50_s)
     assert (40 + 0.4 * 50) * 60 == pytest.approx(report.figures.wait_p90_s)
