@@ -59,6 +59,7 @@ class OutboxKind(StrEnum):
     ADMIN_NOTICE = "admin_notice"  # a line for each admin (one message per line, as before)
     ADMIN_DIGEST = "admin_digest"  # the lines a sweep owes one admin, in one message
     NOTICE = "notice"  # a line for one person
+    REPORT_FILE = "report_file"  # a report drawn as a chart or a CSV file, posted where asked
 
 
 def backoff(attempts: int) -> timedelta:
