@@ -128,6 +128,7 @@ class Report:
     scope: ScopeKind | None = None
     name: str = ""  # the team or pool; "" for `team` alone: the person's own team
     window: str = ""  # 7d, 30d, 24h or YYYY-MM; "": the last 7 days
+    observe: bool = False  # `report observe`: what observe-only rules would have done
 
 
 Command: TypeAlias = (
@@ -364,10 +365,13 @@ def _report(args: str, env: _Env) -> Command | ParseProblem:
     read = f"I read {quote(' '.join(['report', *words]))}:"
     scope: ScopeKind | None = None
     name, window = "", ""
+    observe = bool(words) and words[0] == "observe"
+    if observe:
+        words.pop(0)
     while words:
         word = words.pop(0)
         kind = _SCOPES.get(word)
-        if kind is not None and scope is None:
+        if kind is not None and scope is None and not observe:
             scope = kind
             if kind in (ScopeKind.TEAM, ScopeKind.POOL) and words and _a_name(words[0], env):
                 name = words.pop(0)
@@ -387,7 +391,7 @@ def _report(args: str, env: _Env) -> Command | ParseProblem:
         parse_window(window, env.now, env.tz)
     except WindowError as exc:
         return _report_problem(f"{read} {exc}", scope, name)
-    return Report(scope, name, window)
+    return Report(scope, name, window, observe=observe)
 
 
 _WINDOW_LIKE = re.compile(r"\d[\w-]*", re.ASCII)

@@ -99,7 +99,9 @@ COMMANDS: dict[str, CommandHelp] = {
         "lab; without a window, the last 7 days. Members see their own use and their team's "
         "totals, managers their team person by person, admins everything. A month such as "
         "`2026-11` is read in your time zone. *Chart* and *CSV* under the answer post the "
-        "same figures as a file.",
+        "same figures as a file. Admins: `/gpu report observe [30d]` shows what each "
+        "observe-only rule would have done, and how often a would-have reclaim's lease was "
+        "busy again soon after.",
         ("/gpu report", "/gpu report team vision 30d", "/gpu report lab 2026-11"),
     ),
     "nodes": CommandHelp(

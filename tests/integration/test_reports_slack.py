@@ -258,3 +258,15 @@ def test_waits_and_extensions_come_from_requests_and_the_audit(
         said = report(bot, local, slack, ALICE, "")
     assert "*Wait for GPUs*\\nmedian 0s, 90 % within 0s (1 granted)" in said
     assert "*Reclaims · extensions · recalls*\\n0 · 1 · 0" in said
+
+
+def test_admins_see_what_observe_only_rules_would_have_done(
+    bot: Bot, local: LocalSlack, slack: SlackDriver
+) -> None:
+    """`report observe` is the admins' evidence before a rule acts; members are told so."""
+    said = report(bot, local, slack, ADA, "observe 30d")
+    assert "Observe-only rules from 2026-11-02 10:00 CET to 2026-12-02 10:00 CET" in said
+    refused = report(bot, local, slack, ALICE, "observe")
+    assert "Only admins see what observe-only rules would have done." in refused
+    assert "would have done nothing in this window" in said
+    assert "Observe-only rules" not in refused

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from slack_bolt import Ack, App
 
 from bot.services import Refused
+from bot.services import observed as observed_use
 from bot.services import reports as report_use
 from bot.services.results import BorrowResult
 from bot.services.rule_files import RulesDirError
@@ -78,6 +79,8 @@ def carry_out(deps: SlackDeps, row: InboxRow, zone: Zone | None) -> Answer:
         return Answer(view=borrow_form(deps, user))
     if isinstance(parsed, p.Why | p.Audit):
         return Answer(reply=explained(deps, user, parsed, zone))
+    if isinstance(parsed, p.Report) and parsed.observe:
+        return Answer(reply=observed_rules(deps, user, parsed, zone))
     if isinstance(parsed, p.Report):
         return Answer(reply=reported(deps, user, parsed, zone))
     return Answer(reply=owning_up(run(deps, user, parsed), zone))
@@ -123,6 +126,28 @@ def reported(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -
         label=lambda who: names(mention(who)),
         zone=tz.key if zone is not None and zone.known else "UTC: Slack did not tell me yours",
     )
+
+
+def observed_rules(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -> Message:
+    """`/gpu report observe [30d]`, for admins: what each observe-only rule would have done, and
+    how often a would-have reclaim's lease was busy again soon after."""
+    ctx = deps.services.ctx
+    if not ctx.policy.is_admin(user):
+        return refused_message(
+            Refused("Only admins see what observe-only rules would have done.", "not-allowed")
+        )
+    tz = zone.tz if zone is not None else UTC_ZONE
+    try:
+        window = parse_window(command.window or "30d", deps.now(), tz)
+    except WindowError as exc:
+        return refused_message(Refused(str(exc), "window"))
+    found = observed_use.observed(ctx, window.since, window.until)
+    text = deps.people.known_names(observed_use.render(found, tz=tz))
+    first, _, rest = text.partition("\n")
+    blocks = [section(f"*{escape(first)}*")]
+    if rest:
+        blocks.append(section(f"```{escape(rest)}```"))
+    return message(first, blocks)
 
 
 def explained(deps: SlackDeps, user: str, command: p.Why | p.Audit, zone: Zone | None) -> Message:
