@@ -69,7 +69,7 @@ class PastLease:
     end_reason: str
     borrow: PastRequest
     extension: PastRequest | None = None
-    events: tuple[PastEvent, ...] = ()  # recalls and the end, in time order
+    events: tuple[PastEvent, ...] = ()  # warnings, a recall, the reclaim or release, in order
     protected: bool = False
 
 
