@@ -371,3 +371,30 @@ class AgentNonceRow(SQLModel, table=True):
     node: str = Field(max_length=128)
     nonce: str = Field(max_length=128)
     expires_at: datetime = _ts(index=True)
+
+
+class GpuHourRow(SQLModel, table=True):
+    """One GPU's use in one hour under one lease (`lease_id` 0: the time no lease held it, kept
+    only when the GPU was busy then). Every `*_s` is seconds; filled from gpu_minute and the
+    lease intervals by the rollup job."""
+
+    __tablename__ = "gpu_hour"
+    __table_args__ = (
+        sa.UniqueConstraint("hour", "node", "index", "lease_id", name="uq_gpu_hour_gpu_lease"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = _ts()
+    pool: str = Field(max_length=64)
+    node: str = Field(max_length=128)
+    index: int
+    team: str = Field(default="", max_length=64)
+    holder: str = Field(default="", max_length=64)
+    lease_id: int = 0
+    allocated_s: float = 0.0
+    used_s: float = 0.0
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    unknown_s: float = 0.0
+    unreserved_s: float = 0.0
+    memory_peak_mib: int | None = None
