@@ -22,6 +22,7 @@ from rules.domain import LeaseState
 from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow
 
 HOUR = timedelta(hours=1)
+_HOURS = cast(sa.Table, GpuHourRow.__table__)  # type: ignore[attr-defined]
 MINUTE_S = 60.0
 #: Leases that never held a GPU (asked, waiting or refused) have no interval.
 _NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseState.CANCELLED)
@@ -146,7 +147,7 @@ def replace(
         sa.delete(GpuHourRow).where(col(GpuHourRow.hour) >= since, col(GpuHourRow.hour) < until)
     )
     if rows:
-        session.execute(sa.insert(GpuHourRow), list(rows))
+        session.execute(sa.insert(_HOURS), list(rows))  # Core: no ORM objects for bulk rows
     return len(rows)
 
 
