@@ -25,6 +25,7 @@ from rules.policy import (
     Approvals,
     Backfill,
     Case,
+    Digest,
     FleetLimits,
     Limits,
     Policy,
@@ -33,6 +34,7 @@ from rules.policy import (
     QueueRules,
     Quota,
     Recall,
+    Reports,
     Rule,
     Team,
     Timing,
@@ -46,12 +48,14 @@ from rules.policy import (
 from rules.schema import (
     ApprovalsSpec,
     CaseFile,
+    DigestSpec,
     FleetSpec,
     LimitsSpec,
     PolicyFile,
     PreemptionSpec,
     QueueSpec,
     RecallSpec,
+    ReportsSpec,
     WarningsSpec,
 )
 from rules.schema_problems import schema_problems
@@ -157,6 +161,7 @@ class _Builder:
         automation_at = self.once("automation")
         default_at = self.once("default")
         approvals_at = self.once("approvals")
+        reports_at = self.once("reports")
         approvals = _approvals(approvals_at[1] if approvals_at else None, Approvals())
         teams = self._teams(approvals)
         if admins_at is None:
@@ -202,6 +207,7 @@ class _Builder:
             ),
             fleet=FleetLimits(**(fleet_at[1] if fleet_at else FleetSpec()).model_dump()),
             approvals=approvals,
+            reports=_reports(reports_at[1] if reports_at else ReportsSpec()),
             _team_of=team_of,
         )
 
@@ -281,7 +287,13 @@ class _Builder:
             override = {k: v for k, v in spec.limits.model_dump().items() if v is not None}
             pool_limits = Limits(**{**limits.__dict__, **override})
             pools[name] = Pool(
-                name, spec.model, spec.protected, dict(spec.nodes), quotas, pool_limits
+                name,
+                spec.model,
+                spec.protected,
+                dict(spec.nodes),
+                quotas,
+                pool_limits,
+                spec.cost_per_gpu_hour,
             )
         return pools
 
@@ -396,3 +408,17 @@ def _approvals(spec: ApprovalsSpec | None, base: Approvals) -> Approvals:
     if hours is not None:
         given["working_hours"] = WorkingHours(hours.days, hours.start, hours.end, hours.tz)
     return replace(base, **given)
+
+
+def _reports(spec: ReportsSpec) -> Reports:
+    def digest(d: DigestSpec | None, channel: str | None = None) -> Digest | None:
+        return Digest(d.day, d.at, d.tz, channel) if d is not None else None
+
+    lab = spec.lab_digest
+    return Reports(
+        currency=spec.currency,
+        keep_hourly=spec.keep_hourly,
+        busy_again_within=spec.busy_again_within,
+        lab_digest=digest(lab, lab.channel) if lab is not None else None,
+        personal_digests=digest(spec.personal_digests),
+    )

@@ -53,6 +53,29 @@ class Approvals:
 
 
 @dataclass(frozen=True)
+class Digest:
+    """When a report digest goes out: `day` "daily" or mon..sun, at local wall time in `tz`;
+    `channel` for the lab digest (None: each person's own, by DM)."""
+
+    day: str
+    at: time
+    tz: str
+    channel: str | None = None
+
+
+@dataclass(frozen=True)
+class Reports:
+    """Usage reports: the currency of pool prices, how long hourly rows are kept, the window an
+    observe-mode would-have reclaim is checked against, and the scheduled digests."""
+
+    currency: str = "USD"
+    keep_hourly: timedelta = timedelta(days=400)
+    busy_again_within: timedelta = timedelta(hours=1)
+    lab_digest: Digest | None = None
+    personal_digests: Digest | None = None
+
+
+@dataclass(frozen=True)
 class Team:
     name: str
     managers: frozenset[str]
@@ -146,6 +169,7 @@ class Pool:
     nodes: Mapping[str, int]
     quotas: Mapping[str, Quota]
     limits: Limits
+    cost_per_gpu_hour: float | None = None  # in Reports.currency; None: not priced
 
     @property
     def size(self) -> int:
@@ -219,6 +243,7 @@ class Policy:
     preemption: Preemption = field(default_factory=Preemption)
     fleet: FleetLimits = field(default_factory=FleetLimits)
     approvals: Approvals = field(default_factory=Approvals)
+    reports: Reports = field(default_factory=Reports)
     names: Mapping[str, str] = field(default_factory=dict)  # Slack id: how to show the person
     _team_of: Mapping[str, str] = field(default_factory=dict, repr=False)
 

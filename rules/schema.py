@@ -176,6 +176,32 @@ def _escalation_target(value: str) -> str:
 EscalationTarget = Annotated[str, AfterValidator(_escalation_target)]
 
 
+def _digest_day(value: object) -> object:
+    if isinstance(value, str) and value.strip().lower() in ("daily", *_DAYS):
+        return value.strip().lower()
+    raise ValueError(f"expected daily or a weekday (mon ... sun), got {value!r}")
+
+
+class DigestSpec(_Strict):
+    """A personal digest: each person who held GPUs gets their own, by DM."""
+
+    day: Annotated[str, BeforeValidator(_digest_day)] = "mon"
+    at: Annotated[time, BeforeValidator(_clock)] = time(9)
+    tz: Annotated[str, AfterValidator(_zone)] = "UTC"
+
+
+class LabDigestSpec(DigestSpec):
+    channel: ChannelId
+
+
+class ReportsSpec(_Strict):
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] = "USD"
+    keep_hourly: Duration = timedelta(days=400)
+    busy_again_within: Duration = timedelta(hours=1)
+    lab_digest: LabDigestSpec | None = None
+    personal_digests: DigestSpec | None = None
+
+
 class ApprovalsSpec(_Strict):
     """Every key optional: the lab-wide section fills what a team's section leaves out."""
 
@@ -227,6 +253,7 @@ class PoolSpec(_Strict):
     nodes: dict[Name, Annotated[int, Field(ge=1, le=64, strict=True)]] = Field(min_length=1)
     quotas: dict[Name, QuotaSpec] = Field(default_factory=dict)
     limits: LimitsOverride = LimitsOverride()
+    cost_per_gpu_hour: Annotated[float, Field(ge=0)] | None = None
 
 
 class WarningsSpec(_Strict):
@@ -306,6 +333,7 @@ class PolicyFile(_Strict):
     preemption: PreemptionSpec | None = None
     fleet: FleetSpec | None = None
     approvals: ApprovalsSpec | None = None
+    reports: ReportsSpec | None = None
     automation: Literal["active", "paused"] | None = None
     default: DefaultSpec | None = None
     rules: list[RuleSpec] | None = None

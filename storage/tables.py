@@ -309,6 +309,39 @@ class GpuMinuteRow(SQLModel, table=True):
     ok_samples: int = 0
 
 
+class GpuHourRow(SQLModel, table=True):
+    """One GPU's use in one hour by one lease, rolled up from the per-minute history for reports.
+
+    `lease_id` 0 is the time no lease held the GPU (written only when it was busy: unreserved
+    use). Every `*_s` is seconds: `allocated_s` exactly from the lease's interval; `used_s`
+    weighted by utilisation; `busy_s` and `idle_s` the observed minutes at or above and under
+    the busy threshold; `unknown_s` allocated time without a working reading, never idle.
+    """
+
+    __tablename__ = "gpu_hour"
+    __table_args__ = (
+        sa.UniqueConstraint("hour", "node", "index", "lease_id", name="uq_gpu_hour"),
+        sa.Index("ix_gpu_hour_team_hour", "team", "hour"),
+        sa.Index("ix_gpu_hour_holder_hour", "holder", "hour"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = _ts(index=True)
+    pool: str = Field(default="", max_length=64)
+    node: str = Field(max_length=128)
+    index: int
+    team: str = Field(default="", max_length=64)
+    holder: str = Field(default="", max_length=64)
+    lease_id: int = 0
+    allocated_s: float = 0.0
+    used_s: float = 0.0
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    unknown_s: float = 0.0
+    unreserved_s: float = 0.0
+    memory_peak_mib: int | None = None
+
+
 class EnforcementRow(SQLModel, table=True):
     """An order to a node agent to signal a reclaimed lease's processes, and what came of it.
 
@@ -371,30 +404,3 @@ class AgentNonceRow(SQLModel, table=True):
     node: str = Field(max_length=128)
     nonce: str = Field(max_length=128)
     expires_at: datetime = _ts(index=True)
-
-
-class GpuHourRow(SQLModel, table=True):
-    """One GPU's use in one hour under one lease (`lease_id` 0: the time no lease held it, kept
-    only when the GPU was busy then). Every `*_s` is seconds; filled from gpu_minute and the
-    lease intervals by the rollup job."""
-
-    __tablename__ = "gpu_hour"
-    __table_args__ = (
-        sa.UniqueConstraint("hour", "node", "index", "lease_id", name="uq_gpu_hour_gpu_lease"),
-    )
-
-    id: int | None = Field(default=None, primary_key=True)
-    hour: datetime = _ts()
-    pool: str = Field(max_length=64)
-    node: str = Field(max_length=128)
-    index: int
-    team: str = Field(default="", max_length=64)
-    holder: str = Field(default="", max_length=64)
-    lease_id: int = 0
-    allocated_s: float = 0.0
-    used_s: float = 0.0
-    busy_s: float = 0.0
-    idle_s: float = 0.0
-    unknown_s: float = 0.0
-    unreserved_s: float = 0.0
-    memory_peak_mib: int | None = None

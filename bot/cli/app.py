@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from bot.cli import audit, db, leases, nodes, org, processes, rules
+from bot.cli import audit, db, leases, nodes, org, processes, report, rules
 
 
 class _QuietPipeGroup(TyperGroup):
@@ -67,6 +67,7 @@ app.add_typer(rules.app, name="rules")
 app.add_typer(db.app, name="db")
 app.add_typer(audit.app, name="audit")
 app.add_typer(org.app, name="org")
+app.add_typer(report.app, name="report")
 app.command("leases")(leases.leases)
 app.command("nodes")(nodes.nodes)
 app.command("serve")(processes.serve)

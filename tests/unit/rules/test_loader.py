@@ -103,20 +103,20 @@ def test_the_revision_is_the_hash_of_the_files() -> None:
             "pools.yaml",
             "vision:   {nominal: 8,",
             "vision:   {nominal: 7,",
-            "pools.yaml:10:7: nominal quotas add up to 15 (vision 7 + nlp 6 + platform 2) but "
+            "pools.yaml:13:7: nominal quotas add up to 15 (vision 7 + nlp 6 + platform 2) but "
             "pool 'a100' has 16 GPUs; they must add up to the pool's size",
         ),
         (
             "pools.yaml",
             "      vision:   {nominal: 8,",
             "      robots:   {nominal: 8,",
-            "pools.yaml:10:7: unknown team 'robots' (teams: nlp, platform, vision)",
+            "pools.yaml:13:7: unknown team 'robots' (teams: nlp, platform, vision)",
         ),
         (
             "pools.yaml",
             "vision:   {nominal: 8,",
             "vision:   {nominal: eight,",
-            "pools.yaml:10:27: pools.a100.quotas.vision.nominal: Input should be a valid integer",
+            "pools.yaml:13:27: pools.a100.quotas.vision.nominal: Input should be a valid integer",
         ),
         (
             "requests.yaml",

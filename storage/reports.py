@@ -1,0 +1,180 @@
+"""Reads for usage reports: sums over the hourly rollups, request waits, and audit counts.
+
+A row counts in a window when its hour starts inside it. Everything is summed in SQL, grouped
+by what the report breaks down by (and by pool, which prices the allocated GPU-hours).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col
+
+from rules.reports import HOUR, Counts, GroupBy, Usage
+from storage.audit import AuditTag
+from storage.tables import AuditRow, GpuHourRow, LeaseRow, RequestRow
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Whose use: one holder, one team, one pool (None: any)."""
+
+    holder: str | None = None
+    team: str | None = None
+    pool: str | None = None
+
+
+_H = GpuHourRow.__table__.c  # type: ignore[attr-defined]
+_SUMS = (
+    sa.func.sum(_H.allocated_s),
+    sa.func.sum(_H.used_s),
+    sa.func.sum(_H.busy_s),
+    sa.func.sum(_H.idle_s),
+    sa.func.sum(_H.unknown_s),
+    sa.func.sum(_H.unreserved_s),
+)
+_KEYS: Mapping[str, Any] = {
+    "team": _H.team,
+    "holder": _H.holder,
+    "pool": _H.pool,
+    "lease": _H.lease_id,
+    "day": _H.hour,
+    "hour": _H.hour,
+}
+
+
+def usage(
+    session: Session,
+    since: datetime,
+    until: datetime,
+    where: Filter,
+    by: GroupBy | None,
+    *,
+    prices: Mapping[str, float],
+    tz: tzinfo = UTC,
+) -> dict[str, Usage]:
+    """GPU time per `by` key in [since, until) (one "" key when `by` is None); cost is the
+    allocated GPU-hours times their pool's price (pools without one cost nothing)."""
+    key = _KEYS[by] if by is not None else sa.literal("")
+    stmt = (
+        sa.select(key, _H.pool, *_SUMS)
+        .where(_H.hour >= since, _H.hour < until, *_conditions(where))
+        .group_by(key, _H.pool)
+    )
+    out: dict[str, Usage] = defaultdict(Usage)
+    for raw, pool, *sums in session.connection().execute(stmt):
+        allocated, used, busy, idle, unknown, unreserved = (float(s or 0) for s in sums)
+        cost = allocated / HOUR * prices.get(pool, 0.0)
+        out[_key(by, raw, tz)] += Usage(allocated, used, busy, idle, unknown, unreserved, cost)
+    return dict(out)
+
+
+def _conditions(where: Filter) -> list[Any]:
+    out: list[Any] = []
+    if where.holder is not None:
+        out.append(_H.holder == where.holder)
+    if where.team is not None:
+        out.append(_H.team == where.team)
+    if where.pool is not None:
+        out.append(_H.pool == where.pool)
+    return out
+
+
+def _key(by: GroupBy | None, raw: Any, tz: tzinfo) -> str:
+    match by:
+        case None:
+            return ""
+        case "lease":
+            return f"L{raw}" if raw else ""
+        case "day":
+            return _aware(raw).astimezone(tz).date().isoformat()
+        case "hour":
+            return _aware(raw).isoformat()
+        case _:
+            return str(raw)
+
+
+def _aware(value: Any) -> datetime:
+    """A grouped timestamp as UTC: SQLite hands back text, PostgreSQL an aware datetime."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def waits(session: Session, since: datetime, until: datetime, where: Filter) -> list[float]:
+    """Seconds from filing to grant, for borrow requests filed in [since, until) that got a
+    lease (at once or after waiting in the queue or for a manager)."""
+    stmt = (
+        sa.select(col(RequestRow.created_at), col(LeaseRow.granted_at))
+        .join(LeaseRow, col(LeaseRow.id) == col(RequestRow.lease_id))
+        .where(
+            col(RequestRow.kind) == "borrow",
+            col(RequestRow.created_at) >= since,
+            col(RequestRow.created_at) < until,
+            *_request_conditions(where),
+        )
+    )
+    return [
+        max(0.0, (granted - filed).total_seconds())
+        for filed, granted in session.connection().execute(stmt)
+    ]
+
+
+def _request_conditions(where: Filter) -> list[Any]:
+    out: list[Any] = []
+    if where.holder is not None:
+        out.append(col(RequestRow.requester) == where.holder)
+    if where.team is not None:
+        out.append(col(RequestRow.team) == where.team)
+    if where.pool is not None:
+        out.append(col(RequestRow.pool) == where.pool)
+    return out
+
+
+_COUNTED = {
+    AuditTag.SWEEP_RECLAIM: "reclaims",
+    AuditTag.LEASE_RECLAIMED: "reclaims",
+    AuditTag.LEASE_EXTENDED: "extensions",
+    AuditTag.LEASE_RECALLED: "recalls",
+}
+
+
+def counts(session: Session, since: datetime, until: datetime, where: Filter) -> Counts:
+    """Reclaims, extensions and recalls of leases in [since, until), from their audit rows."""
+    stmt = sa.select(col(AuditRow.tag), col(AuditRow.subject)).where(
+        col(AuditRow.tag).in_([str(t) for t in _COUNTED]),
+        col(AuditRow.at) >= since,
+        col(AuditRow.at) < until,
+    )
+    rows = session.connection().execute(stmt).all()
+    allowed = _lease_ids(session, where, [s for _, s in rows]) if _filtered(where) else None
+    tally: dict[str, int] = defaultdict(int)
+    for tag, subject in rows:
+        if allowed is None or subject in allowed:
+            tally[_COUNTED[AuditTag(tag)]] += 1
+    return Counts(tally["reclaims"], tally["extensions"], tally["recalls"])
+
+
+def _filtered(where: Filter) -> bool:
+    return where.holder is not None or where.team is not None or where.pool is not None
+
+
+def _lease_ids(session: Session, where: Filter, subjects: list[str]) -> set[str]:
+    ids = {int(s.split(":", 1)[1]) for s in subjects if s.startswith("lease:")}
+    if not ids:
+        return set()
+    conditions: list[Any] = [col(LeaseRow.id).in_(sorted(ids))]
+    if where.holder is not None:
+        conditions.append(col(LeaseRow.holder) == where.holder)
+    if where.team is not None:
+        conditions.append(col(LeaseRow.team) == where.team)
+    if where.pool is not None:
+        conditions.append(col(LeaseRow.pool) == where.pool)
+    found = session.connection().execute(sa.select(col(LeaseRow.id)).where(*conditions))
+    return {f"lease:{lease_id}" for (lease_id,) in found}

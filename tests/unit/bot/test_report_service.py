@@ -1,0 +1,112 @@
+"""Who sees which report, and what it adds up to (the shipped org: vision, nlp, platform)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from bot.services import Services
+from bot.services.context import SYSTEM
+from bot.services.reports import build, default_scope, parse_scope
+from bot.services.results import Refused
+from rules.reports import Report, Scope, ScopeKind, Window, WindowError
+from storage.tables import GpuHourRow
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, T0, VICTOR
+
+WEEK = Window(T0 - timedelta(days=7), T0, "last 7 days")
+
+
+def hours(
+    services: Services, holder: str, team: str, *, count: int, util: float, pool: str = "a100"
+) -> None:
+    with services.ctx.db.write() as session:
+        session.add_all(
+            GpuHourRow(hour=T0 - timedelta(hours=h + 1), pool=pool, node=holder, index=0,
+                       team=team, holder=holder, lease_id=1, allocated_s=3600,
+                       used_s=3600 * util, busy_s=3600)
+            for h in range(count)
+        )  # fmt: skip
+
+
+@pytest.fixture
+def week(services: Services) -> Services:
+    hours(services, ALICE, "vision", count=4, util=0.5)  # 4 GPU-h, 2 used, $9.60
+    hours(services, BOB, "vision", count=2, util=1.0, pool="l40s")  # 2 GPU-h, $2.20
+    hours(services, CAROL, "nlp", count=1, util=0.25)
+    return services
+
+
+def report(services: Services, viewer: str, scope: Scope, **kw: object) -> Report:
+    built = build(services.ctx, viewer, scope, WEEK, **kw)  # type: ignore[arg-type]
+    assert isinstance(built, Report), built
+    return built
+
+
+def test_a_member_sees_their_own_use_by_pool(week: Services) -> None:
+    mine = report(week, ALICE, Scope(ScopeKind.ME))
+    assert (4.0, 2.0, 0.5) == (mine.figures.usage.allocated_h, mine.figures.usage.used_h,
+                               mine.figures.usage.efficiency)  # fmt: skip
+    assert pytest.approx(9.6) == mine.figures.usage.cost
+    assert (["a100"], "pool", "USD", True) == ([ln.key for ln in mine.lines], mine.by,
+                                               mine.currency, mine.priced)  # fmt: skip
+    assert 8 == len(mine.days)
+    assert 4.0 == mine.days[-1].usage.allocated_h
+
+
+def test_a_member_sees_team_totals_but_not_per_person(week: Services) -> None:
+    team = report(week, ALICE, Scope(ScopeKind.TEAM, "vision"))
+    assert 6.0 == team.figures.usage.allocated_h
+    assert "pool" == team.by  # not per person
+    refused = build(week.ctx, ALICE, Scope(ScopeKind.TEAM, "vision"), WEEK, by="holder")
+    assert isinstance(refused, Refused)
+    assert "managers and admins" in refused.message
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [Scope(ScopeKind.TEAM, "nlp"), Scope(ScopeKind.LAB), Scope(ScopeKind.POOL, "a100"),
+     Scope(ScopeKind.USER, CAROL)],
+)  # fmt: skip
+def test_a_member_is_told_what_they_may_see(week: Services, scope: Scope) -> None:
+    refused = build(week.ctx, ALICE, scope, WEEK)
+    assert isinstance(refused, Refused)
+    assert "`/gpu report team vision`" in refused.message
+
+
+def test_a_manager_sees_their_team_per_person(week: Services) -> None:
+    team = report(week, VICTOR, Scope(ScopeKind.TEAM, "vision"))
+    assert [(ALICE, 4.0), (BOB, 2.0)] == [(ln.key, ln.usage.allocated_h) for ln in team.lines]
+    assert isinstance(build(week.ctx, VICTOR, Scope(ScopeKind.USER, BOB), WEEK), Report)
+    assert isinstance(build(week.ctx, VICTOR, Scope(ScopeKind.TEAM, "nlp"), WEEK), Refused)
+
+
+def test_admins_and_the_bot_see_everything(week: Services) -> None:
+    for viewer in (ADA, SYSTEM):
+        lab = report(week, viewer, Scope(ScopeKind.LAB))
+        assert [("vision", 6.0), ("nlp", 1.0)] == [
+            (ln.key, ln.usage.allocated_h) for ln in lab.lines
+        ]
+    pool = report(week, ADA, Scope(ScopeKind.POOL, "l40s"))
+    assert pytest.approx(2.2) == pool.figures.usage.cost
+
+
+def test_unknown_teams_and_pools_are_named(week: Services) -> None:
+    refused = build(week.ctx, ADA, Scope(ScopeKind.TEAM, "visoin"), WEEK)
+    assert isinstance(refused, Refused)
+    assert "no team `visoin`; teams: nlp, platform, vision" in refused.message
+
+
+def test_scopes_are_read_from_the_command_text(services: Services) -> None:
+    assert (Scope(ScopeKind.TEAM, "vision"), "30d") == parse_scope(ALICE, "team Vision 30d")
+    assert (Scope(ScopeKind.ME, ALICE), "7d") == parse_scope(ALICE, "me 7d")
+    assert (Scope(ScopeKind.USER, BOB), "") == parse_scope(ADA, f"<@{BOB}|bob>")
+    assert (Scope(ScopeKind.LAB), "2026-11") == parse_scope(ADA, "2026-11", Scope(ScopeKind.LAB))
+    with pytest.raises(WindowError, match="Name the pool"):
+        parse_scope(ADA, "pool")
+    ctx = services.ctx
+    assert [Scope(ScopeKind.LAB), Scope(ScopeKind.TEAM, "vision"), Scope(ScopeKind.ME, ALICE)] == [
+        default_scope(ctx, ADA),
+        default_scope(ctx, VICTOR),
+        default_scope(ctx, ALICE),
+    ]

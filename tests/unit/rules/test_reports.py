@@ -1,0 +1,68 @@
+"""Report arithmetic and windows, by hand."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from rules.reports import Usage, WindowError, day_keys, parse_window, percentile, total
+
+NOW = datetime(2026, 12, 2, 10, 30, tzinfo=UTC)
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def test_two_gpus_for_three_hours_at_half_utilisation() -> None:
+    hour = Usage(allocated_s=3600, used_s=1800, busy_s=3600)
+    usage = total([hour] * 6)
+    assert (6.0, 3.0, 0.5) == (usage.allocated_h, usage.used_h, usage.efficiency)
+
+
+def test_nothing_allocated_has_no_efficiency() -> None:
+    assert Usage(unreserved_s=60).efficiency is None
+    assert Usage().empty
+    assert not Usage(unreserved_s=60).empty
+
+
+@pytest.mark.parametrize(
+    ("text", "since", "label"),
+    [
+        ("", NOW - timedelta(days=7), "last 7 days"),
+        ("30d", NOW - timedelta(days=30), "last 30 days"),
+        ("24h", NOW - timedelta(hours=24), "last 24 hours"),
+        ("1w", NOW - timedelta(weeks=1), "last week"),
+    ],
+)
+def test_spans_count_back_from_now(text: str, since: datetime, label: str) -> None:
+    window = parse_window(text, NOW, UTC)
+    assert (since, NOW, label) == (window.since, window.until, window.label)
+
+
+def test_a_month_is_its_local_days_and_ends_now_while_it_runs() -> None:
+    november = parse_window("2026-11", NOW, BERLIN)
+    assert november.since == datetime(2026, 10, 31, 23, 0, tzinfo=UTC)
+    assert november.until == datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
+    assert "November 2026" == november.label
+    assert NOW == parse_window("2026-12", NOW, UTC).until
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("soon", "could not read `soon`"), ("2026-13", "not a month"), ("500d", "1h to 400d"),
+     ("2027-01", "has not begun")],
+)  # fmt: skip
+def test_windows_that_cannot_be_read_say_what_would_work(text: str, says: str) -> None:
+    with pytest.raises(WindowError, match=says):
+        parse_window(text, NOW, UTC)
+
+
+def test_percentiles_interpolate() -> None:
+    assert percentile([], 50) is None
+    assert 30.0 == percentile([10, 50, 30], 50)
+    assert 46.0 == percentile([10, 30, 50], 90)
+
+
+def test_day_keys_follow_the_local_calendar() -> None:
+    since = datetime(2026, 11, 30, 22, 0, tzinfo=UTC)  # 23:00 in Berlin
+    assert ["2026-11-30", "2026-12-01"] == day_keys(since, since + timedelta(hours=2), BERLIN)

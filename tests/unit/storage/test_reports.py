@@ -1,0 +1,119 @@
+"""Sums over hourly rows, request waits and audit counts, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlmodel import Session
+
+from rules.reports import Counts
+from storage import reports
+from storage.audit import AuditEntry, AuditTag, append
+from storage.db import Database
+from storage.reports import Filter
+from storage.tables import GpuHourRow, RequestRow
+from tests.unit.storage.builders import a_lease
+
+T0 = datetime(2026, 11, 30, 22, 0, tzinfo=UTC)
+PRICES = {"a100": 2.0}
+
+
+def hour_row(
+    hour: int,
+    *,
+    gpu: int = 0,
+    pool: str = "a100",
+    team: str = "vision",
+    holder: str = "U1",
+    lease: int = 1,
+    util: float = 0.5,
+) -> GpuHourRow:
+    return GpuHourRow(
+        hour=T0 + timedelta(hours=hour), pool=pool, node="n1", index=gpu, team=team,
+        holder=holder, lease_id=lease, allocated_s=3600, used_s=3600 * util,
+        busy_s=3600, idle_s=0, unknown_s=0, unreserved_s=0,
+    )  # fmt: skip
+
+
+def fill(database: Database) -> None:
+    with database.write() as session:
+        # Two GPUs for three hours at 50 %, for U1 of vision in a100 ...
+        session.add_all([hour_row(h, gpu=g) for h in range(3) for g in (0, 1)])
+        # ... one l40s hour of U2 in nlp, unpriced, and one hour of unreserved use.
+        session.add(hour_row(1, pool="l40s", team="nlp", holder="U2", lease=2, util=1.0))
+        session.add(GpuHourRow(hour=T0, pool="a100", node="n1", index=5, unreserved_s=1200))
+
+
+def test_usage_by_team_prices_allocated_gpu_hours(database: Database) -> None:
+    fill(database)
+    with database.read() as session:
+        by_team = reports.usage(session, T0, T0 + timedelta(hours=3), Filter(), "team",
+                                prices=PRICES)  # fmt: skip
+    vision, nlp, unheld = by_team["vision"], by_team["nlp"], by_team[""]
+    assert (6.0, 3.0, 0.5, 12.0) == (vision.allocated_h, vision.used_h, vision.efficiency,
+                                     vision.cost)  # fmt: skip
+    assert (1.0, 1.0, 0.0) == (nlp.allocated_h, nlp.used_h, nlp.cost)
+    assert (0.0, 1200.0) == (unheld.allocated_s, unheld.unreserved_s)
+
+
+def test_usage_filters_windows_and_groups_by_local_day(database: Database) -> None:
+    fill(database)
+    with database.read() as session:
+        mine = reports.usage(session, T0 + timedelta(hours=1), T0 + timedelta(hours=9),
+                             Filter(holder="U1"), None, prices=PRICES)  # fmt: skip
+        days = reports.usage(session, T0, T0 + timedelta(days=1), Filter(pool="a100"), "day",
+                             prices={}, tz=UTC)  # fmt: skip
+        leases = reports.usage(session, T0, T0 + timedelta(days=1), Filter(team="nlp"),
+                               "lease", prices={})  # fmt: skip
+    assert 4.0 == mine[""].allocated_h  # hours 1 and 2 of both GPUs
+    assert {"2026-11-30": 4.0, "2026-12-01": 2.0} == {k: u.allocated_h for k, u in days.items()}
+    assert ["L2"] == list(leases)
+
+
+def request(
+    session: Session,
+    *,
+    filed: datetime,
+    lease_id: int | None,
+    team: str = "vision",
+    requester: str = "U1",
+) -> None:
+    session.add(RequestRow(
+        kind="borrow", requester=requester, team=team, pool="a100", gpus=1, duration_s=3600,
+        state="approved", outcome="approve", lease_id=lease_id, created_at=filed,
+    ))  # fmt: skip
+
+
+def test_waits_run_from_filing_to_grant(database: Database) -> None:
+    with database.write() as session:
+        for minutes in (0, 10, 30):
+            lease = a_lease(session, at=T0 + timedelta(minutes=minutes))
+            request(session, filed=T0, lease_id=lease)
+        request(session, filed=T0, lease_id=None)  # still waiting: no grant to count
+        other = a_lease(session, at=T0 + timedelta(hours=2), team="nlp", holder="U2")
+        request(session, filed=T0, lease_id=other, team="nlp", requester="U2")
+    with database.read() as session:
+        vision = reports.waits(session, T0, T0 + timedelta(days=1), Filter(team="vision"))
+        everyone = reports.waits(session, T0, T0 + timedelta(days=1), Filter())
+    assert [0.0, 600.0, 1800.0] == sorted(vision)
+    assert 4 == len(everyone)
+
+
+def test_counts_come_from_audit_tags_of_the_scope_s_leases(database: Database) -> None:
+    with database.write() as session:
+        mine = a_lease(session, at=T0, holder="U1")
+        theirs = a_lease(session, at=T0, holder="U2", team="nlp")
+    entries = [
+        (AuditTag.SWEEP_RECLAIM, mine), (AuditTag.LEASE_EXTENDED, mine),
+        (AuditTag.LEASE_EXTENDED, theirs), (AuditTag.LEASE_RECALLED, theirs),
+        (AuditTag.LEASE_GRANTED, mine),
+    ]  # fmt: skip
+    with database.write() as session:
+        for tag, lease in entries:
+            entry = AuditEntry(actor="gpubot", tag=tag, subject=f"lease:{lease}")
+            append(session, entry, at=T0 + timedelta(minutes=5))
+    with database.read() as session:
+        until = T0 + timedelta(hours=1)
+        assert Counts(1, 1, 0) == reports.counts(session, T0, until, Filter(holder="U1"))
+        assert Counts(1, 2, 1) == reports.counts(session, T0, until, Filter())
+        assert Counts() == reports.counts(session, until, until + timedelta(hours=1), Filter())
