@@ -1,6 +1,6 @@
 """The hourly rollup (the `rollup` job): every whole hour not rolled yet goes into gpu_hour, and
 the two hours rolled last go again (an agent's push may arrive late), never the current hour;
-then the hourly rows older than the rules keep go."""
+then the hourly rows older than the rules keep (`reports.keep_hourly`) go."""
 
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ log = logging.getLogger(__name__)
 MINUTES_KEPT = timedelta(days=30)
 #: The hours rolled last, rolled again with the next completed hour, for late agent pushes.
 AGAIN = 2 * HOUR
-#: How long hourly rows are kept.
-KEEP_HOURLY = timedelta(days=400)
 
 
 def run(ctx: Context, now: datetime) -> int:
@@ -47,7 +45,7 @@ def run(ctx: Context, now: datetime) -> int:
         start = end
     with ctx.db.write() as session:
         keyvalue.set_rolled_until(session, max(current, rolled or current), at=now, by=SYSTEM)
-        rollups.prune(session, now - KEEP_HOURLY)
+        rollups.prune(session, now - ctx.policy.reports.keep_hourly)
     if hours > 1 + AGAIN // HOUR:
         log.info(
             "rollup: %d hours rolled (%d hourly rows), caught up to %s", hours, written, current

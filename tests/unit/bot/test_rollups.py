@@ -10,7 +10,9 @@ from sqlmodel import col, select
 
 from bot.services import BorrowAsk, Services, rollups
 from storage import gpus, keyvalue
+from storage.db import Database
 from storage.tables import GpuHourRow, GpuMinuteRow
+from tests.builders import default_sources
 from tests.unit.bot.conftest import ALICE, T0, Clock, borrowed
 
 H = timedelta(hours=1)
@@ -108,10 +110,21 @@ def test_nothing_stored_rolls_nothing_and_starts_from_now(services: Services, cl
         assert T0 == keyvalue.rolled_until(session)
 
 
-def test_hourly_rows_older_than_the_setting_go(services: Services, clock: Clock) -> None:
-    kept = rollups.KEEP_HOURLY
-    with services.db.write() as session:
-        for age in (kept + H, kept - H):
-            session.add(GpuHourRow(hour=T0 - age, pool="l40s", node="l40s-node-01", index=0))
-    run_at(services, clock, T0 + timedelta(minutes=5))
-    assert [T0 - kept + H] == [row[0] for row in hourly(services)]
+def test_hourly_rows_older_than_the_setting_go(database: Database, clock: Clock) -> None:
+    """`reports.keep_hourly: 30d` in the rule files: a row of 30 days and an hour ago goes,
+    one of 29 days and 23 hours ago stays."""
+    sources = default_sources()
+    sources["reports.yaml"] = sources["reports.yaml"].replace(
+        "keep_hourly: 400d", "keep_hourly: 30d"
+    )
+    services = Services.open(database, sources, clock=clock)
+    try:
+        kept = timedelta(days=30)
+        assert kept == services.policy.reports.keep_hourly
+        with services.db.write() as session:
+            for age in (kept + H, kept - H):
+                session.add(GpuHourRow(hour=T0 - age, pool="l40s", node="l40s-node-01", index=0))
+        run_at(services, clock, T0 + timedelta(minutes=5))
+        assert [T0 - kept + H] == [row[0] for row in hourly(services)]
+    finally:
+        services.close()
