@@ -118,7 +118,8 @@ class Bot:
             self._store_history(self.services.now())  # agents' samples have history too
         report = self.services.sweep(self.telemetry)  # the poll job observed the fleet already
         granted = self.services.serve_queue()  # reclaims and expiries free GPUs for the queue
-        if (report.changed or granted) and self.deliverer.want():
+        digests = self.services.send_digests()  # reports, not automation: sent even when paused
+        if (report.changed or granted or digests) and self.deliverer.want():
             self.jobs.kick(OUTBOX)
 
     def retain(self) -> None:

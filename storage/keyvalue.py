@@ -8,6 +8,7 @@ The keys, as stored:
     unreserved:<node>:<index>              the Unix users told they run on a GPU without a lease
     health:probe                           when /healthz last proved the database takes writes
     rollup:hourly                          the first hour the hourly rollup has not rolled yet
+    digest:<lab|personal>                  the period a scheduled digest was last owed for
 
 Callers own the session (and so the transaction).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from storage.tables import SettingRow
@@ -27,6 +29,7 @@ _INTRUDER = "intruder:"
 _UNRESERVED = "unreserved:"
 HEALTH_PROBE = "health:probe"
 ROLLED_UNTIL = "rollup:hourly"
+_DIGEST = "digest:"
 
 
 def paused(session: Session) -> bool:
@@ -131,6 +134,26 @@ def set_rolled_until(session: Session, hour: datetime, *, at: datetime, by: str)
     )
     row.value, row.updated_at, row.updated_by = hour.isoformat(), at, by
     session.add(row)
+
+
+def digest_sent(session: Session, name: str) -> str | None:
+    """The period the digest `name` was last owed for (None: never)."""
+    row = session.get(SettingRow, f"{_DIGEST}{name}")
+    return row.value if row is not None else None
+
+
+def mark_digest_sent(session: Session, name: str, period: str, *, at: datetime, by: str) -> None:
+    """Note that the digest `name` was owed for `period`. An upsert: two processes owing the
+    same period at once both succeed (the outbox's key keeps the messages single)."""
+    values = {"key": f"{_DIGEST}{name}", "value": period, "updated_at": at, "updated_by": by}
+    table = SettingRow.__table__  # type: ignore[attr-defined]
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(table).values(**values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["key"], set_={"value": period, "updated_at": at, "updated_by": by}
+    )
+    session.execute(stmt)
 
 
 def forget(session: Session, key: str) -> None:

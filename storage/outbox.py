@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from storage.tables import OutboxRow
@@ -59,6 +60,8 @@ class OutboxKind(StrEnum):
     ADMIN_NOTICE = "admin_notice"  # a line for each admin (one message per line, as before)
     ADMIN_DIGEST = "admin_digest"  # the lines a sweep owes one admin, in one message
     NOTICE = "notice"  # a line for one person
+    DIGEST = "digest"  # a scheduled usage digest, to a channel or a person, once per period
+    REPORT_FILE = "report_file"  # a report drawn as a chart or a CSV file, posted where asked
 
 
 def backoff(attempts: int) -> timedelta:
@@ -101,11 +104,34 @@ class Owed:
     data: Mapping[str, Any]
 
 
+@overload
 def owe(
-    session: Session, message: Owed, *, at: datetime, after: timedelta | None = None
-) -> OutboxRow:
+    session: Session,
+    message: Owed,
+    *,
+    at: datetime,
+    after: timedelta | None = None,
+    key: None = None,
+) -> OutboxRow: ...
+
+
+@overload
+def owe(
+    session: Session, message: Owed, *, at: datetime, after: timedelta | None = None, key: str
+) -> OutboxRow | None: ...
+
+
+def owe(
+    session: Session,
+    message: Owed,
+    *,
+    at: datetime,
+    after: timedelta | None = None,
+    key: str | None = None,
+) -> OutboxRow | None:
     """Owe a message in the caller's transaction. `after`: not before then, and not sent at
-    once with what the request owed (a cosmetic redraw that later changes may fold into)."""
+    once with what the request owed (a cosmetic redraw that later changes may fold into).
+    `key`: the message is owed once under it; None when a row with that key exists already."""
     row = OutboxRow(
         created_at=at,
         kind=str(message.kind),
@@ -113,12 +139,41 @@ def owe(
         recipient=message.recipient,
         data=dict(message.data),
         next_attempt_at=at + after if after else at,
+        dedupe_key=key,
     )
-    session.add(row)
-    session.flush()
+    if key is None:
+        session.add(row)
+        session.flush()
+        row_id = row.id
+    else:
+        row_id = _insert_once(session, row)
+        if row_id is None:
+            return None
+        row = session.get_one(OutboxRow, row_id)
     if not after:
-        session.info.setdefault(_OWED, []).append(row.id)
+        session.info.setdefault(_OWED, []).append(row_id)
     return row
+
+
+def _insert_once(session: Session, row: OutboxRow) -> int | None:
+    """Insert `row` unless its key is taken: the database decides (a racing insert of the
+    same key waits for the first one's commit, then adds nothing). Its id, None when taken."""
+    values = row.model_dump(exclude={"id"})
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = (
+        insert(_TABLE)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["dedupe_key"])
+        .returning(_TABLE.c.id)
+    )
+    found = session.execute(stmt).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+def keyed(session: Session, key: str) -> OutboxRow | None:
+    """The row owed under `key` (None: nothing was owed under it)."""
+    return session.exec(select(OutboxRow).where(OutboxRow.dedupe_key == key)).first()
 
 
 def waiting(

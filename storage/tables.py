@@ -284,6 +284,8 @@ class OutboxRow(SQLModel, table=True):
     delivered_at: datetime | None = _ts(nullable=True)
     channel: str | None = Field(default=None, max_length=32)  # where it landed
     ts: str | None = Field(default=None, max_length=32)
+    # A message owed once per period (a digest): a second owe under the same key does nothing.
+    dedupe_key: str | None = Field(default=None, max_length=128, unique=True, index=True)
 
 
 class GpuMinuteRow(SQLModel, table=True):

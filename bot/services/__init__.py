@@ -17,6 +17,7 @@ from bot.services import (
     borrowing,
     device_records,
     devices,
+    digests,
     enforcement,
     explain,
     extensions,
@@ -65,6 +66,7 @@ from storage import requests as storage_requests
 from storage.audit import AuditTag
 from storage.db import Database
 from storage.gpus import GpuLine, Place, gpu_lines
+from storage.tables import OutboxRow
 
 __all__ = ["BorrowAsk", "Refused", "Services"]
 
@@ -381,6 +383,15 @@ class Services:
             )
             sync_inventory(session, policy, at=now, actor=actor)
         return policy
+
+    def send_digests(self) -> int:
+        """Owe the scheduled digests now due, once per period; how many messages were owed.
+        Digests report and take nothing: they go out even while automation is paused."""
+        return digests.run(self.ctx, self.now())
+
+    def digest(self, owed: OutboxRow) -> digests.LabDigest | digests.PersonalDigest | None:
+        """What an owed digest says, read now (None: nothing to say)."""
+        return digests.view(self.ctx, owed)
 
     def notice(self, outbox_id: int) -> Notice | None:
         """What an owed message says as its subject stands now (None: nothing left to say)."""

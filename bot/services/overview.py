@@ -25,12 +25,14 @@ from bot.services.results import (
     WeekUse,
 )
 from rules.domain import Reporting, RequestState
-from storage import nodes
+from rules.reports import Usage
+from storage import nodes, reports
 from storage.gpus import Place, free_gpus, gpu_lines
 from storage.pools import pool_usage
+from storage.reports import Filter
 from storage.requests import pending, pools_with_queue, queued_sizes
 from storage.tables import RequestRow
-from storage.usage import held_minutes
+from storage.usage import held_usage, rolled_until
 
 
 def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
@@ -125,7 +127,7 @@ def home(session: Session, ctx: Context, user: str, *, paused: bool) -> Home:
         paused=paused,
         admin=admin,
         places=_places(session, ctx, [r for r in mine if r.state == RequestState.QUEUED]),
-        week=week_use(session, user, ctx.now()),
+        week=week_use(session, ctx, user, ctx.now()),
         waiting=tuple(waiting_for(session, ctx, user)),
         managed=tuple(_managed(session, ctx, user)),
         fleet=fleet(session, ctx) if admin else None,
@@ -143,10 +145,34 @@ def waiting_for(session: Session, ctx: Context, user: str) -> list[RequestView]:
     return approval_lifecycle.waiting_for(session, ctx, user)
 
 
-def week_use(session: Session, user: str, now: datetime) -> WeekUse:
-    """GPU-hours `user` held in the last 7 days, those the telemetry saw, and those busy."""
-    held = held_minutes(session, user, now - WEEK, now, busy_pct=BUSY_PCT)
-    return WeekUse(held.held / 60, held.observed / 60, held.busy / 60)
+def week_use(session: Session, ctx: Context, user: str, now: datetime) -> WeekUse:
+    """What `user` held in the last 7 days: the whole hours the hourly rollups hold, and the
+    rest (the part of the first hour inside the window, and the hours not rolled up yet) from
+    the per-minute history, counted the same way."""
+    prices = {n: p.cost_per_gpu_hour for n, p in ctx.policy.pools.items() if p.cost_per_gpu_hour}
+    since = now - WEEK
+    first_whole = min(_ceil_hour(since), now)
+    rolled = min(
+        rolled_until(session) or first_whole, now.replace(minute=0, second=0, microsecond=0)
+    )
+
+    def minutes(start: datetime, end: datetime) -> Usage:
+        return held_usage(session, user, start, end, busy_pct=BUSY_PCT, prices=prices)
+
+    if rolled <= first_whole:
+        usage = minutes(since, now)
+    else:
+        hourly = reports.usage(
+            session, first_whole, rolled, Filter(holder=user), None, prices=prices
+        )
+        usage = minutes(since, first_whole) + hourly.get("", Usage()) + minutes(rolled, now)
+    currency = ctx.policy.reports.currency
+    return WeekUse(usage, currency, priced=bool(prices) and usage.cost > 0)
+
+
+def _ceil_hour(at: datetime) -> datetime:
+    hour = at.replace(minute=0, second=0, microsecond=0)
+    return hour if hour == at else hour + timedelta(hours=1)
 
 
 def fleet(session: Session, ctx: Context) -> Fleet:

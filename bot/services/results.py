@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from rules.domain import Outcome
+from rules.reports import Usage
 
 
 @dataclass(frozen=True, order=True)
@@ -282,11 +283,12 @@ class Home:
 
 @dataclass(frozen=True)
 class WeekUse:
-    """A person's last 7 days: GPU-hours held, those with telemetry, and those busy."""
+    """A person's last 7 days: GPU time held, used, idle and unknown, and its cost (`priced`:
+    some pool has a price)."""
 
-    held_gpu_h: float
-    observed_gpu_h: float
-    busy_gpu_h: float
+    usage: Usage
+    currency: str = "USD"
+    priced: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,13 @@ from typing import Any
 
 from slack_bolt import Ack
 
-from bot.services import Refused, Services
+from bot.services import Refused, Services, reports
 from bot.settings import Settings
 from bot.slack.blocks import BORROW_MODAL
 from bot.slack.inbox import Accepted, Inbox, request_key
-from bot.slack.parse import Audit, Why, parse
+from bot.slack.parse import Audit, Report, Why, parse
 from bot.slack.people import UTC_ZONE, People, Zone
+from rules.reports import ScopeKind
 from storage.tables import InboxRow
 
 NOT_RECORDED = (
@@ -28,6 +29,15 @@ NOT_RECORDED = (
 
 class NotRecorded(Exception):  # noqa: N818 - names the situation, like Slack's own error codes
     """A request that could not be recorded is refused (503), so Slack shows it failed."""
+
+
+def own_team(services: Services, user: str) -> str | None:
+    """The team a manager's report shows by default, else the team the person is in."""
+    default = reports.default_scope(services.ctx, user)
+    if default.kind is ScopeKind.TEAM:
+        return default.name
+    team = services.policy.team_of(user)
+    return team.name if team is not None else None
 
 
 @dataclass
@@ -76,6 +86,8 @@ class SlackDeps:
         """`why` and `audit` show times in the reader's zone and people by name: both looked
         up here, outside the unit of work (a read, then users.info calls, cached)."""
         parsed = parse(text, now=self.now(), tz=UTC_ZONE, pools=list(self.services.policy.pools))
+        if isinstance(parsed, Report):
+            return self._reporting(user, parsed)
         if not isinstance(parsed, Why | Audit):
             return None
         zone = self.people.zone(user)
@@ -84,3 +96,12 @@ class SlackDeps:
         if not isinstance(found, Refused):
             self.people.warm("\n".join((found.summary, *found.lines)))
         return zone
+
+    def _reporting(self, user: str, command: Report) -> Zone:
+        """`report` counts days in the reader's zone and shows a team's people by name: the
+        zone, and the names of the team a manager's report breaks down, looked up here."""
+        named = command.name if command.scope is ScopeKind.TEAM else ""
+        team = self.services.policy.teams.get(named or own_team(self.services, user) or "")
+        if team is not None:
+            self.people.warm(" ".join(f"<@{who}>" for who in sorted(team.members | team.managers)))
+        return self.people.zone(user)

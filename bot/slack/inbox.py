@@ -57,6 +57,7 @@ class Answer:
     reply: Message | None = None  # through the request's response_url, else by DM
     home: bool = False  # draw their Home tab again
     view: dict[str, Any] | None = None  # a modal to open with the request's trigger_id
+    owed: tuple[Owed, ...] = ()  # more the request owes (a report's file), in the same commit
 
 
 # (the row, what `prepare` looked up outside any transaction) -> the answer
@@ -260,6 +261,8 @@ class Inbox:
             outbox.owe(session, Owed(OutboxKind.REPLY, subject, row.actor, data), at=at)
         if answer.home:
             homes.owe_home(session, row.actor, at=at, subject=subject)
+        for owed in answer.owed:
+            outbox.owe(session, owed, at=at)
 
     def _claim(self, session: Session) -> list[int]:
         self.db.settle(session)  # the Home tabs the request's changes owe go out with it

@@ -8,6 +8,7 @@ tab is drawn at delivery, so it shows what is true when it is published.
 from __future__ import annotations
 
 from bot.services import Services
+from bot.services.digests import LabDigest, PersonalDigest
 from bot.services.notice_views import (
     AdminDigest,
     AdminNotice,
@@ -37,6 +38,7 @@ from bot.slack.blocks.approval import (
     escalated_line,
     extension_waiting,
 )
+from bot.slack.blocks.digests import lab_digest, personal_digest
 from bot.slack.blocks.kit import (
     Message,
     ask_again_button,
@@ -69,11 +71,23 @@ def renderer(services: Services, people: People) -> Render:
             return Rendered(str(row.data.get("text") or ""), list(row.data.get("blocks") or []))
         if row.kind == OutboxKind.HOME:
             return Rendered("", [], view=home_view(services.home(row.recipient)))
+        if row.kind == OutboxKind.DIGEST:
+            return _digest(services.digest(row), people)
         assert row.id is not None
         found = services.notice(row.id)
         return drawn(found, people) if found is not None else None
 
     return render
+
+
+def _digest(digest: LabDigest | PersonalDigest | None, people: People) -> Rendered | None:
+    match digest:
+        case LabDigest():
+            return _rendered(lab_digest(digest, people.name))
+        case PersonalDigest():
+            return _rendered(personal_digest(digest))
+        case _:
+            return None
 
 
 def drawn(notice: Notice, people: People) -> Rendered:

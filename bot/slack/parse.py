@@ -17,6 +17,7 @@ from bot.services.borrowing import BorrowAsk
 from bot.slack import texts
 from bot.slack.freetext import Words, clip, quote, read_words
 from rules.domain import Priority, format_duration
+from rules.reports import ScopeKind, WindowError, parse_window
 
 SUBCOMMANDS = texts.SUBCOMMANDS
 ADMIN_ACTIONS = ("pause", "resume", "reload", "drain", "undrain")
@@ -120,12 +121,23 @@ class Nodes:
     node: str | None = None  # None: every node
 
 
+@dataclass(frozen=True)
+class Report:
+    """`/gpu report`: whose use (None: the person's default) over which window (as typed)."""
+
+    scope: ScopeKind | None = None
+    name: str = ""  # the team or pool; "" for `team` alone: the person's own team
+    window: str = ""  # 7d, 30d, 24h or YYYY-MM; "": the last 7 days
+    observe: bool = False  # `report observe`: what observe-only rules would have done
+
+
 Command: TypeAlias = (
     (Help | OpenBorrowModal | Borrow | Extend | Release | Mine | Status | Queue | Quota | Why)
     | Shrink
     | Audit
     | Admin
     | Nodes
+    | Report
 )
 
 
@@ -147,21 +159,29 @@ class _Env:
     now: datetime
     tz: ZoneInfo
     pools: Collection[str]
+    teams: Collection[str] = ()
 
 
 def parse(
-    text: str, *, now: datetime, tz: ZoneInfo, pools: Collection[str]
+    text: str,
+    *,
+    now: datetime,
+    tz: ZoneInfo,
+    pools: Collection[str],
+    teams: Collection[str] = (),
 ) -> Command | ParseProblem:
-    """Read the text after `/gpu`: empty is help, the first word picks the subcommand."""
+    """Read the text after `/gpu`: empty is help, the first word picks the subcommand.
+    `teams`, when given, lets `report team …` name a team that does not exist."""
     parts = text.strip().split(None, 1)
     if not parts:
         return Help()
     sub = _ALIASES.get(parts[0].lower(), parts[0].lower())
     args = parts[1].strip() if len(parts) > 1 else ""
     handler = _HANDLERS.get(sub)
+    env = _Env(now, tz, pools, teams)
     if handler is None:
-        return _unknown(parts[0], text.strip(), _Env(now, tz, pools))
-    return handler(args, _Env(now, tz, pools))
+        return _unknown(parts[0], text.strip(), env)
+    return handler(args, env)
 
 
 def split_reason(args: str) -> tuple[str, str]:
@@ -336,6 +356,81 @@ def _admin(args: str, env: _Env) -> Command | ParseProblem:
     return ParseProblem([], problem + f"Admin commands: {', '.join(ADMIN_ACTIONS)}.", example)
 
 
+_SCOPES = {"me": ScopeKind.ME, "lab": ScopeKind.LAB, "team": ScopeKind.TEAM, "pool": ScopeKind.POOL}
+
+
+def _report(args: str, env: _Env) -> Command | ParseProblem:
+    """`[me | team T | pool P | lab] [7d | 30d | 24h | YYYY-MM]`, scope and window in any order."""
+    words = args.lower().split()
+    read = f"I read {quote(' '.join(['report', *words]))}:"
+    scope: ScopeKind | None = None
+    name, window = "", ""
+    observe = bool(words) and words[0] == "observe"
+    if observe:
+        words.pop(0)
+    while words:
+        word = words.pop(0)
+        kind = _SCOPES.get(word)
+        if kind is not None and scope is None and not observe:
+            scope = kind
+            if kind in (ScopeKind.TEAM, ScopeKind.POOL) and words and _a_name(words[0], env):
+                name = words.pop(0)
+        elif not window and _window_like(word):
+            window = word
+        else:
+            return _report_problem(f"{read} I do not know what {quote(word)} means here.")
+    if scope is ScopeKind.POOL and not name:
+        pools = _names(env.pools)
+        return _report_problem(
+            f"{read} which pool? Pools: {pools}.", scope, min(env.pools, default="")
+        )
+    problem, fixed = _report_names(scope, name, env)
+    if problem:
+        return _report_problem(f"{read} {problem}", scope, fixed, window)
+    try:
+        parse_window(window, env.now, env.tz)
+    except WindowError as exc:
+        return _report_problem(f"{read} {exc}", scope, name)
+    return Report(scope, name, window, observe=observe)
+
+
+_WINDOW_LIKE = re.compile(r"\d[\w-]*", re.ASCII)
+
+
+def _window_like(word: str) -> bool:
+    return _WINDOW_LIKE.fullmatch(word) is not None
+
+
+def _a_name(word: str, env: _Env) -> bool:
+    """After `team` or `pool`: a name, unless it reads as a window (a known name always wins)."""
+    return word in env.teams or word in env.pools or not _window_like(word)
+
+
+def _report_names(scope: ScopeKind | None, name: str, env: _Env) -> tuple[str, str]:
+    """What is wrong with the team or pool named ("" if nothing), and the name to suggest."""
+    known = env.teams if scope is ScopeKind.TEAM else env.pools
+    if scope not in (ScopeKind.TEAM, ScopeKind.POOL) or not name or not known or name in known:
+        return "", name
+    noun = str(scope)
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    problem = f"there is no {noun} {quote(name, 64)}{hint}; {noun}s: {_names(known)}."
+    return problem, close[0] if close else next(iter(known))
+
+
+def _names(known: Collection[str]) -> str:
+    return ", ".join(known) or "none are configured"
+
+
+def _report_problem(
+    problem: str, scope: ScopeKind | None = None, name: str = "", window: str = ""
+) -> ParseProblem:
+    example = texts.COMMANDS["report"].example
+    if scope is not None:
+        example = " ".join(filter(None, ["/gpu report", str(scope), name, window or "7d"]))
+    return ParseProblem([], problem, example.replace("`", "'"))
+
+
 def _help(args: str, env: _Env) -> Command | ParseProblem:
     topic = args.lower().removeprefix("/gpu ").strip()
     if not topic:
@@ -372,5 +467,6 @@ _HANDLERS: dict[str, Callable[[str, _Env], Command | ParseProblem]] = {
     "audit": _ref(Audit),
     "admin": _admin,
     "nodes": _nodes,
+    "report": _report,
     "help": _help,
 }

@@ -92,6 +92,18 @@ COMMANDS: dict[str, CommandHelp] = {
         "revision.",
         ("/gpu audit L7", "/gpu audit A31"),
     ),
+    "report": CommandHelp(
+        "/gpu report [me | team <team> | pool <pool> | lab] [7d | 30d | 24h | YYYY-MM]",
+        "GPU hours allocated and used, efficiency, idle time, waits and cost over a window.",
+        "Without a scope, members see themselves, managers their team and admins the whole "
+        "lab; without a window, the last 7 days. Members see their own use and their team's "
+        "totals, managers their team person by person, admins everything. A month such as "
+        "`2026-11` is read in your time zone. *Chart* and *CSV* under the answer post the "
+        "same figures as a file. Admins: `/gpu report observe [30d]` shows what each "
+        "observe-only rule would have done, and how often a would-have reclaim's lease was "
+        "busy again soon after.",
+        ("/gpu report", "/gpu report team vision 30d", "/gpu report lab 2026-11"),
+    ),
     "nodes": CommandHelp(
         "/gpu nodes [node]",
         "Admins only: every node and GPU, whether it reports, and its history.",

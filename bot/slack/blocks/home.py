@@ -154,15 +154,23 @@ def _ordinal(n: int) -> str:
 
 
 def week_line(week: WeekUse) -> str:
-    """Last 7 days: what was held, and (where telemetry saw it) how much of it was busy."""
-    if week.held_gpu_h <= 0:
+    """Last 7 days: what was held, how much of it was used (where telemetry saw it), what sat
+    idle, what no reading covered, and what it cost where pools are priced."""
+    usage = week.usage
+    if usage.allocated_s <= 0:
         return "Last 7 days: you held no GPUs."
-    line = f"Last 7 days: you held {_hours(week.held_gpu_h)} GPU-hours"
-    if week.observed_gpu_h > 0:
-        line += (
-            f"; the GPUs were busy for {_hours(week.busy_gpu_h)} of the "
-            f"{_hours(week.observed_gpu_h)} hours telemetry saw"
+    parts = [f"Last 7 days: you held {_hours(usage.allocated_h)} GPU-hours"]
+    if usage.busy_s + usage.idle_s > 0 and usage.efficiency is not None:
+        parts.append(
+            f"{round(usage.efficiency * 100)} % efficiency ({_hours(usage.used_h)} GPU-h used)"
         )
+        if usage.idle_s > 0:
+            parts.append(f"{_hours(usage.idle_h)} GPU-h idle")
+    if usage.unknown_s > 0:
+        parts.append(f"{_hours(usage.unknown_h)} GPU-h with no readings")
+    line = ", ".join(parts)
+    if week.priced:
+        line += f"; cost {usage.cost:,.2f} {escape(week.currency)}"
     return line + "."
 
 

@@ -1,8 +1,9 @@
 """Buttons: Approve / Deny / Withdraw / Remind approvers / Ask again on requests, Extend /
 Release / Still using on leases, Borrow on Home and in unreserved-use DMs, Pause / Resume on an
-admin's Home. Each click is recorded and acked; a worker carries it out (`carry_out`) on the id
-the button carries and answers where the click happened: through the response_url under a
-message, by DM (and a redrawn Home tab) for a click on the Home tab.
+admin's Home, Chart / CSV under a report (`report_files`). Each click is recorded and acked; a
+worker carries it out (`carry_out`) on the id the button carries and answers where the click
+happened: through the response_url under a message, by DM (and a redrawn Home tab) for a click
+on the Home tab.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from bot.slack.blocks.warnings import (
     SNOOZE_ACTION,
 )
 from bot.slack.inbox import Answer
+from bot.slack.listeners import report_files
 from bot.slack.listeners.commands import borrow_form, borrowed
 from rules.domain import format_duration
 from storage.tables import InboxRow
@@ -79,6 +81,8 @@ def register(app: App, deps: SlackDeps) -> None:
         app.action(action_id)(_accepting(deps))
     for action_id in _SWITCHES:
         app.action(action_id)(_accepting(deps))
+    for action_id in report_files.ACTIONS:  # Chart, CSV
+        app.action(action_id)(report_files.accepting(deps))
 
 
 def _accepting(deps: SlackDeps) -> Callable[..., None]:
@@ -112,9 +116,13 @@ def carry_out(deps: SlackDeps, row: InboxRow, _tz: object) -> Answer:
     home = not payload.get("response_url")  # clicked on the Home tab: no response_url there
     if action_id in _SWITCHES:
         answer = _switched(deps, action_id, user)
+    elif action_id in report_files.ACTIONS:
+        answer = report_files.asked(deps, row)
     else:
         answer = _act(deps, action_id, user, value)
-    return Answer(reply=answer.reply, home=home and answer.view is None, view=answer.view)
+    return Answer(
+        reply=answer.reply, home=home and answer.view is None, view=answer.view, owed=answer.owed
+    )
 
 
 def _act(deps: SlackDeps, action_id: str, user: str, value: str) -> Answer:

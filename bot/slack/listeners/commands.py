@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from slack_bolt import Ack, App
 
 from bot.services import Refused
+from bot.services import observed as observed_use
+from bot.services import reports as report_use
 from bot.services.results import BorrowResult
 from bot.services.rule_files import RulesDirError
 from bot.slack import parse as p
@@ -27,14 +30,17 @@ from bot.slack.blocks import (
     release_reply,
 )
 from bot.slack.blocks.devices import nodes_message
-from bot.slack.blocks.kit import Message, context, escape, message, section
+from bot.slack.blocks.kit import Message, context, escape, mention, message, section
 from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
+from bot.slack.blocks.reports import report_message
 from bot.slack.blocks.shrinking import shrink_reply
+from bot.slack.deps import own_team
 from bot.slack.inbox import Answer
 from bot.slack.people import UTC_ZONE, Zone
 from rules.approvals import most_gpus, pools_for
 from rules.domain import Outcome
 from rules.errors import PolicyError
+from rules.reports import Scope, ScopeKind, WindowError, parse_window
 from storage.tables import InboxRow
 
 if TYPE_CHECKING:
@@ -49,7 +55,7 @@ def register(app: App, deps: SlackDeps) -> None:
     def gpu(ack: Ack, body: dict[str, Any], command: dict[str, Any]) -> None:
         user, text = str(command["user_id"]), str(command.get("text") or "")
         tz = deps.people.known_tz(user) or UTC_ZONE
-        parsed = p.parse(text, now=deps.now(), tz=tz, pools=list(deps.services.policy.pools))
+        parsed = parse_command(deps, text, tz)
         if isinstance(parsed, p.ParseProblem):
             ack(**problem_message(parsed).as_kwargs())
             return
@@ -64,7 +70,7 @@ def carry_out(deps: SlackDeps, row: InboxRow, zone: Zone | None) -> Answer:
     """A recorded /gpu command: its use case, and the reply."""
     user, text = row.actor, str(row.payload.get("text", ""))
     tz = zone.tz if zone is not None else UTC_ZONE
-    parsed = p.parse(text, now=deps.now(), tz=tz, pools=list(deps.services.policy.pools))
+    parsed = parse_command(deps, text, tz)
     if isinstance(parsed, p.ParseProblem):  # the person's own zone can make an end time wrong
         return Answer(reply=problem_message(parsed))
     if isinstance(parsed, p.Help):
@@ -73,7 +79,75 @@ def carry_out(deps: SlackDeps, row: InboxRow, zone: Zone | None) -> Answer:
         return Answer(view=borrow_form(deps, user))
     if isinstance(parsed, p.Why | p.Audit):
         return Answer(reply=explained(deps, user, parsed, zone))
+    if isinstance(parsed, p.Report) and parsed.observe:
+        return Answer(reply=observed_rules(deps, user, parsed, zone))
+    if isinstance(parsed, p.Report):
+        return Answer(reply=reported(deps, user, parsed, zone))
     return Answer(reply=owning_up(run(deps, user, parsed), zone))
+
+
+def parse_command(deps: SlackDeps, text: str, tz: ZoneInfo) -> p.Command | p.ParseProblem:
+    policy = deps.services.policy
+    return p.parse(text, now=deps.now(), tz=tz, pools=list(policy.pools), teams=list(policy.teams))
+
+
+def report_scope(deps: SlackDeps, user: str, command: p.Report) -> Scope | Refused:
+    """The scope typed, or the person's default; `team` alone is their own team."""
+    if command.scope is None:
+        return report_use.default_scope(deps.services.ctx, user)
+    if command.scope is ScopeKind.TEAM and not command.name:
+        team = own_team(deps.services, user)
+        if team is None:
+            return Refused("You are in no team; name one: `/gpu report team vision`.", "no-team")
+        return Scope(ScopeKind.TEAM, team)
+    return Scope(command.scope, command.name)
+
+
+def reported(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -> Message:
+    """`/gpu report`: the figures in the reader's zone, people by name (looked up before the
+    unit of work, `SlackDeps.look_up`)."""
+    tz = zone.tz if zone is not None else UTC_ZONE
+    names = deps.people.known_names
+    scope = report_scope(deps, user, command)
+    if isinstance(scope, Refused):
+        return refused_message(scope)
+    try:
+        window = parse_window(command.window, deps.now(), tz)
+    except WindowError as exc:  # read already in the ack; the person's zone moved a month
+        return refused_message(Refused(str(exc), "window"))
+    found = report_use.build(deps.services.ctx, user, scope, window, tz=tz)
+    if isinstance(found, Refused):
+        return refused_message(replace(found, message=names(found.message)))
+    return report_message(
+        found,
+        viewer=user,
+        window_text=command.window,
+        tz=tz,
+        label=lambda who: names(mention(who)),
+        zone=tz.key if zone is not None and zone.known else "UTC: Slack did not tell me yours",
+    )
+
+
+def observed_rules(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -> Message:
+    """`/gpu report observe [30d]`, for admins: what each observe-only rule would have done, and
+    how often a would-have reclaim's lease was busy again soon after."""
+    ctx = deps.services.ctx
+    if not ctx.policy.is_admin(user):
+        return refused_message(
+            Refused("Only admins see what observe-only rules would have done.", "not-allowed")
+        )
+    tz = zone.tz if zone is not None else UTC_ZONE
+    try:
+        window = parse_window(command.window or "30d", deps.now(), tz)
+    except WindowError as exc:
+        return refused_message(Refused(str(exc), "window"))
+    found = observed_use.observed(ctx, window.since, window.until)
+    text = deps.people.known_names(observed_use.render(found, tz=tz))
+    first, _, rest = text.partition("\n")
+    blocks = [section(f"*{escape(first)}*")]
+    if rest:
+        blocks.append(section(f"```{escape(rest)}```"))
+    return message(first, blocks)
 
 
 def explained(deps: SlackDeps, user: str, command: p.Why | p.Audit, zone: Zone | None) -> Message:

@@ -53,7 +53,7 @@ def test_a_researcher_sees_leases_requests_places_quota_and_the_week(
     services: Services, clock: Clock
 ) -> None:
     """Erin's lease, her queued request with its place, platform's quota, GPU-hours held and
-    (from the per-minute history) busy."""
+    (from the per-minute history, nothing rolled up yet) used, busy and idle, and their cost."""
     lease = borrowed(services, ERIN, BorrowAsk("l40s", 1)).lease
     assert lease is not None
     with services.db.write() as session:  # busy for the first 30 of the 60 minutes
@@ -79,10 +79,14 @@ def test_a_researcher_sees_leases_requests_places_quota_and_the_week(
     assert {queued.request.id: 1} == dict(home.places)
     assert {"a100", "l40s", "inference"} == {q.pool for q in home.quotas}
     assert home.week is not None
-    assert (1.0, 1.0, 0.5) == (
-        round(home.week.held_gpu_h, 2),
-        home.week.observed_gpu_h,
-        home.week.busy_gpu_h,
+    week = home.week.usage  # 30 minutes at 90 %: 0.45 GPU-h used; l40s at 1.10 an hour
+    assert (1.0, 0.45, 0.5, 0.5, 1.1, True) == (
+        round(week.allocated_h, 2),
+        round(week.used_h, 2),
+        week.busy_s / 3600,
+        week.idle_h,
+        round(week.cost, 2),
+        home.week.priced,
     )
     assert (False, False, None, ()) == (home.admin, home.manager, home.fleet, home.waiting)
 

@@ -10,6 +10,7 @@ import pytest
 from bot.services.results import Fleet, TeamWork, UnreservedGpu, WeekUse
 from bot.slack.blocks import APPROVE_ACTION, DENY_ACTION, home_view
 from bot.slack.blocks.home import NO_TEAM, PAUSE_ACTION, RESUME_ACTION, week_line
+from rules.reports import Usage
 from tests.unit.slack.builders import (
     ALICE,
     BOB,
@@ -22,6 +23,7 @@ from tests.unit.slack.builders import (
 )
 
 ADA = "U0ADMIN01"
+H = 3600.0
 FLEET = Fleet(
     drained=("l40s-node-02",),
     silent=("a100-node-02",),
@@ -63,7 +65,7 @@ VIEWS: dict[str, Callable[[], dict[str, Any]]] = {
         a_home(
             requests=(a_request(id=3, state="queued"),),
             places={3: 2},
-            week=WeekUse(12.0, 10.0, 7.5),
+            week=WeekUse(Usage(12 * H, 6 * H, 7.5 * H, 2.5 * H, 2 * H, cost=28.8), "USD", True),
         )
     ),
     "manager": a_manager_home,
@@ -87,10 +89,14 @@ def test_a_researcher_sees_the_place_of_a_queued_request_and_the_week() -> None:
     """Second in the queue; GPU-hours held and busy."""
     text = texts_of(VIEWS["researcher"]())
     assert "2nd in the *a100* queue." in text
-    assert "you held 12.0 GPU-hours" in text
-    assert "busy for 7.5 of the 10.0 hours telemetry saw" in text
+    assert (
+        "Last 7 days: you held 12.0 GPU-hours, 50 % efficiency (6.0 GPU-h used), 2.5 GPU-h "
+        "idle, 2.0 GPU-h with no readings; cost 28.80 USD."
+    ) in text
     assert "Waiting for you" not in text
-    assert "Last 7 days: you held no GPUs." == week_line(WeekUse(0.0, 0.0, 0.0))
+    assert "Last 7 days: you held no GPUs." == week_line(WeekUse(Usage()))
+    unseen = WeekUse(Usage(3 * H, unknown_s=3 * H))  # no reading, no price
+    assert "Last 7 days: you held 3.0 GPU-hours, 3.0 GPU-h with no readings." == week_line(unseen)
 
 
 def test_a_manager_approves_from_home_with_the_cards_own_buttons() -> None:

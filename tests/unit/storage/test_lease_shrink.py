@@ -88,8 +88,9 @@ def test_a_gpu_given_back_counts_in_recent_use_only_until_it_went_back(
         row.state, row.ended_at = "released", NOW
         session.add(row)
     with database.read() as session:
-        used = usage.held_minutes(session, "U1", NOW - timedelta(days=1), NOW, busy_pct=50.0)
-    assert 80.0 == used.held
+        since = NOW - timedelta(days=1)
+        used = usage.held_usage(session, "U1", since, NOW, busy_pct=50.0, prices={})
+    assert 80 * 60 == used.allocated_s
 
 
 def test_a_lease_reclaimed_after_a_shrink_was_reclaimed_only_from_what_it_held(

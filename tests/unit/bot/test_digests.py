@@ -1,0 +1,248 @@
+"""Scheduled digests owed through the outbox: once per period under a key, even when the sweep
+runs again, a second process owes at once, or automation is paused; and what each one says."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlmodel import col, select
+
+from bot.services import Services
+from bot.services import digests as digest_service
+from bot.services.digests import LabDigest, PersonalDigest
+from rules.digests import Period, due_period
+from storage.db import Database
+from storage.tables import GpuHourRow, LeaseRow, OutboxRow, SettingRow
+from tests.builders import default_sources
+from tests.support import postgres
+from tests.unit.bot.conftest import ADA, ALICE, CAROL, T0, Clock
+
+LAB_CHANNEL = "C0LABGPU1"
+# Monday 2 March 2026 09:00 in Berlin is 08:00 UTC; T0 is 09:00 UTC, an hour after.
+SENT_AT = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+WEEK_START = datetime(2026, 2, 23, 8, 0, tzinfo=UTC)
+SCHEDULES = f"""
+  lab_digest: {{channel: {LAB_CHANNEL}, day: mon, at: "09:00", tz: Europe/Berlin}}
+  personal_digests: {{day: mon, at: "09:00", tz: Europe/Berlin}}
+"""
+
+
+def digest_sources() -> dict[str, str]:
+    sources = default_sources()
+    sources["reports.yaml"] += SCHEDULES
+    return sources
+
+
+@pytest.fixture
+def services(database: Database, clock: Clock) -> Iterator[Services]:
+    """The shipped rules with a weekly lab digest and weekly personal digests."""
+    svc = Services.open(database, digest_sources(), clock=clock)
+    yield svc
+    svc.close()
+
+
+def held(
+    services: Services,
+    lease: int,
+    holder: str,
+    team: str,
+    first: datetime,
+    *,
+    hours: int,
+    used_s: float = 0.0,
+    busy_s: float = 0.0,
+    idle_s: float = 0.0,
+) -> None:
+    """One GPU of `lease` held whole hours from `first`, each hour with these seconds."""
+    with services.ctx.db.write() as session:
+        session.add_all(
+            GpuHourRow(hour=first + timedelta(hours=h), pool="a100", node="a100-node-01",
+                       index=lease, team=team, holder=holder, lease_id=lease, allocated_s=3600,
+                       used_s=used_s, busy_s=busy_s, idle_s=idle_s)
+            for h in range(hours)
+        )  # fmt: skip
+
+
+def seed_week(services: Services) -> None:
+    """Alice's L1: 4 GPU-h at half use, 1 h of it idle; Carol's L2: 2 GPU-h, both idle and
+    unused; and an hour of Alice's after the window (not counted)."""
+    first = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+    held(services, 1, ALICE, "vision", first, hours=4, used_s=1800, busy_s=2700, idle_s=900)
+    held(services, 2, CAROL, "nlp", first, hours=2, idle_s=3600)
+    held(services, 1, ALICE, "vision", SENT_AT, hours=1, used_s=3600, busy_s=3600)
+    with services.ctx.db.write() as session:
+        for lease, holder, team in ((1, ALICE, "vision"), (2, CAROL, "nlp")):
+            session.add(LeaseRow(id=lease, holder=holder, team=team, pool="a100", gpus=1,
+                                 state="released", granted_at=first,
+                                 expires_at=first + timedelta(hours=4)))  # fmt: skip
+
+
+@pytest.fixture
+def week(services: Services) -> Services:
+    seed_week(services)
+    return services
+
+
+def digests(services: Services) -> list[tuple[str, str, str | None]]:
+    with services.ctx.db.read() as session:
+        rows = session.exec(
+            select(OutboxRow).where(OutboxRow.kind == "digest").order_by(col(OutboxRow.id))
+        ).all()
+    return [(r.subject, r.recipient, r.dedupe_key) for r in rows]
+
+
+def test_due_digests_are_owed_once_per_period(week: Services, clock: Clock) -> None:
+    """The lab's to its channel, and one to each person who held GPUs in the week."""
+    assert 3 == week.send_digests()
+    expected = [
+        ("digest:lab", LAB_CHANNEL, "digest:lab:2026-W10"),
+        ("digest:U0ALICE01", ALICE, "digest:U0ALICE01:2026-W10"),
+        ("digest:U0CAROL01", CAROL, "digest:U0CAROL01:2026-W10"),
+    ]
+    assert expected == digests(week)
+    for later in (timedelta(minutes=1), timedelta(days=6, hours=22)):  # Mon 10:01 .. Mon 08:00
+        clock.now = T0 + later
+        assert 0 == week.send_digests()
+    clock.now = T0 + timedelta(days=7)  # the next Monday: Alice held a GPU in that week
+    assert 2 == week.send_digests()
+    assert [k for _, _, k in digests(week)][3:] == [
+        "digest:lab:2026-W11",
+        "digest:U0ALICE01:2026-W11",
+    ]
+
+
+def test_a_second_process_owing_the_same_period_adds_nothing(week: Services) -> None:
+    """Two processes that both read the period as not sent yet: the keys keep one of each."""
+    assert 3 == week.send_digests()
+    with week.ctx.db.write() as session:  # as the other process saw it: nothing sent
+        for row in session.exec(select(SettingRow)).all():
+            if row.key.startswith("digest:"):
+                session.delete(row)
+    assert 0 == week.send_digests()
+    assert 3 == len(digests(week))
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite-file", id="sqlite-file"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A database two processes' connections share: a SQLite file, or PostgreSQL."""
+    if request.param == "sqlite-file":
+        db = Database(f"sqlite:///{tmp_path / 'race.db'}")
+        db.create_all()
+    else:
+        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+        db = server.database_with_schema()
+    yield db
+    db.dispose()
+
+
+def test_two_racing_runs_owe_each_digest_once(
+    shared_db: Database, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two bot processes read the period as unsent before either has written: one set of
+    messages, and neither run fails."""
+    both_read = threading.Barrier(2)
+
+    def slow_due(*args: Any) -> Period | None:
+        found = due_period(*args)
+        both_read.wait(timeout=5)  # both have read "not sent yet" before either writes
+        return found
+
+    monkeypatch.setattr(digest_service, "due_period", slow_due)
+    first, second = (Services.open(shared_db, digest_sources(), clock=clock) for _ in range(2))
+    try:
+        seed_week(first)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            owed = [f.result() for f in [pool.submit(s.send_digests) for s in (first, second)]]
+        assert 3 == sum(owed)
+        assert 3 == len(digests(first))
+    finally:
+        first.close()
+        second.close()
+
+
+def test_digests_go_out_while_automation_is_paused(week: Services) -> None:
+    """The kill switch stops what takes GPUs away; a digest only reports."""
+    week.pause(ADA)
+    assert week.paused()
+    assert 3 == week.send_digests()
+
+
+def test_no_digest_is_owed_before_its_first_send_time(week: Services, clock: Clock) -> None:
+    """08:59 Berlin on Monday 2 March: the week of 16 February was the latest; once that is
+    recorded as sent, nothing more until 09:00."""
+    clock.now = SENT_AT - timedelta(minutes=1)
+    assert 1 == week.send_digests()  # the lab's for W09; nobody held GPUs then
+    assert 0 == week.send_digests()
+    clock.now = SENT_AT
+    assert 3 == week.send_digests()
+
+
+def test_rules_without_digests_owe_nothing(database: Database, clock: Clock) -> None:
+    services = Services.open(database, default_sources(), clock=clock)
+    try:
+        assert 0 == services.send_digests()
+    finally:
+        services.close()
+
+
+def test_the_lab_digest_reads_the_week_by_team_with_the_idle_leases(week: Services) -> None:
+    week.send_digests()
+    with week.ctx.db.read() as session:
+        lab = session.exec(select(OutboxRow).where(OutboxRow.recipient == LAB_CHANNEL)).one()
+    view = week.digest(lab)
+    assert isinstance(view, LabDigest)
+    usage = view.report.figures.usage
+    # 4 h + 2 h held; 4 x 0.5 h used; 4 x 0.25 h + 2 h idle; the hour after the window left out
+    assert (6.0, 2.0, 3.0) == (usage.allocated_h, usage.used_h, usage.idle_h)
+    assert pytest.approx(6 * 2.40) == usage.cost  # a100 at 2.40 an hour
+    assert (WEEK_START, SENT_AT, "week of Feb 23") == (
+        view.report.window.since,
+        view.report.window.until,
+        view.report.window.label,
+    )
+    assert ["vision", "nlp"] == [line.key for line in view.report.lines]
+    assert [("L2", CAROL, 2.0), ("L1", ALICE, 1.0)] == [
+        (lease.code, lease.holder, lease.usage.idle_h) for lease in view.idle
+    ]
+
+
+def test_a_personal_digest_reads_only_that_persons_week(week: Services) -> None:
+    week.send_digests()
+    with week.ctx.db.read() as session:
+        mine = session.exec(select(OutboxRow).where(OutboxRow.recipient == ALICE)).one()
+    view = week.digest(mine)
+    assert isinstance(view, PersonalDigest)
+    usage = view.report.figures.usage
+    assert (ALICE, 4.0, 2.0, 0.5) == (view.person, usage.allocated_h, usage.used_h,
+                                      usage.efficiency)  # fmt: skip
+
+
+def test_a_digest_waits_for_the_rollups_to_reach_its_end(services: Services, clock: Clock) -> None:
+    """The rollups hold Sunday only: at 09:00 the digest waits; an hour later it goes anyway,
+    and once they reach 09:00 (the end of its week) it goes at once."""
+    held(services, 1, ALICE, "vision", datetime(2026, 3, 1, 10, 0, tzinfo=UTC), hours=1)
+    clock.now = SENT_AT
+    assert 0 == services.send_digests()
+    clock.now = SENT_AT + timedelta(minutes=59)
+    assert 0 == services.send_digests()
+    held(services, 1, ALICE, "vision", SENT_AT - timedelta(hours=1), hours=1)  # 07:00-08:00
+    assert 2 == services.send_digests()  # the lab's and Alice's
+
+
+def test_a_digest_goes_an_hour_late_when_the_rollups_stay_behind(
+    services: Services, clock: Clock
+) -> None:
+    held(services, 1, ALICE, "vision", datetime(2026, 3, 1, 10, 0, tzinfo=UTC), hours=1)
+    clock.now = SENT_AT + timedelta(hours=1)
+    assert 2 == services.send_digests()
