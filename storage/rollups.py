@@ -195,31 +195,25 @@ def _minutes(
         sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
         sa.func.max(col(m.memory_used_max_mib)),
     )
-    in_hour = (col(m.minute) >= hour, col(m.minute) < hour + HOUR)
-    if spans:
-        iv = _intervals(spans, hour)
-        lease = sa.func.coalesce(iv.c.lease_id, 0)
-        stmt = (
-            sa.select(col(m.node), col(m.index), lease, *sums)
-            .select_from(m)
-            .outerjoin(
-                iv,
-                sa.and_(
-                    iv.c.node == col(m.node),
-                    iv.c.index == col(m.index),
-                    col(m.minute) >= iv.c.start,
-                    sa.or_(iv.c.end.is_(None), col(m.minute) < iv.c.end),
-                ),
-            )
-            .where(*in_hour)
-            .group_by(col(m.node), col(m.index), lease)
+    iv = _intervals(spans, hour)
+    lease = sa.func.coalesce(iv.c.lease_id, 0)
+    stmt = (
+        sa.select(col(m.node), col(m.index), lease, *sums)
+        .select_from(m)
+        .outerjoin(
+            iv,
+            sa.and_(
+                iv.c.node == col(m.node),
+                iv.c.index == col(m.index),
+                col(m.minute) >= iv.c.start,
+                sa.or_(iv.c.end.is_(None), col(m.minute) < iv.c.end),
+            ),
         )
-    else:
-        stmt = (
-            sa.select(col(m.node), col(m.index), sa.literal(0), *sums)
-            .where(*in_hour)
-            .group_by(col(m.node), col(m.index))
-        )
+        .where(col(m.minute) >= hour, col(m.minute) < hour + HOUR)
+        # The lease first: grouped by (node, index) first, SQLite would walk the whole
+        # (node, index, minute) index in its order instead of the hour's range of minutes.
+        .group_by(lease, col(m.node), col(m.index))
+    )
     return {
         (node, index, int(lease_id)): _Minutes(int(seen), int(worked), float(util or 0), peak)
         for node, index, lease_id, seen, worked, util, peak in (

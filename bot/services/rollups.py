@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 MINUTES_KEPT = timedelta(days=30)
 #: The hours rolled last, rolled again with the next completed hour, for late agent pushes.
 AGAIN = 2 * HOUR
+DAY = timedelta(days=1)
 
 
 def run(ctx: Context, now: datetime) -> int:
@@ -35,17 +36,15 @@ def run(ctx: Context, now: datetime) -> int:
             since = current if first is None else floor_hour(first)
         else:
             since = rolled - AGAIN
-    written, hours = 0, 0
-    day = timedelta(days=1)
-    start = since
-    while start < current:
-        end = min(start + day, current)
+    written, start = 0, since
+    while start < current:  # a day's leases read at a time, however long the bot was down
+        end = min(start + DAY, current)
         written += _roll(ctx, start, end, rolled, now)
-        hours += len(list(rollups.hours(start, end)))
         start = end
     with ctx.db.write() as session:
-        keyvalue.set_rolled_until(session, max(current, rolled or current), at=now, by=SYSTEM)
+        keyvalue.set_rolled_until(session, current, at=now, by=SYSTEM)
         rollups.prune(session, now - ctx.policy.reports.keep_hourly)
+    hours = int((current - since) / HOUR)
     if hours > 1 + AGAIN // HOUR:
         log.info(
             "rollup: %d hours rolled (%d hourly rows), caught up to %s", hours, written, current
