@@ -24,7 +24,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,reports]'
 	touch $(STAMP)
 
 # PostgreSQL runs in the test suite next to SQLite; the suite starts its own throwaway server.

@@ -350,6 +350,15 @@ def failed(
     return row.next_attempt_at
 
 
+def note(session: Session, row_id: int, data: Mapping[str, Any]) -> None:
+    """Keep `data` in a row's data while it is on its way (a file's id before it is shared,
+    so a share in doubt can be looked for)."""
+    row = session.get(OutboxRow, row_id)
+    if row is not None:
+        row.data = {**row.data, **data}
+        session.add(row)
+
+
 def dropped(session: Session, row_id: int, *, at: datetime, why: str) -> None:
     """Nothing is left to deliver (e.g. a card update for a card that was never posted)."""
     row = session.get(OutboxRow, row_id)

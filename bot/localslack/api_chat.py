@@ -124,6 +124,9 @@ def _shown(ctx: Context, messages: Iterable[Message], args: Args) -> list[JSON]:
         body = message.as_json(ws.team_id, ws.app_id)
         if not with_metadata:
             body.pop("metadata", None)
+        if message.files:  # Slack shows a shared file's whole object in the message
+            found = (ws.file(file_id) for file_id in message.files)
+            body["files"] = [f.as_json(ctx.base_url) for f in found if f is not None]
         shown.append(body)
     return shown
 

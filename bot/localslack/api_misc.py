@@ -96,7 +96,7 @@ def complete_upload(ctx: Context, args: Args) -> JSON:
             ws.post(channel, comment, None, thread_ts=thread_ts, files=[f.id for f in done])
         except LookupError:
             raise ApiError("thread_not_found") from None
-    return {"files": [file.as_json() for file in done]}
+    return {"files": [file.as_json(ctx.base_url) for file in done]}
 
 
 def connections_open(ctx: Context, args: Args) -> JSON:

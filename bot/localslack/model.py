@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mimetypes
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,13 +158,28 @@ class File:
     channel: str | None = None
     completed: bool = False
 
-    def as_json(self) -> JSON:
-        return {
+    @property
+    def mimetype(self) -> str:
+        return mimetypes.guess_type(self.name)[0] or "application/octet-stream"
+
+    def as_json(self, base_url: str = "") -> JSON:
+        """Slack's file object; with the API's `base_url`, where its bytes are served (with the
+        bot token, as Slack serves url_private)."""
+        body: JSON = {
             "id": self.id,
             "name": self.name,
             "title": self.title or self.name,
+            "mimetype": self.mimetype,
+            "filetype": self.name.rpartition(".")[2].lower() if "." in self.name else "",
             "size": len(self.content or b""),
         }
+        if base_url:
+            body["url_private"] = body["url_private_download"] = self.path(base_url)
+        return body
+
+    def path(self, base: str = "/") -> str:
+        """Where the bytes are served under `base`: BASE + files/ID/NAME."""
+        return f"{base}files/{self.id}/{urllib.parse.quote(self.name)}"
 
 
 @dataclass

@@ -206,7 +206,20 @@ class LocalSlack:
                 return (200, f"OK - {len(raw)}", args) if stored else (404, "file_not_found", args)
 
             return self._hook("upload", headers, upload, file_id)
+        if verb == "GET" and path.startswith("/files/"):
+            return self._file(path, headers)
         return Answer.text(404, "not found")
+
+    def _file(self, path: str, headers: Mapping[str, str]) -> Answer:
+        """A shared file's bytes at its url_private, for the bot token only, as Slack serves it."""
+        auth = {name.lower(): value for name, value in headers.items()}.get("authorization", "")
+        if auth != f"Bearer {self.api.bot_token}":
+            return Answer.text(403, "not_authed")
+        file_id, _, _ = path.removeprefix("/files/").partition("/")
+        file = self.workspace.file(file_id)
+        if file is None or file.content is None or not file.completed:
+            return Answer.text(404, "file_not_found")
+        return Answer(200, file.content, {"Content-Type": file.mimetype})
 
 
 class _Server(ThreadingHTTPServer):

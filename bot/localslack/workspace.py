@@ -271,6 +271,11 @@ class Workspace:
             self.files[file.id] = file
             return deepcopy(file)
 
+    def file(self, file_id: str) -> File | None:
+        with self.lock:
+            file = self.files.get(file_id)
+            return deepcopy(file) if file is not None else None
+
     def store_upload(self, file_id: str, content: bytes) -> bool:
         with self.lock:
             file = self.files.get(file_id)

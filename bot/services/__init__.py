@@ -15,6 +15,7 @@ from bot.services import (
     agents,
     approval_lifecycle,
     borrowing,
+    charts,
     device_records,
     devices,
     digests,
@@ -60,6 +61,7 @@ from rules.engine.live import EngineName, LivePolicy
 from rules.errors import PolicyError
 from rules.lease_facts import Readings
 from rules.policy import Policy
+from rules.reports import GroupBy, Scope, Window
 from storage import leases as storage_leases
 from storage import outbox
 from storage import requests as storage_requests
@@ -398,6 +400,23 @@ class Services:
         with self.db.read() as session:
             row = outbox.get(session, outbox_id)
             return notice_views.notice(session, self.ctx, row) if row else None
+
+    def report_file(
+        self,
+        viewer: str,
+        scope: Scope,
+        window: Window,
+        *,
+        fmt: charts.FileFormat,
+        channel: str,
+        asked: str = "",
+        by: GroupBy | None = None,
+    ) -> Refused | None:
+        """A report's chart (`png`) or CSV, owed to `viewer` in `channel` (a conversation, or
+        a person's id for their DM): refused when they may not see it (bot.services.charts)."""
+        return charts.owe_file(
+            self.ctx, viewer, scope, window, fmt=fmt, channel=channel, asked=asked, by=by
+        )
 
     def reload_rules_dir(self, actor: str, directory: Path) -> Policy:
         """Read the rule files in `directory` and reload them (`reload_rules`). Raises

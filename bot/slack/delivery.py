@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -75,7 +75,7 @@ class Deliverer:
         max_attempts: int = outbox.MAX_ATTEMPTS,
     ) -> None:
         self.db = db
-        self.sender = Sender(client)
+        self.sender = Sender(client, self._note)
         self.render = render
         self.clock = clock
         self.recorder = Recorder(max_attempts)
@@ -87,6 +87,11 @@ class Deliverer:
         self._express: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
         self._express_thread: threading.Thread | None = None
         self._express_lock = threading.Lock()
+
+    def _note(self, row_id: int, data: Mapping[str, Any]) -> None:
+        """Keep what a send in flight must leave behind (a file's id before its share)."""
+        with self.db.write() as session:
+            outbox.note(session, row_id, data)
 
     def express(self, row_ids: list[int]) -> None:
         """Send these rows at once on the express thread: what a request just owed (its answer,

@@ -59,6 +59,7 @@ from bot.slack.blocks.warnings import (
     unreserved_message,
     warning_message,
 )
+from bot.slack.files import report_file
 from bot.slack.people import People
 from bot.slack.sending import Render, Rendered
 from storage.outbox import OutboxKind
@@ -71,6 +72,8 @@ def renderer(services: Services, people: People) -> Render:
             return Rendered(str(row.data.get("text") or ""), list(row.data.get("blocks") or []))
         if row.kind == OutboxKind.HOME:
             return Rendered("", [], view=home_view(services.home(row.recipient)))
+        if row.kind == OutboxKind.REPORT_FILE:
+            return report_file(services, people, row)
         if row.kind == OutboxKind.DIGEST:
             return _digest(services.digest(row), people)
         assert row.id is not None

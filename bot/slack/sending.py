@@ -1,8 +1,9 @@
 """How one outbox row reaches Slack, and what became of it: a message posted (carrying its
-outbox id in Slack's message metadata), a card updated, a Home tab published, or a reply POSTed
-to its response_url (a DM once that has expired); and, for a send left in doubt, whether the
-message landed after all, looked up in its conversation (or, for a reply in a lease's thread,
-in that thread) by that outbox id.
+outbox id in Slack's message metadata), a card updated, a Home tab published, a reply POSTed
+to its response_url (a DM once that has expired), or a file shared (its id kept in the row
+before the share); and, for a send left in doubt, whether the message landed after all, looked
+up in its conversation (or, for a reply in a lease's thread, in that thread) by that outbox id,
+or a file by its id.
 
 No retry happens here: the outbox retries, so a timeout is never followed by a second post of
 a message Slack may already have taken.
@@ -36,6 +37,16 @@ HISTORY_SLACK = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
+class Upload:
+    """A file to share (files.getUploadURLExternal, its bytes, files.completeUploadExternal)."""
+
+    filename: str
+    title: str
+    content: bytes
+    comment: str = ""
+
+
+@dataclass(frozen=True)
 class Rendered:
     text: str
     blocks: list[dict[str, Any]]
@@ -48,6 +59,10 @@ class Rendered:
     broadcast: bool = False
     # Recorded in the row's data once it is delivered (what a redraw drew).
     note: Mapping[str, Any] | None = None
+    # A file shared in the conversation instead of a message (`text` is its comment).
+    upload: Upload | None = None
+    # Where the message goes instead of its recipient's DM or channel (a conversation id).
+    where: str | None = None
 
 
 #: Kinds that redraw messages already posted (a card, a lease's DMs) instead of posting one,
@@ -133,10 +148,24 @@ class ResponseUrlError(Exception):
         return self.status in (404, 410) or self.body in ("expired_url", "used_url", "bad_url")
 
 
+class FileIdNotKeptError(Exception):
+    """The id of a file on its way could not be kept: it is not shared, so no share is left
+    in doubt that could not be looked for."""
+
+
+# Keeps a key and value in an outbox row's data while it is on its way (its id, them).
+Note = Callable[[int, Mapping[str, Any]], None]
+
+
+def _no_note(row_id: int, data: Mapping[str, Any]) -> None:
+    pass
+
+
 class Sender:
     """Talks to Slack for the outbox, with a client that never retries on its own."""
 
-    def __init__(self, client: WebClient) -> None:
+    def __init__(self, client: WebClient, note: Note = _no_note) -> None:
+        self.note = note
         # Retry-After is honoured through the row's next attempt rather than by sleeping here.
         self.client = WebClient(
             token=client.token, base_url=client.base_url, timeout=client.timeout, retry_handlers=[]
@@ -157,7 +186,12 @@ class Sender:
                 return self._call(row, fallback, now)
         except ResponseUrlError as exc:
             return NotSent(str(exc), exc.retry_after)
+        except FileIdNotKeptError as exc:
+            return NotSent(str(exc))
         except SlackApiError as exc:
+            if _shared_nowhere(row, exc):
+                log.info("outbox row %s (%s) dropped: %s", row.id, row.kind, _describe(exc))
+                return Dropped(f"not shared: {_describe(exc)}")
             return NotSent(_describe(exc), _retry_after(exc.response.headers))
         except (SlackRequestError, OSError, http.client.HTTPException) as exc:
             return NotSent(_describe(exc), in_doubt=_maybe_arrived(exc))
@@ -173,7 +207,7 @@ class Sender:
             return None
         thread = prepared.thread_ts if isinstance(prepared, Rendered) else None
         try:
-            channel = self._channel_for(row.recipient)
+            channel = self._channel_for(_where(row, prepared))
             oldest = f"{(row.created_at - HISTORY_SLACK).timestamp():.6f}"
             if thread:
                 history = self.client.conversations_replies(
@@ -191,9 +225,16 @@ class Sender:
             payload = meta.get("event_payload") or {}
             if meta.get("event_type") == METADATA_TYPE and payload.get("outbox_id") == row.id:
                 return Sent(channel, str(message.get("ts")))
+            if _shares(message, row):
+                return Sent(channel, str(message.get("ts")))
         return None
 
     def _call(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
+        if isinstance(prepared, Rendered) and prepared.upload is not None:
+            return self._upload(row, prepared.upload)
+        return self._post(row, prepared, now)
+
+    def _post(self, row: OutboxRow, prepared: Any, now: datetime) -> Outcome:
         if row.kind == OutboxKind.CARD_SETTLED:
             rendered, cards = prepared
             for channel, ts in cards:
@@ -219,7 +260,7 @@ class Sender:
                 if not exc.gone:
                     raise
                 log.info("outbox row %s: the response_url is gone; answering by DM", row.id)
-        channel = self._channel_for(row.recipient)
+        channel = self._channel_for(prepared.where or row.recipient)
         threaded: dict[str, Any] = {}
         if prepared.thread_ts:
             threaded = {"thread_ts": prepared.thread_ts, "reply_broadcast": prepared.broadcast}
@@ -231,6 +272,51 @@ class Sender:
             **threaded,
         )
         return Sent(str(answer["channel"]), str(answer["ts"]))
+
+    def _upload(self, row: OutboxRow, upload: Upload) -> Sent:
+        """files_upload_v2's three steps, with the file's id kept in the row before the share:
+        a share in doubt is then looked for by that id (a message carries no metadata)."""
+        assert row.id is not None
+        channel = self._channel_for(shared_in(row))
+        url = self.client.files_getUploadURLExternal(
+            filename=upload.filename, length=len(upload.content)
+        )
+        file_id = str(url["file_id"])
+        try:
+            self.note(row.id, {"file_id": file_id})
+        except Exception as exc:
+            raise FileIdNotKeptError(
+                f"the file's id could not be kept: {type(exc).__name__}"
+            ) from exc
+        sent = self.client._upload_file(  # the bytes, as files_upload_v2 sends them
+            url=str(url["upload_url"]),
+            data=upload.content,
+            logger=log,
+            timeout=self.client.timeout,
+            proxy=self.client.proxy,
+            ssl=self.client.ssl,
+        )
+        if sent.status != 200:
+            raise SlackRequestError(f"the upload answered {sent.status}: {sent.body[:100]}")
+        try:
+            self._share(file_id, upload, channel)
+        except SlackApiError as exc:
+            dm = self._channel_for(row.recipient)
+            if exc.response.get("error") not in _NOWHERE or dm == channel:
+                raise
+            log.info(
+                "outbox row %s: %s; sharing the file in the DM instead", row.id, _describe(exc)
+            )
+            self._share(file_id, upload, dm)
+            channel = dm
+        return Sent(channel, None, {"file_id": file_id})
+
+    def _share(self, file_id: str, upload: Upload, channel: str) -> None:
+        self.client.files_completeUploadExternal(
+            files=[{"id": file_id, "title": upload.title}],
+            channel_id=channel,
+            initial_comment=upload.comment or None,
+        )
 
     def _respond(self, url: str, rendered: Rendered) -> None:
         hook = WebhookClient(url, timeout=int(self.client.timeout))
@@ -257,6 +343,20 @@ class Sender:
             opened = self.client.conversations_open(users=recipient)
             self._dm[recipient] = str(opened["channel"]["id"])
         return self._dm[recipient]
+
+
+def shared_in(row: OutboxRow) -> str:
+    """Where a file is shared: the conversation its row names, else its recipient's DM."""
+    return str(row.data.get("channel") or row.recipient)
+
+
+def _where(row: OutboxRow, prepared: Any) -> str:
+    """The conversation a row's message or file lands in (a person: their DM)."""
+    if isinstance(prepared, Rendered) and prepared.upload is not None:
+        return shared_in(row)
+    if isinstance(prepared, Rendered) and prepared.where:
+        return prepared.where
+    return row.recipient
 
 
 def has_live_url(row: OutboxRow, now: datetime) -> bool:
@@ -309,6 +409,23 @@ def _fallback(row: OutboxRow, prepared: Any, exc: SlackApiError) -> Rendered | N
     if error in _MESSAGE_GONE and prepared.updates and row.kind not in UPDATES:
         return replace(prepared, updates=())
     return None
+
+
+#: What Slack answers a share in a conversation the bot cannot post a file to, for good.
+_NOWHERE = frozenset({"channel_not_found", "not_in_channel", "is_archived", "invalid_channel"})
+
+
+def _shared_nowhere(row: OutboxRow, exc: SlackApiError) -> bool:
+    """A file for a conversation that is gone or that the bot is not in: no retry will share
+    it (a message falls back to its channel's public posting instead)."""
+    return row.kind == OutboxKind.REPORT_FILE and exc.response.get("error") in _NOWHERE
+
+
+def _shares(message: Mapping[str, Any], row: OutboxRow) -> bool:
+    """Does `message` share the file `row` was uploading (its id kept before the share)?"""
+    file_id = row.data.get("file_id") if row.kind == OutboxKind.REPORT_FILE else None
+    files = message.get("files") or []
+    return bool(file_id) and any(f.get("id") == file_id for f in files if isinstance(f, dict))
 
 
 def _describe(exc: Exception) -> str:

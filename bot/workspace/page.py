@@ -90,12 +90,24 @@ class _Handler(BaseHTTPRequestHandler):
             person, reading = query.get("as", [""])[0], query.get("in", [""])[0]
             self._json(200, page_state(self.demo, person, reading))
             return
+        if url.path.startswith("/files/"):
+            self._file(url.path)
+            return
         name = "index.html" if url.path == "/" else url.path.removeprefix("/static/")
         files = {p.name: p for p in STATIC.iterdir() if p.suffix in TYPES}
         if name not in files:
             self._send(404, "text/plain; charset=utf-8", b"not found")
             return
         self._send(200, TYPES[files[name].suffix], files[name].read_bytes())
+
+    def _file(self, path: str) -> None:
+        """A file shared in the workspace (a report's chart or CSV), for the page to show."""
+        file_id, _, _ = path.removeprefix("/files/").partition("/")
+        file = self.demo.local.workspace.file(file_id)
+        if file is None or file.content is None or not file.completed:
+            self._send(404, "text/plain; charset=utf-8", b"not found")
+            return
+        self._send(200, file.mimetype, file.content)
 
     def do_POST(self) -> None:
         route = ROUTES.get(urlsplit(self.path).path)

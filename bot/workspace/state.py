@@ -4,9 +4,10 @@ clock and the fleet panel."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from bot.localslack import Channel, Ephemeral, Message
+from bot.localslack import Channel, Ephemeral, File, Message
 from bot.main import POLL_EVERY
 from bot.workspace.fleet_panel import fleet_panel
 
@@ -47,7 +48,7 @@ def page_state(demo: Demo, person: str, reading: str = "") -> dict[str, Any]:
     with ws.lock:
         mine = [c for c in ws.channels.values() if person in c.members]
         conversations = [
-            _conversation(ws.bot_user, c, ws.messages(c.id), ws.ephemerals(person, c.id))
+            _conversation(ws.bot_user, c, ws.messages(c.id), ws.ephemerals(person, c.id), ws.files)
             for c in sorted(mine, key=_order)
         ]
     for conversation in conversations:
@@ -100,7 +101,8 @@ def _mark_unread(
     conversation["unread"] = sum(1 for m in everything if m["user"] != person and m["ts"] > last)
 
 
-def _message(m: Message) -> dict[str, Any]:
+def _message(m: Message, files: Mapping[str, File]) -> dict[str, Any]:
+    shared = [files[f] for f in m.files if f in files and files[f].completed]
     return {
         "ts": m.ts,
         "user": m.user,
@@ -110,7 +112,14 @@ def _message(m: Message) -> dict[str, Any]:
         "ephemeral": False,
         "thread_ts": m.thread_ts if m.thread_ts != m.ts else None,
         "broadcast": m.reply_broadcast,
+        "files": [_file(f) for f in shared],
     }
+
+
+def _file(f: File) -> dict[str, Any]:
+    """A shared file as the page draws it: an image inline, anything else as a download."""
+    shown = f.as_json()
+    return shown | {"url": f.path("/"), "image": f.mimetype.startswith("image/")}
 
 
 def _ephemeral(bot_user: str, e: Ephemeral) -> dict[str, Any]:
@@ -127,12 +136,16 @@ def _ephemeral(bot_user: str, e: Ephemeral) -> dict[str, Any]:
 
 
 def _conversation(
-    bot_user: str, channel: Channel, messages: list[Message], ephemerals: list[Ephemeral]
+    bot_user: str,
+    channel: Channel,
+    messages: list[Message],
+    ephemerals: list[Ephemeral],
+    files: Mapping[str, File],
 ) -> dict[str, Any]:
     """The channel's main list (replies sent to the channel too) and its threads, by the
     parent's ts, each parent with Slack's reply_count and latest_reply."""
     everything = sorted(
-        [_message(m) for m in messages] + [_ephemeral(bot_user, e) for e in ephemerals],
+        [_message(m, files) for m in messages] + [_ephemeral(bot_user, e) for e in ephemerals],
         key=lambda item: str(item["ts"]),
     )
     parents = {item["ts"] for item in everything if item["thread_ts"] is None}

@@ -26,6 +26,10 @@ SCOPES = {
     # `gpubot org lookup`: the ids org.yaml needs, by email or by handle or name.
     "users_lookupByEmail": {"users:read.email"},
     "users_list": {"users:read"},
+    # A report's chart or CSV: the upload URL, the bytes, the share (files_upload_v2's steps).
+    "files_getUploadURLExternal": {"files:write"},
+    "files_completeUploadExternal": {"files:write"},
+    "_upload_file": set(),  # the bytes go to the URL Slack handed out, which needs no scope
     "views_open": set(),
     "views_publish": set(),
 }

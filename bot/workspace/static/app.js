@@ -147,6 +147,27 @@ function threadNote(item, conv, inThread) {
     h("a", { onclick: () => openThread(conv, item.thread_ts) }, "view thread"));
 }
 
+function fileSize(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+}
+
+// Files shared with the message, served by the page: an image drawn inline (a click opens it
+// full size in a new tab), anything else a chip with its name, size and a download link.
+function sharedFiles(item) {
+  if (!item.files || !item.files.length) return null;
+  return h("div", { class: "files" }, item.files.map((f) => f.image
+    ? h("a", { class: "file-image", href: f.url, target: "_blank", rel: "noopener", title: f.title },
+      h("img", { src: f.url, alt: f.title, "data-file-id": f.id }))
+    : h("div", { class: "file-chip", "data-file-id": f.id },
+      h("span", { class: "file-icon" }, (f.filetype || "file").toUpperCase()),
+      h("span", { class: "file-about" },
+        h("span", { class: "file-name" }, f.title || f.name),
+        h("span", { class: "file-size" }, `${fileSize(f.size)} · ${f.name}`)),
+      h("a", { class: "file-download", href: f.url, download: f.name }, "Download"))));
+}
+
 // `grouped`: the author's previous message is just above and recent, so no name or avatar.
 function messageRow(item, conv, { grouped = false, inThread = false } = {}) {
   const who = author(item);
@@ -157,9 +178,10 @@ function messageRow(item, conv, { grouped = false, inThread = false } = {}) {
   ctx.act = (action) => post("/ui/action", { as: ui.me, source, ...action });
   ctx.confirm = (dialog) => confirm(dialog, ctx);
   const time = clockTime(item.ts);
-  const body = item.blocks && item.blocks.length
+  const text = item.blocks && item.blocks.length
     ? renderBlocks(item.blocks, ctx)
-    : h("div", { class: "b-text", html: mrkdwn(item.text, ctx) });
+    : item.text || !item.files || !item.files.length ? h("div", { class: "b-text", html: mrkdwn(item.text, ctx) }) : null;
+  const body = h("div", { class: "message-body" }, text, sharedFiles(item));
   const main = grouped
     ? [h("div", { class: "gutter" }, time), h("div", { class: "message-main" },
       item.edited ? h("span", { class: "edited" }, "(edited)") : null, body, inThread ? null : repliesLink(item, conv))]

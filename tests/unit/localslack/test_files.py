@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from slack_sdk import WebClient
 
-from bot.localslack import LocalSlack
+from bot.localslack import BOT_TOKEN, LocalSlack
 
 
 def test_files_upload_v2_shares_the_file_in_the_channel(
@@ -47,3 +47,41 @@ def test_an_upload_to_an_unknown_file_is_404(local: LocalSlack) -> None:
         opener.open(request, timeout=5)
     refused.value.close()
     assert 404 == refused.value.code
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, bytes, str]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310  (loopback)
+    try:
+        with opener.open(request, timeout=5) as answer:
+            return answer.status, answer.read(), answer.headers["Content-Type"]
+    except urllib.error.HTTPError as refused:
+        refused.close()
+        return refused.code, b"", ""
+
+
+def test_a_shared_file_is_in_the_history_and_served_at_its_url_private(
+    client: WebClient, local: LocalSlack
+) -> None:
+    """The message shows the whole file object, as Slack's does; its url_private answers the
+    bytes to the bot token and nothing to anyone else."""
+    answer = client.files_upload_v2(
+        channel="C0GPU", file=PNG, filename="chart.png", title="Chart", initial_comment="Here"
+    )
+    shared = answer["file"]
+    assert ("chart.png", "image/png", "png", len(PNG)) == (
+        shared["name"],
+        shared["mimetype"],
+        shared["filetype"],
+        shared["size"],
+    )
+    history = client.conversations_history(channel="C0GPU")
+    (message,) = history["messages"]
+    assert [shared] == message["files"]
+    assert (200, PNG, "image/png") == _get(shared["url_private"], BOT_TOKEN)
+    assert 403 == _get(shared["url_private"])[0]
+    assert 404 == _get(local.base_url + "files/F0NOPE/chart.png", BOT_TOKEN)[0]
