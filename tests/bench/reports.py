@@ -471,8 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'budget':<52}{'figure':>10}{'ratio':>8}  result")
     for line, figure, budget in (
         (f"one hour of {hour.gpus:,} GPUs under {HOUR_BUDGET_S:g} s", hour.seconds, HOUR_BUDGET_S),
-        (f"usage by team, 30 days, under {REPORT_BUDGET_S:g} s", rep.usage_s[1], REPORT_BUDGET_S),
-        (f"the lab report, 30 days, under {REPORT_BUDGET_S:g} s", rep.build_s[1], REPORT_BUDGET_S),
+        # A person's report is usually the first read of its window: judged on that, not the best.
+        (f"usage by team, 30 days, under {REPORT_BUDGET_S:g} s", rep.usage_s[0], REPORT_BUDGET_S),
+        (f"the lab report, 30 days, under {REPORT_BUDGET_S:g} s", rep.build_s[0], REPORT_BUDGET_S),
     ):
         print(
             f"  {line:<52}{f'{figure:.3f} s':>10}{figure / budget:>8.2f}  "
