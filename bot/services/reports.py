@@ -112,8 +112,9 @@ def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo)
     where = _filter(scope)
     since, until = window.since, window.until
     with ctx.db.read() as session:
-        lines = reports.usage(session, since, until, where, by, prices=prices, tz=tz)
-        daily = reports.usage(session, since, until, where, "day", prices=prices, tz=tz)
+        lines, daily = reports.usage_and_days(
+            session, since, until, where, by, prices=prices, tz=tz
+        )
         waited = reports.waits(session, since, until, where)
         counted = reports.counts(session, since, until, where)
     figures = Figures(

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from bot.jobs import POLL, SWEEP
+from bot.jobs import POLL, ROLLUP, SWEEP
 from bot.localslack import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver, Workspace
 from bot.localslack.driver import SIGNING_SECRET
-from bot.main import POLL_EVERY, SWEEP_EVERY, Bot, assemble
+from bot.main import POLL_EVERY, ROLLUP_EVERY, SWEEP_EVERY, Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from bot.telemetry.simulated import SimulatedSource
@@ -76,6 +76,7 @@ class Demo:
                     if step % per_sweep == 0 or step == steps:
                         self.bot.sweep()
                         self.deliver()
+                self.bot.rollup()  # the hours the clock moved past go into the hourly table
             finally:
                 self.progress = None
 
@@ -188,6 +189,7 @@ def _open(demo: Demo) -> None:
     demo.deliver()
     bot.jobs.every(POLL, POLL_EVERY, demo.locked(bot.poll))
     bot.jobs.every(SWEEP, SWEEP_EVERY, demo.locked(bot.sweep))
+    bot.jobs.every(ROLLUP, ROLLUP_EVERY, demo.locked(bot.rollup))
     bot.jobs.start()
 
 
