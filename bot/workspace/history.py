@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from rules.policy import Policy
+from storage import keyvalue
 from storage.audit import AuditTag
 from storage.db import Database
 from storage.history import PastEvent, PastHour, PastLease, PastRequest, write
@@ -287,4 +288,7 @@ def seed(db: Database, policy: Policy, start: datetime) -> int:
     leases, hours = history(start, policy)
     with db.write() as session:
         write(session, leases, hours, mark=MARK)
+        # The hourly rollup starts at the start hour: before it lie the seeded hours, which it
+        # would roll again from the minutes the made-up past does not have.
+        keyvalue.set_rolled_until(session, start_hour(start), at=start, by=BOT)
     return len(leases)

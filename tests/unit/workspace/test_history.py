@@ -12,7 +12,7 @@ from itertools import pairwise
 import pytest
 from sqlmodel import select
 
-from bot.services import Services, reports
+from bot.services import Services, reports, rollups
 from bot.workspace import history
 from bot.workspace.history import ADA, ALICE, BOB, MARK, PLAN, QUIET, VICTOR, cycle, idle
 from rules.reports import Counts, Report, Scope, ScopeKind, parse_window
@@ -182,3 +182,17 @@ def test_the_labs_week_adds_every_team_and_the_use_without_a_lease(seeded: Servi
     assert (17, 0) == (report.figures.granted, report.figures.wait_p50_s)
     assert (40 + 0.4 * 50) * 60 == pytest.approx(report.figures.wait_p90_s)
     assert Counts(reclaims=4, extensions=2, recalls=1) == report.figures.counts
+
+
+def test_the_hourly_rollup_leaves_the_seeded_hours_as_they_are(seeded: Services) -> None:
+    """The rollup starts at the start hour (and rolls the two hours before it again, which the
+    past leaves empty): the made-up busy and idle hours are never rolled again as unknown."""
+
+    def stored() -> list[tuple[object, ...]]:
+        with seeded.ctx.db.read() as session:
+            rows = session.exec(select(GpuHourRow)).all()
+        return sorted((r.hour, r.node, r.index, r.lease_id, r.used_s, r.idle_s) for r in rows)
+
+    before = stored()
+    rollups.run(seeded.ctx, HOUR0 + timedelta(hours=2))
+    assert before == stored()
