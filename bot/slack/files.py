@@ -63,8 +63,11 @@ def _window(data: Mapping[str, Any], now: datetime, tz: tzinfo) -> Window:
 
 
 def _about(scope: Scope, viewer: str, people: People) -> str:
-    """The report's subject in words, a person by their name."""
-    if scope.kind in (ScopeKind.ME, ScopeKind.USER):
+    """The report's subject in words, a person by their name. A `me` report is always the
+    viewer's own, whatever name its row carries (the report read is theirs too)."""
+    if scope.kind == ScopeKind.ME:
+        return people.name(viewer)
+    if scope.kind == ScopeKind.USER:
         return people.name(scope.name or viewer)
     return charts.label(scope)
 

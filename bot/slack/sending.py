@@ -400,7 +400,8 @@ def _fallback(row: OutboxRow, prepared: Any, exc: SlackApiError) -> Rendered | N
     """What to post instead when Slack refused `prepared` for good, or None: a reply whose
     thread is gone is posted on its own; a message that grows another in place (a digest
     updating the previous one) is posted anew, with all it says, when that one is gone, and
-    the next grows the new one."""
+    the next grows the new one; a report's text bars for a conversation the bot cannot post
+    in go to the asker's DM, as its file would."""
     if not isinstance(prepared, Rendered):
         return None
     error = exc.response.get("error")
@@ -408,7 +409,14 @@ def _fallback(row: OutboxRow, prepared: Any, exc: SlackApiError) -> Rendered | N
         return replace(prepared, thread_ts=None, broadcast=False)
     if error in _MESSAGE_GONE and prepared.updates and row.kind not in UPDATES:
         return replace(prepared, updates=())
+    if error in _NOWHERE and row.kind == OutboxKind.REPORT_FILE and _elsewhere(row, prepared):
+        return replace(prepared, where=None)  # text bars for a channel it cannot post in: the DM
     return None
+
+
+def _elsewhere(row: OutboxRow, prepared: Rendered) -> bool:
+    """Is `prepared` a message for a conversation other than its recipient's DM?"""
+    return prepared.upload is None and prepared.where not in (None, row.recipient)
 
 
 #: What Slack answers a share in a conversation the bot cannot post a file to, for good.

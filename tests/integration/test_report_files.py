@@ -1,7 +1,7 @@
 """A report's chart or CSV reaches Slack as a shared file, once: uploaded through the local Slack
 API's files.getUploadURLExternal, the bytes and files.completeUploadExternal, and shown in the
 channel; refused when the person may no longer see it; looked up, not shared again, after a
-crash; dropped where the bot cannot share it."""
+crash; shared in the asker's DM where the bot cannot share it in its channel."""
 
 from __future__ import annotations
 
@@ -292,3 +292,48 @@ def test_the_chart_button_under_a_report_shares_the_chart_in_that_channel(bot: R
     assert "GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026)" == title
     assert PNG_SIGNATURE == content[:8]
     assert 1 == len(bot.local.calls.of("files.completeUploadExternal"))
+
+
+def test_without_matplotlib_text_bars_for_a_channel_the_bot_is_not_in_go_to_the_dm(
+    bot: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slack answers not_in_channel to the text bars' post: they are posted in Victor's DM
+    instead, once, never dropped."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with bot.local.workspace.lock:
+        bot.local.workspace.channels["C0RANDOM"] = Channel(
+            id="C0RANDOM", name="random", members={ALICE}
+        )
+    bot.bot.services.report_file(VICTOR, VISION, WEEK, fmt="png", channel="C0RANDOM")
+    bot.deliver()
+    bot.deliver()
+    dm = bot.local.dm_channel(VICTOR)
+    ((state, channel),) = [(r.state, r.channel) for r in file_rows(bot)]
+    assert ("delivered", dm) == (state, channel)
+    assert [] == bot.local.messages("C0RANDOM")
+    (message,) = bot.local.messages(dm)
+    assert "here are text bars" in message.text
+    assert "Tue 24 Nov " + "█" * 10 + "░" * 10 + " 10.0 GPU-h allocated" in message.text
+
+
+def test_a_forged_me_chart_is_titled_for_the_viewer_not_the_name_it_carries(
+    bot: Running,
+) -> None:
+    """A `me` row naming Alice, owed to Victor: the figures are Victor's own, and so is the
+    title; Alice's name appears nowhere."""
+    data = {
+        "viewer": VICTOR, "scope": "me", "name": ALICE, "window": "7d", "format": "png",
+        "channel": GPU,
+    }  # fmt: skip
+    with bot.bot.db.write() as session:
+        owe(
+            session,
+            Owed(OutboxKind.REPORT_FILE, "inbox:1", VICTOR, data),
+            at=bot.bot.services.now(),
+        )
+    bot.deliver()
+    ((title, _),) = shared(bot.local)
+    assert title.startswith("GPU use of Victor Vision, last 7 days")
+    message = bot.local.last_message(GPU)
+    assert message is not None
+    assert "Alice" not in title + message.text
