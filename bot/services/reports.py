@@ -102,6 +102,16 @@ def build(
     return _report(ctx, scope, window, grouping, tz)
 
 
+def for_everyone(report: Report, fmt: str) -> bool:
+    """May `report`, as a chart (`png`) or CSV, be shared where everyone in a channel sees it?
+    Only when it holds nothing per person and nothing beyond what every member may see: a
+    person's own use, or a team's totals. A CSV broken down per person or per lease, and any
+    other person's, pool's or the lab's report, is for the asker alone."""
+    if fmt != "png" and report.by in _PER_PERSON:
+        return False
+    return report.scope.kind in (ScopeKind.ME, ScopeKind.TEAM)
+
+
 def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo) -> Report:
     policy = ctx.policy
     prices = {

@@ -25,7 +25,7 @@ from storage.tables import GpuHourRow, OutboxRow
 from tests.integration.conftest import SECRET, Running, settings_for
 from tests.unit.bot.test_charts import PNG_SIGNATURE, png_size
 
-ALICE, BOB, VICTOR = "U0ALICE01", "U0BOB0001", "U0VMGR001"
+ALICE, BOB, VICTOR, ADA = "U0ALICE01", "U0BOB0001", "U0VMGR001", "U0ADMIN01"
 GPU = "C0GPU"
 VISION = Scope(ScopeKind.TEAM, "vision")
 NEW_YORK = ZoneInfo("America/New_York")  # Victor's zone: his report's days are New York days
@@ -337,3 +337,42 @@ def test_a_forged_me_chart_is_titled_for_the_viewer_not_the_name_it_carries(
     message = bot.local.last_message(GPU)
     assert message is not None
     assert "Alice" not in title + message.text
+
+
+def test_a_file_that_names_people_or_goes_beyond_the_team_lands_in_the_askers_dm(
+    bot: Running,
+) -> None:
+    """In #gpu: Victor's team CSV (person by person) lands in his DM, his team chart (its
+    totals) in #gpu; Ada's lab chart in her DM. Each click says where."""
+    said = {}
+    for user, text, action_id in [
+        (VICTOR, "report team vision 2026-11", "report_csv"),
+        (VICTOR, "report team vision 2026-11", "report_chart"),
+        (ADA, "report lab 2026-11", "report_chart"),
+    ]:
+        before = len(bot.local.calls.of("response_url"))
+        assert 200 == bot.slack.command(user, text).status
+        bot.deliver()
+        answer = bot.local.ephemerals(user)[-1]
+        assert 200 == bot.slack.click(user, answer, action_id).status
+        bot.deliver()
+        bot.deliver()
+        said[user, action_id] = str(bot.local.calls.of("response_url")[before + 1 :])
+    assert (
+        "in your DM with gpubot in a moment, because it names people"
+        in (said[VICTOR, "report_csv"])
+    )
+    assert "it will appear in this channel in a moment" in said[VICTOR, "report_chart"]
+    assert (
+        "in your DM with gpubot in a moment, because not everyone here"
+        in (said[ADA, "report_chart"])
+    )
+    assert ["GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026)"] == [
+        title for title, _ in shared(bot.local, GPU)
+    ]
+    assert ["GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026) (CSV)"] == [
+        title for title, _ in shared(bot.local, bot.local.dm_channel(VICTOR))
+    ]
+    assert ["GPU use of the lab, November 2026 (1 Nov to 30 Nov 2026)"] == [
+        title for title, _ in shared(bot.local, bot.local.dm_channel(ADA))
+    ]

@@ -210,14 +210,23 @@ def file_rows(bot: Bot) -> list[OutboxRow]:
         return list(found)
 
 
-@pytest.mark.parametrize(("action_id", "fmt"), [("report_chart", "png"), ("report_csv", "csv")])
-def test_a_click_on_chart_or_csv_owes_the_file_in_the_channel(
-    bot: Bot, local: LocalSlack, slack: SlackDriver, action_id: str, fmt: str
-) -> None:
-    """The click is answered at once and owes one REPORT_FILE row saying which report."""
+@pytest.mark.parametrize(
+    ("action_id", "fmt", "channel", "where"),
+    [
+        ("report_chart", "png", "C0GPU", "it will appear in this channel in a moment"),
+        ("report_csv", "csv", VICTOR, "in your DM with gpubot in a moment, because it names"),
+    ],
+)
+def test_a_click_on_chart_or_csv_owes_the_file_where_it_may_be_seen(  # noqa: PLR0917 - a parametrized table
+    bot: Bot, local: LocalSlack, slack: SlackDriver, action_id: str, fmt: str, channel: str,
+    where: str,
+) -> None:  # fmt: skip
+    """The click is answered at once, saying where the file will appear, and owes one
+    REPORT_FILE row saying which report: Victor's team chart (its totals) in #gpu, his team
+    CSV (person by person) in his DM."""
     report(bot, local, slack, VICTOR, "30d")
     said = click(bot, local, slack, VICTOR, action_id)
-    assert "it will appear here in a moment." in said
+    assert where in said
     [row] = file_rows(bot)
     assert VICTOR == row.recipient
     expected = {
@@ -226,7 +235,7 @@ def test_a_click_on_chart_or_csv_owes_the_file_in_the_channel(
         "name": "vision",
         "window": "30d",
         "format": fmt,
-        "channel": "C0GPU",
+        "channel": channel,
     }
     # The deliverer may already have added the id of the file on its way ("file_id").
     assert expected == {key: row.data.get(key) for key in expected}
