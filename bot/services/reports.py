@@ -27,7 +27,7 @@ from rules.reports import (
     percentile,
     total,
 )
-from storage import reports
+from storage import keyvalue, reports
 from storage.reports import Filter
 
 _PERSON = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>|@?([UW][A-Z0-9]{2,})")
@@ -127,6 +127,7 @@ def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo)
         )
         waited = reports.waits(session, since, until, where)
         counted = reports.counts(session, since, until, where)
+        rolled = keyvalue.rolled_until(session)
     figures = Figures(
         usage=total(list(lines.values())),
         wait_p50_s=percentile(waited, 50),
@@ -145,6 +146,8 @@ def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo)
         days=days,
         currency=policy.reports.currency,
         priced=any(p in prices for p in in_scope),
+        # Hours are summed once they have ended: the figures stop at the first one not rolled.
+        through=max(rolled, since) if rolled is not None and rolled < until else None,
     )
 
 
