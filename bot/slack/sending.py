@@ -200,14 +200,26 @@ class Sender:
         """Where a message in doubt landed, if Slack has it (looked up by its outbox id, in its
         thread for a reply). None for what cannot be looked up: a reply on a live
         response_url; or need not be: a redraw or a Home tab, which are the same however often
-        they are sent."""
+        they are sent. A report's file, or its text bars, is also looked for in the asker's DM,
+        where it goes when its channel cannot take it."""
         if row.kind in UPDATES or row.kind == OutboxKind.HOME or _live_url(row, now):
             return None
         if isinstance(prepared, Rendered) and prepared.updates:
             return None
         thread = prepared.thread_ts if isinstance(prepared, Rendered) else None
+        places = [_where(row, prepared)]
+        if row.kind == OutboxKind.REPORT_FILE and places[0] != row.recipient:
+            places.append(row.recipient)  # where it goes when its channel cannot take it
+        for place in places:
+            found = self._found_in(row, place, thread)
+            if found is not None:
+                return found
+        return None
+
+    def _found_in(self, row: OutboxRow, place: str, thread: str | None) -> Sent | None:
+        """The message or file of `row` in the conversation `place`, if it is there."""
         try:
-            channel = self._channel_for(_where(row, prepared))
+            channel = self._channel_for(place)
             oldest = f"{(row.created_at - HISTORY_SLACK).timestamp():.6f}"
             if thread:
                 history = self.client.conversations_replies(

@@ -376,3 +376,31 @@ def test_a_file_that_names_people_or_goes_beyond_the_team_lands_in_the_askers_dm
     assert ["GPU use of the lab, November 2026 (1 Nov to 30 Nov 2026)"] == [
         title for title, _ in shared(bot.local, bot.local.dm_channel(ADA))
     ]
+
+
+@pytest.mark.parametrize("charts", [True, False], ids=["chart", "text-bars"])
+def test_a_share_in_the_dm_left_in_doubt_is_found_there_not_sent_again(
+    bot: Running, monkeypatch: pytest.MonkeyPatch, charts: bool
+) -> None:
+    """For a channel the bot is not in, the chart (or its text bars) went to Victor's DM and
+    the process died before recording it: the next deliverer finds it in the DM."""
+    if not charts:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with bot.local.workspace.lock:
+        bot.local.workspace.channels["C0RANDOM"] = Channel(
+            id="C0RANDOM", name="random", members={ALICE}
+        )
+    bot.bot.services.report_file(VICTOR, VISION, WEEK, fmt="png", channel="C0RANDOM")
+    bot.deliver()
+    (row,) = file_rows(bot)
+    with bot.bot.db.write() as session:  # as if killed between Slack's answer and the record
+        found = session.get(OutboxRow, row.id)
+        assert found is not None
+        found.state, found.claimed_by, found.channel = "sending", "gone", None
+        found.next_attempt_at = bot.bot.services.now()
+        session.add(found)
+    bot.deliver()
+    dm = bot.local.dm_channel(VICTOR)
+    assert 1 == len(bot.local.messages(dm))
+    ((state, channel),) = [(r.state, r.channel) for r in file_rows(bot)]
+    assert ("delivered", dm) == (state, channel)
