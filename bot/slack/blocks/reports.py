@@ -228,7 +228,7 @@ def _nothing(  # noqa: PLR0917 - the report and how to show it, as report_messag
     """No GPU use in the figures: a lease running now whose hours are not summed yet, else
     none at all (said so, with a longer window to try)."""
     extent = _extent(report, tz)
-    if running:
+    if running and report.through is not None:  # the window reaches the hours not summed yet
         leases = " ".join(_not_yet(lease, report, tz) for lease in running)
         text = leases + (f"\n{extent}" if extent else "")
         return message(f"{title}: {leases}", [header(title), section(text)])

@@ -357,3 +357,22 @@ def test_a_lease_not_summed_yet_is_named_instead_of_no_use() -> None:
         "Your lease L12 (2 GPUs since 09:10) will appear in reports after 10:00.\n"
         "Whole hours to 09:00 (this hour's use shows after it ends)."
     ) == shown.blocks[1]["text"]["text"]
+
+
+def test_a_running_lease_is_not_named_under_a_window_summed_to_its_end() -> None:
+    """October, summed whole: a lease held now has nothing to do with it."""
+    empty = replace(a_report().figures, usage=Usage())
+    october = a_report(
+        scope=Scope(ScopeKind.ME, ALICE),
+        figures=empty,
+        lines=(),
+        window=Window(
+            datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC), "October 2026"
+        ),
+    )
+    shown = report_message(
+        october, viewer=ALICE, window_text="2026-10", tz=ZoneInfo("UTC"), running=[a_lease()]
+    )
+    said = texts_of(shown)
+    assert "No GPU use by you in this window." in said
+    assert "Your lease" not in said
