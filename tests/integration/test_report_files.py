@@ -404,3 +404,30 @@ def test_a_share_in_the_dm_left_in_doubt_is_found_there_not_sent_again(
     assert 1 == len(bot.local.messages(dm))
     ((state, channel),) = [(r.state, r.channel) for r in file_rows(bot)]
     assert ("delivered", dm) == (state, channel)
+
+
+def test_a_click_in_a_channel_the_bot_is_not_in_says_the_file_goes_to_the_dm(
+    bot: Running,
+) -> None:
+    """Victor asks for his team's chart in #random, where gpubot is not: the click's answer
+    says it will appear in his DM, because gpubot cannot post there, and it does."""
+    with bot.local.workspace.lock:
+        bot.local.workspace.channels["C0RANDOM"] = Channel(
+            id="C0RANDOM", name="random", members={ALICE, VICTOR}
+        )
+    before = len(bot.local.calls.of("response_url"))
+    assert 200 == bot.slack.command(VICTOR, "report team vision 2026-11", "C0RANDOM").status
+    bot.deliver()
+    answer = bot.local.ephemerals(VICTOR)[-1]
+    assert 200 == bot.slack.click(VICTOR, answer, "report_chart").status
+    bot.deliver()
+    bot.deliver()
+    said = str(bot.local.calls.of("response_url")[before + 1 :])
+    assert (
+        "Drawing the chart; it will appear in your DM with gpubot in a moment, because I "
+        "cannot post here."
+    ) in said
+    assert [] == shared(bot.local, "C0RANDOM")
+    assert ["GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026)"] == [
+        title for title, _ in shared(bot.local, bot.local.dm_channel(VICTOR))
+    ]

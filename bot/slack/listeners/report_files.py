@@ -69,8 +69,9 @@ def _channel(body: dict[str, Any]) -> str:
     return str(channel.get("id") or container.get("channel_id") or "")
 
 
-def asked(deps: SlackDeps, row: InboxRow) -> Answer:
-    """The file owed for the clicker, if they may still see that report."""
+def asked(deps: SlackDeps, row: InboxRow, may_share: bool | None = None) -> Answer:
+    """The file owed for the clicker, if they may still see that report. `may_share`: whether
+    the bot may share where the button was clicked (None: Slack did not say)."""
     user, payload = row.actor, row.payload
     button = read_button(str(payload.get("value", "")))
     if button is None:
@@ -81,7 +82,7 @@ def asked(deps: SlackDeps, row: InboxRow) -> Answer:
     if isinstance(built, Refused):
         return Answer(reply=refused_message(built))
     fmt = FORMATS[str(payload["action_id"])]
-    clicked_in = str(payload.get("channel_id") or "")
+    clicked_in = str(payload.get("channel_id") or "") if may_share is not False else ""
     private = not report_use.for_everyone(built, fmt)
     data = {
         "viewer": user,
@@ -92,10 +93,13 @@ def asked(deps: SlackDeps, row: InboxRow) -> Answer:
         "channel": user if private or not clicked_in else clicked_in,  # a person: their DM
     }
     owed = Owed(OutboxKind.REPORT_FILE, f"inbox:{row.id}", user, data)
-    return Answer(reply=_said(_on_its_way(built, fmt, private, clicked_in)), owed=(owed,))
+    said = _on_its_way(built, fmt, private, clicked_in, may_share)
+    return Answer(reply=_said(said), owed=(owed,))
 
 
-def _on_its_way(report: Report, fmt: str, private: bool, clicked_in: str) -> str:
+def _on_its_way(
+    report: Report, fmt: str, private: bool, clicked_in: str, may_share: bool | None
+) -> str:
     """Where the file will appear, and why when not where the button was clicked."""
     doing = ON_ITS_WAY[fmt]
     if private:
@@ -103,11 +107,14 @@ def _on_its_way(report: Report, fmt: str, private: bool, clicked_in: str) -> str
         why = "it names people" if names else "not everyone here may see it"
         return f"{doing}; it will appear in your DM with gpubot in a moment, because {why}."
     if not clicked_in:
-        return f"{doing}; it will appear in your DM with gpubot in a moment."
-    # Whether the bot is in this conversation is Slack's to say when the file is shared.
+        why = ", because I cannot post here" if may_share is False else ""
+        return f"{doing}; it will appear in your DM with gpubot in a moment{why}."
+    if may_share:
+        return f"{doing}; it will appear in this channel in a moment."
+    # Slack did not say whether the bot is in this conversation: the share will find out.
     return (
-        f"{doing}; it will appear in this channel in a moment "
-        "(or in your DM with gpubot if I cannot post here)."
+        f"{doing}; it will appear here in a moment, "
+        "or in your DM with gpubot if I cannot post here."
     )
 
 
