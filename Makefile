@@ -74,6 +74,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.ack
 	$(BIN)/python -m tests.bench.sweep
 	$(BIN)/python -m tests.bench.fairness
+	$(BIN)/python -m tests.bench.reports
 	$(BIN)/python -m tests.bench.simulate
 
 # The package-level import graph, every cycle and each module's size (tests/imports.py);

@@ -20,6 +20,7 @@ OUTBOX = "outbox"
 POLL = "poll"
 SWEEP = "sweep"
 RETENTION = "retention"
+ROLLUP = "rollup"
 
 
 class Jobs:

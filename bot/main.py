@@ -19,8 +19,8 @@ from slack_bolt import App
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.jobs import INBOX, OUTBOX, POLL, RETENTION, SWEEP, Jobs
-from bot.services import Services
+from bot.jobs import INBOX, OUTBOX, POLL, RETENTION, ROLLUP, SWEEP, Jobs
+from bot.services import Services, rollups
 from bot.services.context import utcnow
 from bot.services.rule_files import read_rules_dir
 from bot.settings import Settings
@@ -44,7 +44,8 @@ INBOX_EVERY = timedelta(seconds=5)  # retries what the database refused; a resta
 POLL_EVERY = timedelta(seconds=30)
 SWEEP_EVERY = timedelta(minutes=1)
 RETENTION_EVERY = timedelta(hours=1)
-HISTORY_KEPT = timedelta(days=30)
+ROLLUP_EVERY = timedelta(minutes=10)  # it only works when another hour has completed
+HISTORY_KEPT = rollups.MINUTES_KEPT
 
 
 class SetupError(RuntimeError):
@@ -122,12 +123,19 @@ class Bot:
             self.jobs.kick(OUTBOX)
 
     def retain(self) -> None:
-        """The `retention` job: per-minute history older than HISTORY_KEPT goes, and so do
-        inbox rows old enough that Slack can no longer retry them."""
+        """The `retention` job: per-minute history older than HISTORY_KEPT goes (never a minute
+        the hourly rollup has not rolled yet), and so do inbox rows old enough that Slack can
+        no longer retry them."""
         now = self.services.now()
         with self.db.write() as session:
-            gpus.prune_minutes(session, now - HISTORY_KEPT)
+            rolled = keyvalue.rolled_until(session)
+            kept = now - HISTORY_KEPT
+            gpus.prune_minutes(session, kept if rolled is None else min(kept, rolled))
             inbox.prune(session, now - inbox.KEPT)
+
+    def rollup(self) -> None:
+        """The `rollup` job: the hours completed since the last pass go into the hourly table."""
+        rollups.run(self.services.ctx, self.services.now())
 
     def writable(self) -> bool:
         """Can the database take a write right now? (One tiny committed write, waited on for
@@ -281,6 +289,7 @@ def _wire(settings: Settings, db: Database, services: Services, client: WebClien
     jobs.every(POLL, POLL_EVERY, bot.poll)
     jobs.every(SWEEP, SWEEP_EVERY, bot.sweep)
     jobs.every(RETENTION, RETENTION_EVERY, bot.retain)
+    jobs.every(ROLLUP, ROLLUP_EVERY, bot.rollup)
     return bot
 
 

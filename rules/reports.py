@@ -178,6 +178,9 @@ class Report:
     days: tuple[Line, ...] = ()  # per day in the viewer's time zone, oldest first
     currency: str = "USD"
     priced: bool = False  # some pool in the report has a price
+    # Where the figures end when the rollup has not rolled the whole window yet: the first
+    # hour not in them (None: they cover the window).
+    through: datetime | None = None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -10,7 +10,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -214,8 +214,36 @@ def append(session: Session, entry: AuditEntry, *, at: datetime) -> AuditRow:
     if at.tzinfo is None:
         raise ValueError("audit times must be aware UTC datetimes")
     last_id, last_hash = _locked_head(session)
+    values = _values(entry, at, last_id + 1, last_hash)
+    # Core statements: the ORM unit of work costs more than the hashing does.
+    session.execute(_INSERT_ROW, values)
+    session.execute(_ADVANCE_HEAD, {"new_id": values["id"], "new_hash": values["hash"]})
+    # Trusted values just written: skip the model's constructor (about 50 µs an append).
+    return AuditRow.model_construct(**values)
+
+
+def append_all(session: Session, entries: Sequence[tuple[AuditEntry, datetime]]) -> list[int]:
+    """Append `(entry, at)` pairs in their order under one lock of the head, in one insert:
+    an import of many rows at once (the demo's seeded history). Returns their ids."""
+    if any(at.tzinfo is None for _, at in entries):
+        raise ValueError("audit times must be aware UTC datetimes")
+    if not entries:
+        return []
+    last_id, last_hash = _locked_head(session)
+    rows = []
+    for entry, at in entries:
+        values = _values(entry, at, last_id + 1, last_hash)
+        rows.append(values)
+        last_id, last_hash = values["id"], values["hash"]
+    session.execute(_INSERT_ROW, rows)
+    session.execute(_ADVANCE_HEAD, {"new_id": last_id, "new_hash": last_hash})
+    return [row["id"] for row in rows]
+
+
+def _values(entry: AuditEntry, at: datetime, row_id: int, prev_hash: str) -> dict[str, Any]:
+    """The row `entry` makes at `row_id` after `prev_hash`, its own hash included."""
     values: dict[str, Any] = {
-        "id": last_id + 1,
+        "id": row_id,
         "at": at.astimezone(UTC),
         "actor": entry.actor,
         "tag": str(entry.tag),
@@ -227,14 +255,10 @@ def append(session: Session, entry: AuditEntry, *, at: datetime) -> AuditRow:
         "detail": _plain(entry.detail),
         "revision": entry.revision,
         "engine": entry.engine,
-        "prev_hash": last_hash,
+        "prev_hash": prev_hash,
     }
-    values["hash"] = chain_hash(last_hash, values)
-    # Core statements: the ORM unit of work costs more than the hashing does.
-    session.execute(_INSERT_ROW, values)
-    session.execute(_ADVANCE_HEAD, {"new_id": values["id"], "new_hash": values["hash"]})
-    # Trusted values just written: skip the model's constructor (about 50 µs an append).
-    return AuditRow.model_construct(**values)
+    values["hash"] = chain_hash(prev_hash, values)
+    return values
 
 
 def _chronological(

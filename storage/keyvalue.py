@@ -7,6 +7,7 @@ The keys, as stored:
     intruder:<lease>:<node>:<index>        the Unix users told they run on another's lease
     unreserved:<node>:<index>              the Unix users told they run on a GPU without a lease
     health:probe                           when /healthz last proved the database takes writes
+    rollup:hourly                          the first hour the hourly rollup has not rolled yet
     digest:<lab|personal>                  the period a scheduled digest was last owed for
     simulation:<revision>                  the summary (JSON) of the last `gpubot rules simulate`
                                            of a candidate revision
@@ -29,6 +30,7 @@ _STRAY = "device:unknown-node:"
 _INTRUDER = "intruder:"
 _UNRESERVED = "unreserved:"
 HEALTH_PROBE = "health:probe"
+ROLLED_UNTIL = "rollup:hourly"
 _DIGEST = "digest:"
 _SIMULATION = "simulation:"
 
@@ -119,6 +121,21 @@ def probe(session: Session, *, at: datetime, by: str) -> None:
         key=HEALTH_PROBE, value="", updated_by=by
     )
     row.value, row.updated_at = at.isoformat(), at
+    session.add(row)
+
+
+def rolled_until(session: Session) -> datetime | None:
+    """The first hour the hourly rollup has not rolled yet; None: it never ran."""
+    row = session.get(SettingRow, ROLLED_UNTIL)
+    return datetime.fromisoformat(row.value) if row is not None else None
+
+
+def set_rolled_until(session: Session, hour: datetime, *, at: datetime, by: str) -> None:
+    """Note that every hour before `hour` is rolled."""
+    row = session.get(SettingRow, ROLLED_UNTIL) or SettingRow(
+        key=ROLLED_UNTIL, value="", updated_by=by
+    )
+    row.value, row.updated_at, row.updated_by = hour.isoformat(), at, by
     session.add(row)
 
 

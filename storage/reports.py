@@ -74,6 +74,48 @@ def usage(
     return dict(out)
 
 
+#: Breakdowns with few keys per hour: read once grouped by hour, folded into days too.
+_FOLDABLE: frozenset[GroupBy | None] = frozenset({None, "team", "pool", "holder", "day"})
+
+
+def usage_and_days(
+    session: Session,
+    since: datetime,
+    until: datetime,
+    where: Filter,
+    by: GroupBy | None,
+    *,
+    prices: Mapping[str, float],
+    tz: tzinfo = UTC,
+) -> tuple[dict[str, Usage], dict[str, Usage]]:
+    """`usage` by `by` and by local day (YYYY-MM-DD in `tz`), from one read grouped by hour,
+    which the window index yields in order (a breakdown by lease reads twice instead)."""
+    if by not in _FOLDABLE:
+        return (
+            usage(session, since, until, where, by, prices=prices, tz=tz),
+            usage(session, since, until, where, "day", prices=prices, tz=tz),
+        )
+    key = _KEYS[by] if by is not None and by != "day" else sa.literal("")
+    stmt = (
+        sa.select(_H.hour, key, _H.pool, *_SUMS)
+        .where(_H.hour >= since, _H.hour < until, *_conditions(where))
+        .group_by(_H.hour, key, _H.pool)
+    )
+    lines: dict[str, Usage] = defaultdict(Usage)
+    days: dict[str, Usage] = defaultdict(Usage)
+    day_of: dict[Any, str] = {}
+    for hour, raw, pool, *sums in session.connection().execute(stmt):
+        allocated, used, busy, idle, unknown, unreserved = (float(s or 0) for s in sums)
+        cost = allocated / HOUR * prices.get(pool, 0.0)
+        figures = Usage(allocated, used, busy, idle, unknown, unreserved, cost)
+        day = day_of.get(hour)
+        if day is None:
+            day = day_of[hour] = _aware(hour).astimezone(tz).date().isoformat()
+        lines[day if by == "day" else _key(by, raw, tz)] += figures
+        days[day] += figures
+    return dict(lines), dict(days)
+
+
 def _conditions(where: Filter) -> list[Any]:
     out: list[Any] = []
     if where.holder is not None:
@@ -109,9 +151,10 @@ def _aware(value: Any) -> datetime:
 
 def waits(session: Session, since: datetime, until: datetime, where: Filter) -> list[float]:
     """Seconds from filing to grant, for borrow requests filed in [since, until) that got a
-    lease (at once or after waiting in the queue or for a manager)."""
+    lease (at once or after waiting in the queue or for a manager); the database subtracts."""
     stmt = (
-        sa.select(col(RequestRow.created_at), col(LeaseRow.granted_at))
+        sa.select(_seconds_between(session, col(RequestRow.created_at), col(LeaseRow.granted_at)))
+        .select_from(RequestRow)
         .join(LeaseRow, col(LeaseRow.id) == col(RequestRow.lease_id))
         .where(
             col(RequestRow.kind) == "borrow",
@@ -120,10 +163,14 @@ def waits(session: Session, since: datetime, until: datetime, where: Filter) -> 
             *_request_conditions(where),
         )
     )
-    return [
-        max(0.0, (granted - filed).total_seconds())
-        for filed, granted in session.connection().execute(stmt)
-    ]
+    rows = session.connection().execute(stmt)
+    return [max(0.0, round(float(s or 0), 3)) for (s,) in rows]  # julianday: to the ms
+
+
+def _seconds_between(session: Session, start: Any, end: Any) -> Any:
+    if session.connection().dialect.name == "sqlite":
+        return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
+    return sa.extract("epoch", end - start)
 
 
 def _request_conditions(where: Filter) -> list[Any]:
@@ -155,10 +202,16 @@ def counts(session: Session, since: datetime, until: datetime, where: Filter) ->
     rows = session.connection().execute(stmt).all()
     allowed = _lease_ids(session, where, [s for _, s in rows]) if _filtered(where) else None
     tally: dict[str, int] = defaultdict(int)
+    reclaimed: set[str] = set()
     for tag, subject in rows:
-        if allowed is None or subject in allowed:
-            tally[_COUNTED[AuditTag(tag)]] += 1
-    return Counts(tally["reclaims"], tally["extensions"], tally["recalls"])
+        if allowed is not None and subject not in allowed:
+            continue
+        kind = _COUNTED[AuditTag(tag)]
+        if kind == "reclaims":  # the sweep's decision and the lease's end: one reclaim
+            reclaimed.add(subject)
+        else:
+            tally[kind] += 1
+    return Counts(len(reclaimed), tally["extensions"], tally["recalls"])
 
 
 def _filtered(where: Filter) -> bool:

@@ -325,6 +325,21 @@ class GpuHourRow(SQLModel, table=True):
         sa.UniqueConstraint("hour", "node", "index", "lease_id", name="uq_gpu_hour"),
         sa.Index("ix_gpu_hour_team_hour", "team", "hour"),
         sa.Index("ix_gpu_hour_holder_hour", "holder", "hour"),
+        # A window read from the index alone (migration 0012): what reports group by and sum.
+        sa.Index(
+            "ix_gpu_hour_window",
+            "hour",
+            "pool",
+            "team",
+            "holder",
+            "lease_id",
+            "allocated_s",
+            "used_s",
+            "busy_s",
+            "idle_s",
+            "unknown_s",
+            "unreserved_s",
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)

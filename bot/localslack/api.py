@@ -21,7 +21,7 @@ APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 JSON_STRING_FIELDS = ("blocks", "view", "files", "attachments", "metadata")
 SCOPES = (
     "commands,chat:write,chat:write.public,im:write,im:history,channels:history,groups:history,"
-    "users:read,users:read.email,files:write"
+    "users:read,users:read.email,files:write,channels:read,groups:read,im:read,mpim:read"
 )
 
 

@@ -206,10 +206,13 @@ def get_permalink(ctx: Context, args: Args) -> JSON:
 
 
 def conversations_info(ctx: Context, args: Args) -> JSON:
-    channel = ctx.workspace.channel(str(args.required("channel")))
-    if channel is None:
+    ws = ctx.workspace
+    channel = ws.channel(str(args.required("channel")))
+    joined = channel is not None and ws.bot_user in channel.members
+    if channel is None or (channel.is_private and not joined):  # hidden from the bot
         raise ApiError("channel_not_found")
-    return {"channel": channel.as_json()}
+    shown = channel.as_json()
+    return {"channel": shown if channel.is_im else shown | {"is_member": joined}}
 
 
 def conversations_members(ctx: Context, args: Args) -> JSON:

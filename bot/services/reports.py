@@ -27,7 +27,7 @@ from rules.reports import (
     percentile,
     total,
 )
-from storage import reports
+from storage import keyvalue, reports
 from storage.reports import Filter
 
 _PERSON = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>|@?([UW][A-Z0-9]{2,})")
@@ -102,6 +102,16 @@ def build(
     return _report(ctx, scope, window, grouping, tz)
 
 
+def for_everyone(report: Report, fmt: str) -> bool:
+    """May `report`, as a chart (`png`) or CSV, be shared where everyone in a channel sees it?
+    Only when it holds nothing per person and nothing beyond what every member may see: a
+    person's own use, or a team's totals. A CSV broken down per person or per lease, and any
+    other person's, pool's or the lab's report, is for the asker alone."""
+    if fmt != "png" and report.by in _PER_PERSON:
+        return False
+    return report.scope.kind in (ScopeKind.ME, ScopeKind.TEAM)
+
+
 def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo) -> Report:
     policy = ctx.policy
     prices = {
@@ -112,10 +122,12 @@ def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo)
     where = _filter(scope)
     since, until = window.since, window.until
     with ctx.db.read() as session:
-        lines = reports.usage(session, since, until, where, by, prices=prices, tz=tz)
-        daily = reports.usage(session, since, until, where, "day", prices=prices, tz=tz)
+        lines, daily = reports.usage_and_days(
+            session, since, until, where, by, prices=prices, tz=tz
+        )
         waited = reports.waits(session, since, until, where)
         counted = reports.counts(session, since, until, where)
+        rolled = keyvalue.rolled_until(session)
     figures = Figures(
         usage=total(list(lines.values())),
         wait_p50_s=percentile(waited, 50),
@@ -134,6 +146,8 @@ def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo)
         days=days,
         currency=policy.reports.currency,
         priced=any(p in prices for p in in_scope),
+        # Hours are summed once they have ended: the figures stop at the first one not rolled.
+        through=max(rolled, since) if rolled is not None and rolled < until else None,
     )
 
 

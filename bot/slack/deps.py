@@ -14,13 +14,16 @@ from slack_bolt import Ack
 
 from bot.services import Refused, Services, reports
 from bot.settings import Settings
+from bot.slack import files
 from bot.slack.blocks import BORROW_MODAL
+from bot.slack.blocks.reports import REPORT_CHART_ACTION, REPORT_CSV_ACTION
 from bot.slack.inbox import Accepted, Inbox, request_key
 from bot.slack.parse import Audit, Report, Why, parse
 from bot.slack.people import UTC_ZONE, People, Zone
 from rules.reports import ScopeKind
 from storage.tables import InboxRow
 
+REPORT_FILE_ACTIONS = (REPORT_CHART_ACTION, REPORT_CSV_ACTION)
 NOT_RECORDED = (
     ":warning: gpubot could not record your request just now (its database is not "
     "answering), so nothing was done. Please try again in a minute."
@@ -70,10 +73,13 @@ class SlackDeps:
         else:
             raise NotRecorded(kind)
 
-    def look_up(self, row: InboxRow) -> Zone | None:
+    def look_up(self, row: InboxRow) -> Zone | bool | None:
         """What a request needs from Slack before its unit of work: the person's time zone,
-        for an end time typed in a command or a form (a users.info call, cached)."""
+        for an end time typed in a command or a form (a users.info call, cached); whether a
+        report's file may be shared where its button was clicked (`may_share`)."""
         payload = row.payload
+        if row.kind == "action" and payload.get("action_id") in REPORT_FILE_ACTIONS:
+            return self.may_share(row)
         if row.kind == "command" and "until" in str(payload.get("text", "")).lower():
             return self.people.zone(row.actor)
         if row.kind == "command":
@@ -81,6 +87,12 @@ class SlackDeps:
         if row.kind == "view" and payload.get("callback_id") == BORROW_MODAL:
             return self.people.zone(row.actor)
         return None
+
+    def may_share(self, row: InboxRow) -> bool | None:
+        """For a *Chart* or *CSV* click: may the bot share a file where it was clicked (a
+        conversations.info call, before the unit of work)? None: Slack did not say."""
+        where = str(row.payload.get("channel_id") or "")
+        return files.reachable(self.people.client, where, row.actor)
 
     def _explaining(self, user: str, text: str) -> Zone | None:
         """`why` and `audit` show times in the reader's zone and people by name: both looked

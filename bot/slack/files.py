@@ -1,7 +1,8 @@
 """A report's chart or CSV as the outbox shares it: the report built again for the person who
 asked (who may no longer see it: then a plain message to them says so), drawn in their time
 zone, and shared as a file in the conversation named in the row's `channel` (a person's id: their
-DM with the bot); text bars where charts cannot be drawn."""
+DM with the bot); text bars where charts cannot be drawn. And, before a click is carried
+out, whether the bot may share in the conversation it came from."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, tzinfo
 from typing import Any, cast
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackRequestError
 
 from bot.services import Services, charts, reports
 from bot.services.results import Refused
@@ -51,6 +55,29 @@ def report_file(services: Services, people: People, row: OutboxRow) -> Rendered:
     return Rendered(comment, [], upload=Upload(filename, title, drawn, comment))
 
 
+def reachable(client: WebClient, channel: str, viewer: str) -> bool | None:
+    """May the bot share a file in `channel`, where `viewer` clicked (conversations.info)?
+    False for a channel it is not in, one it cannot see, an archived one or a DM with
+    someone else; None when Slack did not say (the share then finds out)."""
+    if not channel:
+        return False
+    try:
+        info = client.conversations_info(channel=channel)["channel"]
+    except SlackApiError as exc:
+        return False if exc.response.get("error") in _HIDDEN else None
+    except (SlackRequestError, OSError):
+        return None
+    if info.get("is_im"):
+        return bool(info.get("user") == viewer)  # their DM with the bot
+    if info.get("is_archived"):
+        return False
+    member = info.get("is_member")
+    return member if isinstance(member, bool) else None
+
+
+_HIDDEN = frozenset({"channel_not_found", "not_in_channel"})
+
+
 def _window(data: Mapping[str, Any], now: datetime, tz: tzinfo) -> Window:
     """The window as asked for ("7d", "2026-11": read now, in the reader's zone), or the
     exact one a caller fixed (`since` and `until`)."""
@@ -63,8 +90,11 @@ def _window(data: Mapping[str, Any], now: datetime, tz: tzinfo) -> Window:
 
 
 def _about(scope: Scope, viewer: str, people: People) -> str:
-    """The report's subject in words, a person by their name."""
-    if scope.kind in (ScopeKind.ME, ScopeKind.USER):
+    """The report's subject in words, a person by their name. A `me` report is always the
+    viewer's own, whatever name its row carries (the report read is theirs too)."""
+    if scope.kind == ScopeKind.ME:
+        return people.name(viewer)
+    if scope.kind == ScopeKind.USER:
         return people.name(scope.name or viewer)
     return charts.label(scope)
 

@@ -200,14 +200,26 @@ class Sender:
         """Where a message in doubt landed, if Slack has it (looked up by its outbox id, in its
         thread for a reply). None for what cannot be looked up: a reply on a live
         response_url; or need not be: a redraw or a Home tab, which are the same however often
-        they are sent."""
+        they are sent. A report's file, or its text bars, is also looked for in the asker's DM,
+        where it goes when its channel cannot take it."""
         if row.kind in UPDATES or row.kind == OutboxKind.HOME or _live_url(row, now):
             return None
         if isinstance(prepared, Rendered) and prepared.updates:
             return None
         thread = prepared.thread_ts if isinstance(prepared, Rendered) else None
+        places = [_where(row, prepared)]
+        if row.kind == OutboxKind.REPORT_FILE and places[0] != row.recipient:
+            places.append(row.recipient)  # where it goes when its channel cannot take it
+        for place in places:
+            found = self._found_in(row, place, thread)
+            if found is not None:
+                return found
+        return None
+
+    def _found_in(self, row: OutboxRow, place: str, thread: str | None) -> Sent | None:
+        """The message or file of `row` in the conversation `place`, if it is there."""
         try:
-            channel = self._channel_for(_where(row, prepared))
+            channel = self._channel_for(place)
             oldest = f"{(row.created_at - HISTORY_SLACK).timestamp():.6f}"
             if thread:
                 history = self.client.conversations_replies(
@@ -400,7 +412,8 @@ def _fallback(row: OutboxRow, prepared: Any, exc: SlackApiError) -> Rendered | N
     """What to post instead when Slack refused `prepared` for good, or None: a reply whose
     thread is gone is posted on its own; a message that grows another in place (a digest
     updating the previous one) is posted anew, with all it says, when that one is gone, and
-    the next grows the new one."""
+    the next grows the new one; a report's text bars for a conversation the bot cannot post
+    in go to the asker's DM, as its file would."""
     if not isinstance(prepared, Rendered):
         return None
     error = exc.response.get("error")
@@ -408,7 +421,14 @@ def _fallback(row: OutboxRow, prepared: Any, exc: SlackApiError) -> Rendered | N
         return replace(prepared, thread_ts=None, broadcast=False)
     if error in _MESSAGE_GONE and prepared.updates and row.kind not in UPDATES:
         return replace(prepared, updates=())
+    if error in _NOWHERE and row.kind == OutboxKind.REPORT_FILE and _elsewhere(row, prepared):
+        return replace(prepared, where=None)  # text bars for a channel it cannot post in: the DM
     return None
+
+
+def _elsewhere(row: OutboxRow, prepared: Rendered) -> bool:
+    """Is `prepared` a message for a conversation other than its recipient's DM?"""
+    return prepared.upload is None and prepared.where not in (None, row.recipient)
 
 
 #: What Slack answers a share in a conversation the bot cannot post a file to, for good.

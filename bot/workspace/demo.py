@@ -16,13 +16,14 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from bot.jobs import POLL, SWEEP
+from bot.jobs import POLL, ROLLUP, SWEEP
 from bot.localslack import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver, Workspace
 from bot.localslack.driver import SIGNING_SECRET
-from bot.main import POLL_EVERY, SWEEP_EVERY, Bot, assemble
+from bot.main import POLL_EVERY, ROLLUP_EVERY, SWEEP_EVERY, Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from bot.telemetry.simulated import SimulatedSource
+from bot.workspace import history
 from bot.workspace.clock import DemoClock
 from bot.workspace.opening import seed
 
@@ -50,6 +51,7 @@ class Demo:
     progress: tuple[int, int] | None = None  # (steps done, steps) while fast-forwarding
     forwards_done: int = 0  # the number of the last fast-forward `forward_later` finished
     forward_error: str | None = None  # why the last fast-forward stopped early, if it did
+    seeded: int = 0  # the past leases seeded before the start (none on this host's own GPUs)
     read_up_to: dict[tuple[str, str], str] = field(default_factory=dict)  # (person, channel)
     _forwards: int = 0
     _mover: threading.Thread | None = None
@@ -74,6 +76,7 @@ class Demo:
                     if step % per_sweep == 0 or step == steps:
                         self.bot.sweep()
                         self.deliver()
+                self.bot.rollup()  # the hours the clock moved past go into the hourly table
             finally:
                 self.progress = None
 
@@ -181,9 +184,12 @@ def _open(demo: Demo) -> None:
         nodes = {name: node.spec for name, node in bot.source.nodes.items()}
         for line in seed(bot.services, nodes):
             log.info("demo lease: %s", line)
+        demo.seeded = history.seed(bot.db, bot.services.policy, bot.services.now())
+        log.info("demo history: %d past leases over the last two weeks", demo.seeded)
     demo.deliver()
     bot.jobs.every(POLL, POLL_EVERY, demo.locked(bot.poll))
     bot.jobs.every(SWEEP, SWEEP_EVERY, demo.locked(bot.sweep))
+    bot.jobs.every(ROLLUP, ROLLUP_EVERY, demo.locked(bot.rollup))
     bot.jobs.start()
 
 

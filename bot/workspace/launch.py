@@ -15,6 +15,7 @@ from bot.telemetry.nvml import NvmlSource
 from bot.telemetry.simulated import SimulatedSource
 from bot.telemetry.sources import DEFAULT_FLEET
 from bot.workspace.demo import Demo, start
+from bot.workspace.history import MARK
 from bot.workspace.page import PageServer
 
 # The demo speaks only to loopback; slack_sdk would send even that through a proxy from the
@@ -89,12 +90,18 @@ def banner(url: str, demo: Demo, settings: Settings) -> str:
     else:
         telemetry = "node agents only"
     database = demo.bot.settings.database_url
+    past = (
+        [f"  the two weeks before now are seeded demo data (reasons start with {MARK})"]
+        if demo.seeded
+        else []
+    )
     return "\n".join(
         [
             f"gpubot demo: open {url} in a browser",
             f"  the bot, in HTTP mode:  {demo.bot_url}/slack/events",
             f"  the local Slack API:    {demo.local.api_url}",
             f"  telemetry: {telemetry}; the default rules",
+            *past,
             f"  database: {database} (temporary: deleted on Ctrl-C)",
             f"  the admin commands read it: GPUBOT_DATABASE_URL={database} gpubot leases",
             "Press Ctrl-C to stop.",

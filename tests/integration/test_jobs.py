@@ -13,9 +13,11 @@ from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 from sqlmodel import select
 
+from bot.jobs import ROLLUP
 from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
-from storage.tables import AuditRow, GpuMinuteRow
+from storage import keyvalue
+from storage.tables import AuditRow, GpuHourRow, GpuMinuteRow
 from tests.integration.conftest import SECRET, settings_for
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -76,6 +78,44 @@ def test_poll_keeps_per_minute_history_and_retention_prunes_it(
     bot.retain()
     with bot.db.read() as session:
         assert [] == session.exec(select(GpuMinuteRow)).all()
+
+
+def test_retention_keeps_the_minutes_the_rollup_has_not_rolled_yet(
+    served: tuple[Bot, FrozenDateTimeFactory],
+) -> None:
+    """A month-old minute goes only once the hourly rollup has rolled its hour."""
+    bot, clock = served
+    run_minutes(bot, clock, 5)
+    with bot.db.write() as session:
+        keyvalue.set_rolled_until(session, T0, at=T0, by="test")  # rolled up to 09:00, no further
+    clock.tick(timedelta(days=31))
+    bot.retain()
+    with bot.db.read() as session:
+        assert 28 * 4 <= len(session.exec(select(GpuMinuteRow)).all())
+    with bot.db.write() as session:
+        keyvalue.set_rolled_until(session, T0 + timedelta(hours=1), at=T0, by="test")
+    bot.retain()
+    with bot.db.read() as session:
+        assert [] == session.exec(select(GpuMinuteRow)).all()
+
+
+def test_the_rollup_job_rolls_the_hour_just_completed(
+    served: tuple[Bot, FrozenDateTimeFactory],
+) -> None:
+    """Every 10 minutes the job looks; once 09:00 is over its minutes are in the hourly table:
+    dave's process on a GPU nobody leased is unreserved use."""
+    bot, clock = served
+    assert bot.jobs.scheduler.get_job(ROLLUP) is not None
+    run_minutes(bot, clock, 5)
+    bot.rollup()
+    with bot.db.read() as session:
+        assert [] == session.exec(select(GpuHourRow)).all()
+    clock.tick(timedelta(hours=1))
+    bot.rollup()
+    with bot.db.read() as session:
+        rows = session.exec(select(GpuHourRow)).all()
+    dave = [r for r in rows if (r.node, r.index) == ("a100-node-02", 6)]
+    assert [(T0, 0, 4 * 60.0)] == [(r.hour, r.lease_id, r.unreserved_s) for r in dave]
 
 
 def test_an_agent_with_a_wrong_token_is_refused_and_audited(

@@ -29,6 +29,8 @@ SCOPES = {
     # A report's chart or CSV: the upload URL, the bytes, the share (files_upload_v2's steps).
     "files_getUploadURLExternal": {"files:write"},
     "files_completeUploadExternal": {"files:write"},
+    # ... and whether gpubot is in the conversation where Chart or CSV was clicked.
+    "conversations_info": {"channels:read", "groups:read", "im:read", "mpim:read"},
     "_upload_file": set(),  # the bytes go to the URL Slack handed out, which needs no scope
     "views_open": set(),
     "views_publish": set(),

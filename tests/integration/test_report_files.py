@@ -1,7 +1,7 @@
 """A report's chart or CSV reaches Slack as a shared file, once: uploaded through the local Slack
 API's files.getUploadURLExternal, the bytes and files.completeUploadExternal, and shown in the
 channel; refused when the person may no longer see it; looked up, not shared again, after a
-crash; dropped where the bot cannot share it."""
+crash; shared in the asker's DM where the bot cannot share it in its channel."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from storage.tables import GpuHourRow, OutboxRow
 from tests.integration.conftest import SECRET, Running, settings_for
 from tests.unit.bot.test_charts import PNG_SIGNATURE, png_size
 
-ALICE, BOB, VICTOR = "U0ALICE01", "U0BOB0001", "U0VMGR001"
+ALICE, BOB, VICTOR, ADA = "U0ALICE01", "U0BOB0001", "U0VMGR001", "U0ADMIN01"
 GPU = "C0GPU"
 VISION = Scope(ScopeKind.TEAM, "vision")
 NEW_YORK = ZoneInfo("America/New_York")  # Victor's zone: his report's days are New York days
@@ -292,3 +292,142 @@ def test_the_chart_button_under_a_report_shares_the_chart_in_that_channel(bot: R
     assert "GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026)" == title
     assert PNG_SIGNATURE == content[:8]
     assert 1 == len(bot.local.calls.of("files.completeUploadExternal"))
+
+
+def test_without_matplotlib_text_bars_for_a_channel_the_bot_is_not_in_go_to_the_dm(
+    bot: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slack answers not_in_channel to the text bars' post: they are posted in Victor's DM
+    instead, once, never dropped."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with bot.local.workspace.lock:
+        bot.local.workspace.channels["C0RANDOM"] = Channel(
+            id="C0RANDOM", name="random", members={ALICE}
+        )
+    bot.bot.services.report_file(VICTOR, VISION, WEEK, fmt="png", channel="C0RANDOM")
+    bot.deliver()
+    bot.deliver()
+    dm = bot.local.dm_channel(VICTOR)
+    ((state, channel),) = [(r.state, r.channel) for r in file_rows(bot)]
+    assert ("delivered", dm) == (state, channel)
+    assert [] == bot.local.messages("C0RANDOM")
+    (message,) = bot.local.messages(dm)
+    assert "here are text bars" in message.text
+    assert "Tue 24 Nov " + "█" * 10 + "░" * 10 + " 10.0 GPU-h allocated" in message.text
+
+
+def test_a_forged_me_chart_is_titled_for_the_viewer_not_the_name_it_carries(
+    bot: Running,
+) -> None:
+    """A `me` row naming Alice, owed to Victor: the figures are Victor's own, and so is the
+    title; Alice's name appears nowhere."""
+    data = {
+        "viewer": VICTOR, "scope": "me", "name": ALICE, "window": "7d", "format": "png",
+        "channel": GPU,
+    }  # fmt: skip
+    with bot.bot.db.write() as session:
+        owe(
+            session,
+            Owed(OutboxKind.REPORT_FILE, "inbox:1", VICTOR, data),
+            at=bot.bot.services.now(),
+        )
+    bot.deliver()
+    ((title, _),) = shared(bot.local)
+    assert title.startswith("GPU use of Victor Vision, last 7 days")
+    message = bot.local.last_message(GPU)
+    assert message is not None
+    assert "Alice" not in title + message.text
+
+
+def test_a_file_that_names_people_or_goes_beyond_the_team_lands_in_the_askers_dm(
+    bot: Running,
+) -> None:
+    """In #gpu: Victor's team CSV (person by person) lands in his DM, his team chart (its
+    totals) in #gpu; Ada's lab chart in her DM. Each click says where."""
+    said = {}
+    for user, text, action_id in [
+        (VICTOR, "report team vision 2026-11", "report_csv"),
+        (VICTOR, "report team vision 2026-11", "report_chart"),
+        (ADA, "report lab 2026-11", "report_chart"),
+    ]:
+        before = len(bot.local.calls.of("response_url"))
+        assert 200 == bot.slack.command(user, text).status
+        bot.deliver()
+        answer = bot.local.ephemerals(user)[-1]
+        assert 200 == bot.slack.click(user, answer, action_id).status
+        bot.deliver()
+        bot.deliver()
+        said[user, action_id] = str(bot.local.calls.of("response_url")[before + 1 :])
+    assert (
+        "in your DM with gpubot in a moment, because it names people"
+        in (said[VICTOR, "report_csv"])
+    )
+    assert "it will appear in this channel in a moment" in said[VICTOR, "report_chart"]
+    assert (
+        "in your DM with gpubot in a moment, because not everyone here"
+        in (said[ADA, "report_chart"])
+    )
+    assert ["GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026)"] == [
+        title for title, _ in shared(bot.local, GPU)
+    ]
+    assert ["GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026) (CSV)"] == [
+        title for title, _ in shared(bot.local, bot.local.dm_channel(VICTOR))
+    ]
+    assert ["GPU use of the lab, November 2026 (1 Nov to 30 Nov 2026)"] == [
+        title for title, _ in shared(bot.local, bot.local.dm_channel(ADA))
+    ]
+
+
+@pytest.mark.parametrize("charts", [True, False], ids=["chart", "text-bars"])
+def test_a_share_in_the_dm_left_in_doubt_is_found_there_not_sent_again(
+    bot: Running, monkeypatch: pytest.MonkeyPatch, charts: bool
+) -> None:
+    """For a channel the bot is not in, the chart (or its text bars) went to Victor's DM and
+    the process died before recording it: the next deliverer finds it in the DM."""
+    if not charts:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with bot.local.workspace.lock:
+        bot.local.workspace.channels["C0RANDOM"] = Channel(
+            id="C0RANDOM", name="random", members={ALICE}
+        )
+    bot.bot.services.report_file(VICTOR, VISION, WEEK, fmt="png", channel="C0RANDOM")
+    bot.deliver()
+    (row,) = file_rows(bot)
+    with bot.bot.db.write() as session:  # as if killed between Slack's answer and the record
+        found = session.get(OutboxRow, row.id)
+        assert found is not None
+        found.state, found.claimed_by, found.channel = "sending", "gone", None
+        found.next_attempt_at = bot.bot.services.now()
+        session.add(found)
+    bot.deliver()
+    dm = bot.local.dm_channel(VICTOR)
+    assert 1 == len(bot.local.messages(dm))
+    ((state, channel),) = [(r.state, r.channel) for r in file_rows(bot)]
+    assert ("delivered", dm) == (state, channel)
+
+
+def test_a_click_in_a_channel_the_bot_is_not_in_says_the_file_goes_to_the_dm(
+    bot: Running,
+) -> None:
+    """Victor asks for his team's chart in #random, where gpubot is not: the click's answer
+    says it will appear in his DM, because gpubot cannot post there, and it does."""
+    with bot.local.workspace.lock:
+        bot.local.workspace.channels["C0RANDOM"] = Channel(
+            id="C0RANDOM", name="random", members={ALICE, VICTOR}
+        )
+    before = len(bot.local.calls.of("response_url"))
+    assert 200 == bot.slack.command(VICTOR, "report team vision 2026-11", "C0RANDOM").status
+    bot.deliver()
+    answer = bot.local.ephemerals(VICTOR)[-1]
+    assert 200 == bot.slack.click(VICTOR, answer, "report_chart").status
+    bot.deliver()
+    bot.deliver()
+    said = str(bot.local.calls.of("response_url")[before + 1 :])
+    assert (
+        "Drawing the chart; it will appear in your DM with gpubot in a moment, because I "
+        "cannot post here."
+    ) in said
+    assert [] == shared(bot.local, "C0RANDOM")
+    assert ["GPU use of team vision, November 2026 (1 Nov to 30 Nov 2026)"] == [
+        title for title, _ in shared(bot.local, bot.local.dm_channel(VICTOR))
+    ]

@@ -18,6 +18,7 @@ from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
 from bot.services import BorrowAsk, Refused
 from bot.services.results import BorrowResult
+from storage import keyvalue
 from storage.outbox import OutboxKind
 from storage.tables import GpuHourRow, OutboxRow
 from tests.integration.conftest import SECRET, settings_for
@@ -210,14 +211,23 @@ def file_rows(bot: Bot) -> list[OutboxRow]:
         return list(found)
 
 
-@pytest.mark.parametrize(("action_id", "fmt"), [("report_chart", "png"), ("report_csv", "csv")])
-def test_a_click_on_chart_or_csv_owes_the_file_in_the_channel(
-    bot: Bot, local: LocalSlack, slack: SlackDriver, action_id: str, fmt: str
-) -> None:
-    """The click is answered at once and owes one REPORT_FILE row saying which report."""
+@pytest.mark.parametrize(
+    ("action_id", "fmt", "channel", "where"),
+    [
+        ("report_chart", "png", "C0GPU", "it will appear in this channel in a moment"),
+        ("report_csv", "csv", VICTOR, "in your DM with gpubot in a moment, because it names"),
+    ],
+)
+def test_a_click_on_chart_or_csv_owes_the_file_where_it_may_be_seen(  # noqa: PLR0917 - a parametrized table
+    bot: Bot, local: LocalSlack, slack: SlackDriver, action_id: str, fmt: str, channel: str,
+    where: str,
+) -> None:  # fmt: skip
+    """The click is answered at once, saying where the file will appear, and owes one
+    REPORT_FILE row saying which report: Victor's team chart (its totals) in #gpu, his team
+    CSV (person by person) in his DM."""
     report(bot, local, slack, VICTOR, "30d")
     said = click(bot, local, slack, VICTOR, action_id)
-    assert "it will appear here in a moment." in said
+    assert where in said
     [row] = file_rows(bot)
     assert VICTOR == row.recipient
     expected = {
@@ -226,7 +236,7 @@ def test_a_click_on_chart_or_csv_owes_the_file_in_the_channel(
         "name": "vision",
         "window": "30d",
         "format": fmt,
-        "channel": "C0GPU",
+        "channel": channel,
     }
     # The deliverer may already have added the id of the file on its way ("file_id").
     assert expected == {key: row.data.get(key) for key in expected}
@@ -271,3 +281,24 @@ def test_admins_see_what_observe_only_rules_would_have_done(
     assert "Only admins see what observe-only rules would have done." in refused
     assert "would have done nothing in this window" in said
     assert "Observe-only rules" not in refused
+
+
+def test_a_lease_granted_this_hour_is_named_not_reported_as_no_use(
+    bot: Bot, local: LocalSlack, slack: SlackDriver
+) -> None:
+    """Erin's lease, granted at 09:10 UTC and not in any hour summed yet (the rollup has rolled
+    to 09:00): at 09:50 her report names it and when it will show, in her zone (UTC+9), never
+    "No GPU use"."""
+    with freeze_time(NOW + timedelta(minutes=10)):
+        granted = bot.services.borrow(ERIN, BorrowAsk("a100", 2, timedelta(hours=2)))
+    assert isinstance(granted, BorrowResult)
+    assert granted.lease is not None
+    with bot.services.db.write() as session:
+        keyvalue.set_rolled_until(session, NOW, at=NOW, by="rollup")
+    with freeze_time(NOW + timedelta(minutes=50)):
+        said = report(bot, local, slack, ERIN, "")
+    assert "No GPU use" not in said
+    assert (
+        f"Your lease L{granted.lease.id} (2 GPUs since 18:10) will appear in reports after "
+        "19:00.\\nWhole hours to 18:00 (this hour's use shows after it ends)."
+    ) in said

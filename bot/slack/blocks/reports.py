@@ -1,15 +1,17 @@
 """`/gpu report`: the figures of a scope over a window, a text bar of used against allocated
-GPU-h per line of the breakdown, and the *Chart* and *CSV* buttons that post the same report
-as a file (their value says which report: scope, window and viewer).
+GPU-h per line of the breakdown and, for windows up to a month, per day; how far the hours
+summed go; and the *Chart* and *CSV* buttons that post the same report as a file (their value
+says which report: scope, window and viewer).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 
+from bot.services.results import LeaseView
 from bot.slack.blocks.kit import (
     Block,
     Message,
@@ -38,6 +40,8 @@ _BY = {
     "day": "By day",
     "hour": "By hour",
 }
+MAX_DAILY = timedelta(days=31)  # longer windows leave the line a day to the chart and CSV
+DAYS_A_SECTION = 8  # well within a section's 3,000 characters, whatever the figures
 _SHORT_WINDOWS = ("", "24h", "7d")  # a report this short that shows nothing: suggest 30d
 
 
@@ -92,15 +96,18 @@ def report_message(
     tz: tzinfo,
     label: Callable[[str], str] = mention,
     zone: str = "",
+    running: Sequence[LeaseView] = (),
 ) -> Message:
     """The report as an ephemeral answer. `label` shows a person (a Slack id) as mrkdwn;
-    `zone` names the time zone the days are counted in (the name of `tz` by default)."""
+    `zone` names the time zone the days are counted in (the name of `tz` by default);
+    `running`: the person's leases now, named when none of their use is in the figures yet."""
     title = f"{_whose(report.scope, label)} · {_period(report, tz)}"
     usage = report.figures.usage
     if usage.allocated_s <= 0 and usage.unreserved_s <= 0:
-        return _nothing(report, title, window_text, tz, label)
+        return _nothing(report, title, window_text, tz, label, running)
     blocks: list[Block] = [header(title), section(fields=_figures(report))]
     blocks += _breakdown(report, label)
+    blocks += _day_by_day(report)
     button_value = ReportButton(viewer, report.scope, window_text).value()
     blocks.append(
         actions(
@@ -114,6 +121,7 @@ def report_message(
             "Efficiency is used GPU-h (weighted by utilisation) over allocated GPU-h. "
             "Unknown time had no working readings and is never counted as idle. "
             f"Days are in {escape(zone or str(tz))}."
+            + (f" {extent}" if (extent := _extent(report, tz)) else "")
         )
     )
     text = (
@@ -209,17 +217,86 @@ def _line(line: Line, by: str, label: Callable[[str], str]) -> str:
     return f"`{bar(usage.efficiency)}`  {who}  {figures}"
 
 
-def _nothing(
-    report: Report, title: str, window_text: str, tz: tzinfo, label: Callable[[str], str]
+def _nothing(  # noqa: PLR0917 - the report and how to show it, as report_message takes them
+    report: Report,
+    title: str,
+    window_text: str,
+    tz: tzinfo,
+    label: Callable[[str], str],
+    running: Sequence[LeaseView],
 ) -> Message:
-    """No GPU use at all in the window: say so, and suggest a longer one."""
+    """No GPU use in the figures: a lease running now whose hours are not summed yet, else
+    none at all (said so, with a longer window to try)."""
+    extent = _extent(report, tz)
+    if running and report.through is not None:  # the window reaches the hours not summed yet
+        leases = " ".join(_not_yet(lease, report, tz) for lease in running)
+        text = leases + (f"\n{extent}" if extent else "")
+        return message(f"{title}: {leases}", [header(title), section(text)])
     longer = "30d" if window_text in _SHORT_WINDOWS else _month_before(report.window.since, tz)
     words = " ".join(filter(None, ["/gpu report", _scope_words(report.scope), longer]))
     text = (
         f"No GPU use {_whom(report.scope, label)} in this window. "
-        f"A longer window may show some: `{words}`."
+        + (f"{extent} " if extent else "")
+        + f"A longer window may show some: `{words}`."
     )
     return message(f"{title}: no GPU use.", [header(title), section(text)])
+
+
+def _extent(report: Report, tz: tzinfo) -> str | None:
+    """How far the figures go when the window runs past the last hour summed, else None."""
+    if report.through is None:
+        return None
+    to = _clock(report.through, report, tz)
+    return f"Whole hours to {to} (this hour's use shows after it ends)."
+
+
+def _not_yet(lease: LeaseView, report: Report, tz: tzinfo) -> str:
+    """`Your lease L12 (2 GPUs since 09:10) will appear in reports after 10:00.`"""
+    start = max(lease.granted_at, report.through or lease.granted_at)
+    after = start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    gpus = f"{len(lease.gpus)} GPU{'s' if len(lease.gpus) != 1 else ''}"
+    since = _clock(lease.granted_at, report, tz)
+    return (
+        f"Your lease {lease.code} ({gpus} since {since}) will appear in reports after "
+        f"{_clock(after, report, tz)}."
+    )
+
+
+def _clock(at: datetime, report: Report, tz: tzinfo) -> str:
+    """A time in `tz`: the hour alone on the window's last day, else with its day."""
+    local, last = (
+        at.astimezone(tz),
+        (report.window.until - timedelta(microseconds=1)).astimezone(tz),
+    )
+    return f"{local:%H:%M}" if local.date() == last.date() else f"{local:%a %-d %b %H:%M}"
+
+
+def _day_by_day(report: Report) -> list[Block]:
+    """A line a day for windows up to a month: allocated and used GPU-h and the efficiency
+    bar, a dash for a day with nothing allocated; a few days a section (Slack's limits)."""
+    if not report.days or report.window.until - report.window.since > MAX_DAILY:
+        return []
+    lines = [_day(day) for day in report.days]
+    chunks = [lines[i : i + DAYS_A_SECTION] for i in range(0, len(lines), DAYS_A_SECTION)]
+    first = "*Day by day* (GPU-h allocated, used)\n"
+    return [section((first if n == 0 else "") + "\n".join(c)) for n, c in enumerate(chunks)]
+
+
+def _day(day: Line) -> str:
+    label = _day_label(day.key)
+    usage = day.usage
+    if usage.allocated_s <= 0:
+        return f"`{label:<10} {'—':>8}`"
+    figures = f"{_hours(usage.allocated_h):>8} {_hours(usage.used_h):>8}"
+    return f"`{label:<10} {figures}  {bar(usage.efficiency)}`"
+
+
+def _day_label(key: str) -> str:
+    try:
+        day = date.fromisoformat(key)
+    except ValueError:
+        return key
+    return f"{day:%a} {day.day} {day:%b}"
 
 
 def _whom(scope: Scope, label: Callable[[str], str]) -> str:

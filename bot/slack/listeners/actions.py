@@ -109,7 +109,7 @@ def _id(value: str) -> int | None:
     return int(value) if value.isdecimal() and len(value) <= 10 and int(value) <= MAX_ID else None
 
 
-def carry_out(deps: SlackDeps, row: InboxRow, _tz: object) -> Answer:
+def carry_out(deps: SlackDeps, row: InboxRow, looked_up: object) -> Answer:
     """A recorded click: the use case on the id it carries, answered where it happened."""
     payload = row.payload
     action_id, value, user = str(payload["action_id"]), str(payload["value"]), row.actor
@@ -117,7 +117,8 @@ def carry_out(deps: SlackDeps, row: InboxRow, _tz: object) -> Answer:
     if action_id in _SWITCHES:
         answer = _switched(deps, action_id, user)
     elif action_id in report_files.ACTIONS:
-        answer = report_files.asked(deps, row)
+        may_share = looked_up if isinstance(looked_up, bool) else None  # SlackDeps.may_share
+        answer = report_files.asked(deps, row, may_share)
     else:
         answer = _act(deps, action_id, user, value)
     return Answer(

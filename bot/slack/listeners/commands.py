@@ -118,6 +118,8 @@ def reported(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -
     found = report_use.build(deps.services.ctx, user, scope, window, tz=tz)
     if isinstance(found, Refused):
         return refused_message(replace(found, message=names(found.message)))
+    # A lease held now is in no hour summed yet when it began this hour: named, not missed.
+    running = deps.services.leases(user) if found.scope.kind is ScopeKind.ME else []
     return report_message(
         found,
         viewer=user,
@@ -125,6 +127,7 @@ def reported(deps: SlackDeps, user: str, command: p.Report, zone: Zone | None) -
         tz=tz,
         label=lambda who: names(mention(who)),
         zone=tz.key if zone is not None and zone.known else "UTC: Slack did not tell me yours",
+        running=running,
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from bot.services import Services
 from bot.services.context import SYSTEM
-from bot.services.reports import build, default_scope, parse_scope
+from bot.services.reports import build, default_scope, for_everyone, parse_scope
 from bot.services.results import Refused
 from rules.reports import Report, Scope, ScopeKind, Window, WindowError
 from storage.tables import GpuHourRow
@@ -110,3 +110,23 @@ def test_scopes_are_read_from_the_command_text(services: Services) -> None:
         default_scope(ctx, VICTOR),
         default_scope(ctx, ALICE),
     ]
+
+
+@pytest.mark.parametrize(
+    ("viewer", "scope", "fmt", "everyone"),
+    [
+        (ALICE, Scope(ScopeKind.ME), "png", True),
+        (ALICE, Scope(ScopeKind.ME), "csv", True),  # her own use, by pool
+        (ALICE, Scope(ScopeKind.TEAM, "vision"), "csv", True),  # a member: the team by pool
+        (VICTOR, Scope(ScopeKind.TEAM, "vision"), "png", True),  # the chart: totals a day
+        (VICTOR, Scope(ScopeKind.TEAM, "vision"), "csv", False),  # person by person
+        (VICTOR, Scope(ScopeKind.USER, ALICE), "png", False),
+        (ADA, Scope(ScopeKind.LAB), "png", False),
+        (ADA, Scope(ScopeKind.POOL, "a100"), "csv", False),
+    ],
+)
+def test_only_ones_own_use_and_a_teams_totals_are_for_everyone_in_a_channel(
+    week: Services, viewer: str, scope: Scope, fmt: str, everyone: bool
+) -> None:
+    """What a Chart or CSV click may share in the channel it came from."""
+    assert everyone == for_everyone(report(week, viewer, scope), fmt)

@@ -209,3 +209,18 @@ def test_permalink_and_channel_lookups(client: WebClient) -> None:
     assert "vision-approvals" == client.conversations_info(channel="C0VAPPROV")["channel"]["name"]
     members = client.conversations_members(channel="C0VAPPROV")["members"]
     assert ["U0ADMIN01", "U0GPUBOT", "U0VMGR001"] == members
+
+
+def test_channel_info_says_whether_the_bot_is_in_it_and_hides_private_ones_it_is_not_in(
+    client: WebClient, local: LocalSlack
+) -> None:
+    """As Slack: `is_member` for the bot; a private channel it is not in is not found."""
+    with local.workspace.lock:
+        local.workspace.channels["C0RANDOM"] = Channel(id="C0RANDOM", name="random")
+        local.workspace.channels["G0SECRET"] = Channel(
+            id="G0SECRET", name="secret", is_private=True
+        )
+    assert client.conversations_info(channel="C0GPU")["channel"]["is_member"] is True
+    assert client.conversations_info(channel="C0RANDOM")["channel"]["is_member"] is False
+    with pytest.raises(SlackApiError, match="channel_not_found"):
+        client.conversations_info(channel="G0SECRET")

@@ -4,8 +4,9 @@ wording when there is nothing to show or the text cannot be read."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -30,7 +31,7 @@ from rules.reports import (
     Window,
 )
 from rules.reports import Report as ReportView
-from tests.unit.slack.builders import assert_within_limits, texts_of
+from tests.unit.slack.builders import a_lease, assert_within_limits, texts_of
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 POOLS = ("a100", "l40s", "inference")
@@ -270,3 +271,108 @@ def test_the_days_are_those_of_the_readers_zone() -> None:
     shown = drawn(a_report(window=window), tz=ZoneInfo("Asia/Tokyo"))
     assert "Team vision · last 7 days (Nov 25 - Dec 2)" == shown.blocks[0]["text"]["text"]
     assert "Days are in Asia/Tokyo." in texts_of(shown)
+
+
+def test_a_line_a_day_with_allocated_used_and_the_bar_a_dash_for_an_empty_day() -> None:
+    """Three New York days: 14 GPU-h allocated and 9 used (64 %), 4 of 4 (100 %), nothing."""
+    york = ZoneInfo("America/New_York")
+    window = Window(datetime(2026, 11, 24, tzinfo=york), datetime(2026, 11, 27, tzinfo=york), "3d")
+    days = (
+        Line("2026-11-24", hours(14, 9)),
+        Line("2026-11-25", hours(4, 4)),
+        Line("2026-11-26", Usage()),
+    )
+    shown = drawn(a_report(window=window, days=days), tz=york)
+    assert_within_limits(shown)
+    (daily,) = day_sections(shown)
+    assert (
+        "*Day by day* (GPU-h allocated, used)\n"
+        "`Tue 24 Nov     14.0      9.0  ████████░░░░  64 %`\n"
+        "`Wed 25 Nov      4.0      4.0  ████████████ 100 %`\n"
+        "`Thu 26 Nov        —`"
+    ) == daily
+
+
+def a_month(days: int, allocated: float) -> tuple[Window, tuple[Line, ...]]:
+    since = datetime(2026, 10, 1, tzinfo=UTC)
+    lines = tuple(
+        Line(f"2026-10-{n + 1:02d}", hours(allocated, allocated / 3)) for n in range(days)
+    )
+    return Window(since, since + timedelta(days=days), "a month"), lines
+
+
+def day_sections(shown: Any) -> list[str]:
+    """The texts of the sections that hold days (their lines start with a weekday)."""
+    texts = [b.get("text", {}).get("text", "") for b in shown.blocks if b["type"] == "section"]
+    return [t for t in texts if re.search(r"^`(Mon|Tue|Wed|Thu|Fri|Sat|Sun) ", t, re.MULTILINE)]
+
+
+def test_a_months_days_stay_within_slacks_limits_several_a_section() -> None:
+    """The lab over 31 days of five-figure GPU-h, with 17 teams: every day shown, eight a
+    section, the message within 50 blocks and 3,000 characters a section."""
+    window, days = a_month(31, 12_345.6)
+    teams = tuple(Line(f"team-{n:02d}", hours(n + 1, n / 2)) for n in range(17))
+    shown = drawn(a_report(scope=Scope(ScopeKind.LAB), by="team", lines=teams, window=window,
+                           days=days))  # fmt: skip
+    assert_within_limits(shown)
+    daily = day_sections(shown)
+    rows = [row for text in daily for row in text.split("\n") if row.startswith("`")]
+    assert 31 == len(rows)
+    assert [8, 8, 8, 7] == [
+        len([r for r in text.split("\n") if r.startswith("`")]) for text in daily
+    ]
+    assert "`Thu 1 Oct  12,345.6  4,115.2  ████░░░░░░░░  33 %`" == rows[0]
+    assert all(len(text) <= 3000 for text in daily)
+
+
+def test_a_window_longer_than_a_month_leaves_the_days_to_the_chart() -> None:
+    window, days = a_month(40, 1.0)
+    assert "Day by day" not in texts_of(drawn(a_report(window=window, days=days), window="40d"))
+
+
+def test_the_figures_say_how_far_the_hours_summed_go() -> None:
+    """Rolled up to 08:00 on the window's last day: said in the reader's zone."""
+    shown = drawn(a_report(through=datetime(2026, 12, 2, 8, tzinfo=UTC)))
+    assert "Whole hours to 08:00 (this hour's use shows after it ends)." in texts_of(shown)
+    assert "Whole hours" not in texts_of(drawn(a_report()))
+
+
+def test_a_lease_not_summed_yet_is_named_instead_of_no_use() -> None:
+    """Alice's L12, 2 GPUs since 09:10, with the hours summed to 09:00 at 09:50: it will
+    appear after 10:00; never "No GPU use"."""
+    empty = replace(a_report().figures, usage=Usage())
+    me = a_report(
+        scope=Scope(ScopeKind.ME, ALICE),
+        figures=empty,
+        lines=(),
+        window=Window(NOW - timedelta(days=7), NOW.replace(minute=50), "last 7 days"),
+        through=NOW,
+    )
+    lease = a_lease(id=12, granted_at=NOW.replace(minute=10))
+    shown = report_message(me, viewer=ALICE, window_text="", tz=ZoneInfo("UTC"), running=[lease])
+    assert_within_limits(shown)
+    said = texts_of(shown)
+    assert "No GPU use" not in said
+    assert (
+        "Your lease L12 (2 GPUs since 09:10) will appear in reports after 10:00.\n"
+        "Whole hours to 09:00 (this hour's use shows after it ends)."
+    ) == shown.blocks[1]["text"]["text"]
+
+
+def test_a_running_lease_is_not_named_under_a_window_summed_to_its_end() -> None:
+    """October, summed whole: a lease held now has nothing to do with it."""
+    empty = replace(a_report().figures, usage=Usage())
+    october = a_report(
+        scope=Scope(ScopeKind.ME, ALICE),
+        figures=empty,
+        lines=(),
+        window=Window(
+            datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC), "October 2026"
+        ),
+    )
+    shown = report_message(
+        october, viewer=ALICE, window_text="2026-10", tz=ZoneInfo("UTC"), running=[a_lease()]
+    )
+    said = texts_of(shown)
+    assert "No GPU use by you in this window." in said
+    assert "Your lease" not in said

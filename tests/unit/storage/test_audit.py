@@ -97,6 +97,30 @@ def test_append_refuses_a_naive_time(database: Database) -> None:
         audit.append(session, an_entry(), at=naive)
 
 
+def test_append_all_extends_the_chain_in_one_go_as_single_appends_would(
+    database: Database,
+) -> None:
+    """A bulk import continues the chain: ids in order, each row linked, the head at the end."""
+    append_rows(database, 1)
+    entries = [(an_entry(n), NOW - timedelta(days=n)) for n in (2, 3, 4)]
+    with database.write() as session:
+        assert [2, 3, 4] == audit.append_all(session, entries)
+        assert [] == audit.append_all(session, [])
+    append_rows(database, 1)
+    assert audit.VerifyReport(ok=True, checked=5) == verified(database)
+    with database.read() as session:
+        stored = audit.get(session, 3)
+    assert stored is not None
+    assert ("U3", NOW - timedelta(days=3)) == (stored.actor, stored.at)
+
+
+def test_append_all_refuses_a_naive_time_before_writing_anything(database: Database) -> None:
+    naive = datetime(2025, 3, 14, 9, 30)  # noqa: DTZ001  (the naive value under test)
+    with pytest.raises(ValueError, match="aware"), database.write() as session:
+        audit.append_all(session, [(an_entry(1), NOW), (an_entry(2), naive)])
+    assert audit.VerifyReport(ok=True, checked=0) == verified(database)
+
+
 def test_append_rolls_back_with_the_callers_transaction(database: Database) -> None:
     """A failed state change takes its audit row with it, and the chain stays whole."""
 

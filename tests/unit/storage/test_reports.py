@@ -117,3 +117,17 @@ def test_counts_come_from_audit_tags_of_the_scope_s_leases(database: Database) -
         assert Counts(1, 1, 0) == reports.counts(session, T0, until, Filter(holder="U1"))
         assert Counts(1, 2, 1) == reports.counts(session, T0, until, Filter())
         assert Counts() == reports.counts(session, until, until + timedelta(hours=1), Filter())
+
+
+def test_a_reclaim_counts_once_though_the_sweep_and_the_lease_end_both_record_it(
+    database: Database,
+) -> None:
+    """The sweep writes `sweep:reclaim`, then the lease's end `lease:reclaimed`: one reclaim."""
+    with database.write() as session:
+        lease = a_lease(session, at=T0)
+        for tag in (AuditTag.SWEEP_RECLAIM, AuditTag.LEASE_RECLAIMED):
+            entry = AuditEntry(actor="gpubot", tag=tag, subject=f"lease:{lease}")
+            append(session, entry, at=T0 + timedelta(minutes=5))
+    with database.read() as session:
+        found = reports.counts(session, T0, T0 + timedelta(hours=1), Filter())
+    assert Counts(1, 0, 0) == found

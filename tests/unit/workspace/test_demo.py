@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlmodel import col, func, select
 from typer.testing import CliRunner
 
 from bot.cli.app import app
 from bot.workspace.demo import Demo
+from bot.workspace.history import MARK, PLAN
 from bot.workspace.launch import run
 from bot.workspace.opening import REASON
 from bot.workspace.page import PageServer
+from storage.tables import GpuHourRow, LeaseRow
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -52,6 +55,19 @@ def test_the_demo_opens_with_the_fleets_work_leased_by_its_people(demo: Demo) ->
     assert 7 == len(leases)
     assert {REASON} == {lease.reason for lease in leases}
     assert "U0ERIN001" in {lease.holder for lease in leases if lease.pool == "inference"}
+
+
+def test_the_demo_seeds_two_weeks_of_past_after_its_opening_leases(demo: Demo) -> None:
+    """The opening keeps L1 to L7 (the tour names them); the past is ended leases after them,
+    marked as demo data, with a week of hourly use behind it."""
+    assert len(PLAN) == demo.seeded
+    assert {f"L{n}" for n in range(1, 8)} == {lease.code for lease in demo.bot.services.leases()}
+    with demo.bot.db.read() as session:
+        past = session.exec(select(LeaseRow).where(col(LeaseRow.id) > 7)).all()
+        hours = session.exec(select(func.count()).select_from(GpuHourRow)).one()
+    assert len(PLAN) == len(past)
+    assert all(lease.reason.startswith(MARK) and lease.ended_at for lease in past)
+    assert hours > 0
 
 
 def test_unreserved_use_is_the_exception_once_time_moves_on(demo: Demo) -> None:
@@ -128,6 +144,7 @@ def test_gpubot_demo_prints_where_to_look_and_serves_the_page(
         assert said, "no banner"
         assert f"open http://127.0.0.1:{port}/ in a browser" in said[0]
         assert "telemetry: the simulated fleet (default.yaml)" in said[0]
+        assert "the two weeks before now are seeded demo data" in said[0]
         with OPENER.open(f"http://127.0.0.1:{port}/", timeout=10) as answer:
             assert 200 == answer.status
     finally:
@@ -195,8 +212,10 @@ def test_gpubot_nodes_reads_the_demos_database(demo: Demo, tmp_path: Path) -> No
     assert "fan swap" in drained[0]["detail"]
     assert 28 == sum(r["state"] == "joined" for r in rows)
     leased = [r for r in rows if r["state"] == "leased"]
-    assert {"vision", "nlp", "platform"} == {r["team"] for r in leased}
-    assert all(r["start"] and not r["end"] for r in leased)
+    held_now = [r for r in leased if not r["end"]]  # the rest is the seeded past, ended
+    assert {"vision", "nlp", "platform"} == {r["team"] for r in held_now}
+    assert all(r["start"] for r in leased)
+    assert len(leased) > len(held_now)
     alone = CliRunner().invoke(app, ["nodes", "--since", "2d", "--database-url", url])
     assert 2 == alone.exit_code
     assert "--since goes with --history" in alone.output

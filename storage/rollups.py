@@ -1,0 +1,297 @@
+"""The hourly usage rows (gpu_hour): rolled up from the per-minute history and the lease
+intervals, replaced hour by hour (so rolling an hour again changes nothing), and pruned.
+
+A GPU held by a lease from `granted_at` to its `released_at` (a shrink gave it back) or the
+lease's `ended_at` (or the hour's end while it runs) gets one row per lease per hour; a minute
+belongs to the interval it starts in. The time no lease held a GPU gets a row (lease_id 0) only
+when the GPU was busy then: unreserved use. A minute without a working reading is unknown, never
+idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlmodel import Session, col
+
+from rules.domain import LeaseState
+from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow
+
+HOUR = timedelta(hours=1)
+_HOURS = cast(sa.Table, GpuHourRow.__table__)  # type: ignore[attr-defined]
+MINUTE_S = 60.0
+#: Leases that never held a GPU (asked, waiting or refused) have no interval.
+_NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseState.CANCELLED)
+#: Above this many leases in one hour the minutes' join filters leases by time, not by id
+#: (SQLite takes at most 32,766 bound values in one statement).
+_MAX_IDS = 30_000
+
+
+@dataclass(frozen=True)
+class Held:
+    """One GPU held by one lease from `start` until `end` (None: it still holds it)."""
+
+    lease_id: int
+    node: str
+    index: int
+    pool: str
+    team: str
+    holder: str
+    start: datetime
+    end: datetime | None
+
+    def seconds_in(self, hour: datetime) -> float:
+        """How long it held the GPU in [hour, hour + 1 h)."""
+        until = hour + HOUR if self.end is None else min(self.end, hour + HOUR)
+        return max(0.0, (until - max(self.start, hour)).total_seconds())
+
+
+@dataclass(frozen=True)
+class _Minutes:
+    """What the minutes of one GPU in one hour under one lease (or none) add up to."""
+
+    observed: int
+    busy: int
+    util_pct_sum: float
+    memory_peak_mib: int | None
+
+
+def floor_hour(at: datetime) -> datetime:
+    """The start of the UTC hour `at` falls in."""
+    return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def hours(since: datetime, until: datetime) -> Iterator[datetime]:
+    """Every whole hour starting in [since, until), `since` taken to its hour."""
+    hour = floor_hour(since)
+    while hour < until:
+        yield hour
+        hour += HOUR
+
+
+def fill(session: Session, since_hour: datetime, until_hour: datetime, *, busy_pct: float) -> int:
+    """Roll every hour in [since_hour, until_hour) for every GPU, replacing what those hours
+    held, in the caller's transaction; returns the rows written. Running it twice changes
+    nothing."""
+    written = 0
+    day = timedelta(days=1)
+    start = floor_hour(since_hour)
+    while start < until_hour:
+        end = min(start + day, until_hour)
+        spans = held(session, start, end)
+        for hour in hours(start, end):
+            rows = hour_rows(session, hour, spans, busy_pct=busy_pct)
+            written += replace(session, hour, hour + HOUR, rows)
+        start = end
+    return written
+
+
+def held(session: Session, since: datetime, until: datetime) -> list[Held]:
+    """Every GPU a lease held at some time in [since, until)."""
+    end = sa.func.coalesce(col(LeaseGpuRow.released_at), col(LeaseRow.ended_at))
+    stmt = (
+        sa.select(
+            col(LeaseRow.id),
+            col(NodeRow.name),
+            col(GpuRow.index),
+            col(LeaseRow.pool),
+            col(LeaseRow.team),
+            col(LeaseRow.holder),
+            col(LeaseRow.granted_at),
+            col(LeaseGpuRow.released_at),
+            col(LeaseRow.ended_at),
+        )
+        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(
+            col(LeaseRow.state).not_in(_NEVER_HELD),
+            col(LeaseRow.granted_at) < until,
+            sa.or_(end.is_(None), end > since),
+        )
+    )
+    return [
+        Held(cast(int, lease), node, index, pool, team, holder, start, released or ended)
+        for lease, node, index, pool, team, holder, start, released, ended in (
+            session.connection().execute(stmt).all()
+        )
+    ]
+
+
+def hour_rows(
+    session: Session, hour: datetime, spans: Sequence[Held], *, busy_pct: float
+) -> list[dict[str, Any]]:
+    """The gpu_hour rows of one hour, from the spans that may touch it (`held` over a range
+    holding the hour) and the stored minutes of that hour."""
+    mine = [s for s in spans if s.seconds_in(hour) > 0]
+    minutes = _minutes(session, hour, mine, busy_pct=busy_pct)
+    rows = [_leased(hour, s, minutes.pop((s.node, s.index, s.lease_id), None)) for s in mine]
+    unheld = {key: m for key, m in minutes.items() if key[2] == 0 and m.busy > 0}
+    if unheld:
+        pools = _pools(session)
+        for (node, index, _), m in sorted(unheld.items()):
+            if (node, index) in pools:  # a node in no pool is not part of the fleet
+                rows.append(_unreserved(hour, node, index, pools[node, index], m))
+    return rows
+
+
+def replace(
+    session: Session, since: datetime, until: datetime, rows: Sequence[dict[str, Any]]
+) -> int:
+    """Put `rows` in place of every row of the hours in [since, until); returns how many."""
+    session.execute(
+        sa.delete(GpuHourRow).where(col(GpuHourRow.hour) >= since, col(GpuHourRow.hour) < until)
+    )
+    if rows:
+        session.execute(sa.insert(_HOURS), list(rows))  # Core: no ORM objects for bulk rows
+    return len(rows)
+
+
+def prune(session: Session, before: datetime) -> int:
+    """Delete the hourly rows of the hours before `before`; returns how many."""
+    result = session.execute(sa.delete(GpuHourRow).where(col(GpuHourRow.hour) < before))
+    return int(cast(Any, result).rowcount or 0)
+
+
+def earliest(session: Session, since: datetime) -> datetime | None:
+    """The first moment at or after `since` that the history covers: the oldest stored minute,
+    or a lease's grant (or `since` itself for a lease that held GPUs then); None: neither."""
+    minute = session.connection().execute(
+        sa.select(sa.func.min(col(GpuMinuteRow.minute))).where(col(GpuMinuteRow.minute) >= since)
+    )
+    granted = session.connection().execute(
+        sa.select(sa.func.min(col(LeaseRow.granted_at))).where(
+            col(LeaseRow.state).not_in(_NEVER_HELD),
+            sa.or_(col(LeaseRow.ended_at).is_(None), col(LeaseRow.ended_at) > since),
+        )
+    )
+    found = [at for at in (minute.scalar(), granted.scalar()) if at is not None]
+    if not found:
+        return None
+    return max(since, min(_aware(at) for at in found))
+
+
+def _aware(at: datetime) -> datetime:
+    # A bare aggregate loses the column's type: SQLite hands back text, PostgreSQL a datetime.
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at)
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def _minutes(
+    session: Session, hour: datetime, spans: Sequence[Held], *, busy_pct: float
+) -> dict[tuple[str, int, int], _Minutes]:
+    """The hour's minutes summed per GPU and per lease holding it then (0: none did)."""
+    m = GpuMinuteRow
+    observed = sa.and_(col(m.ok_samples) > 0, col(m.util_avg_pct).is_not(None))
+    busy = sa.and_(observed, col(m.util_avg_pct) >= busy_pct)
+    sums = (
+        sa.func.sum(sa.case((observed, 1), else_=0)),
+        sa.func.sum(sa.case((busy, 1), else_=0)),
+        sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
+        sa.func.max(col(m.memory_used_max_mib)),
+    )
+    iv = _intervals(spans, hour)
+    lease = sa.func.coalesce(iv.c.lease_id, 0)
+    stmt = (
+        sa.select(col(m.node), col(m.index), lease, *sums)
+        .select_from(m)
+        .outerjoin(
+            iv,
+            sa.and_(
+                iv.c.node == col(m.node),
+                iv.c.index == col(m.index),
+                col(m.minute) >= iv.c.start,
+                sa.or_(iv.c.end.is_(None), col(m.minute) < iv.c.end),
+            ),
+        )
+        .where(col(m.minute) >= hour, col(m.minute) < hour + HOUR)
+        # The lease first: grouped by (node, index) first, SQLite would walk the whole
+        # (node, index, minute) index in its order instead of the hour's range of minutes.
+        .group_by(lease, col(m.node), col(m.index))
+    )
+    return {
+        (node, index, int(lease_id)): _Minutes(int(seen), int(worked), float(util or 0), peak)
+        for node, index, lease_id, seen, worked, util, peak in (
+            session.connection().execute(stmt).all()
+        )
+    }
+
+
+def _intervals(spans: Sequence[Held], hour: datetime) -> sa.Subquery:
+    """The lease intervals of the hour's spans, read again by the database for its join."""
+    end = sa.func.coalesce(col(LeaseGpuRow.released_at), col(LeaseRow.ended_at))
+    ids = sorted({s.lease_id for s in spans})
+    which = (
+        col(LeaseRow.id).in_(ids)
+        if len(ids) <= _MAX_IDS
+        else sa.and_(col(LeaseRow.granted_at) < hour + HOUR, sa.or_(end.is_(None), end > hour))
+    )
+    return (
+        sa.select(
+            col(LeaseRow.id).label("lease_id"),
+            col(NodeRow.name).label("node"),
+            col(GpuRow.index).label("index"),
+            col(LeaseRow.granted_at).label("start"),
+            end.label("end"),
+        )
+        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(which, col(LeaseRow.state).not_in(_NEVER_HELD))
+        .subquery("held")
+    )
+
+
+def _pools(session: Session) -> dict[tuple[str, int], str]:
+    stmt = sa.select(col(NodeRow.name), col(GpuRow.index), col(GpuRow.pool)).join(
+        NodeRow, col(NodeRow.id) == col(GpuRow.node_id)
+    )
+    return {(node, index): pool for node, index, pool in session.connection().execute(stmt)}
+
+
+def _leased(hour: datetime, span: Held, minutes: _Minutes | None) -> dict[str, Any]:
+    allocated = span.seconds_in(hour)
+    m = minutes or _Minutes(0, 0, 0.0, None)
+    busy, idle = m.busy * MINUTE_S, (m.observed - m.busy) * MINUTE_S
+    return {
+        "hour": hour,
+        "pool": span.pool,
+        "node": span.node,
+        "index": span.index,
+        "team": span.team,
+        "holder": span.holder,
+        "lease_id": span.lease_id,
+        "allocated_s": allocated,
+        "used_s": m.util_pct_sum / 100 * MINUTE_S,
+        "busy_s": busy,
+        "idle_s": idle,
+        "unknown_s": max(0.0, allocated - busy - idle),
+        "unreserved_s": 0.0,
+        "memory_peak_mib": m.memory_peak_mib,
+    }
+
+
+def _unreserved(hour: datetime, node: str, index: int, pool: str, m: _Minutes) -> dict[str, Any]:
+    """Busy minutes no lease held: unreserved use, and nothing else (nothing was allocated, so
+    nothing counts as used, busy, idle or unknown)."""
+    return {
+        "hour": hour,
+        "pool": pool,
+        "node": node,
+        "index": index,
+        "team": "",
+        "holder": "",
+        "lease_id": 0,
+        "allocated_s": 0.0,
+        "used_s": 0.0,
+        "busy_s": 0.0,
+        "idle_s": 0.0,
+        "unknown_s": 0.0,
+        "unreserved_s": m.busy * MINUTE_S,
+        "memory_peak_mib": m.memory_peak_mib,
+    }
