@@ -3,13 +3,14 @@ intervals, replaced hour by hour (so rolling an hour again changes nothing), and
 
 A GPU held by a lease from `granted_at` to its `released_at` (a shrink gave it back) or the
 lease's `ended_at` (or the hour's end while it runs) gets one row per lease per hour; a minute
-belongs to the interval it starts in. The time no lease held a GPU gets a row (lease_id 0) only
-when the GPU was busy then: unreserved use. A minute without a working reading is unknown, never
-idle.
+counts for each interval by the seconds of it the interval covers (a lease granted 10:00:50 gets
+10 s of that minute). The time no lease held a GPU gets a row (lease_id 0) only when the GPU was
+busy then: unreserved use. A minute without a working reading is unknown, never idle.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -52,11 +53,12 @@ class Held:
 
 @dataclass(frozen=True)
 class _Minutes:
-    """What the minutes of one GPU in one hour under one lease (or none) add up to."""
+    """What the minutes of one GPU in one hour under one lease (or none) add up to, in seconds
+    of those minutes the lease held (all of each minute for the time no lease held)."""
 
-    observed: int
-    busy: int
-    util_pct_sum: float
+    observed_s: float
+    busy_s: float
+    util_pct_s: float  # utilisation x seconds
     memory_peak_mib: int | None
 
 
@@ -129,13 +131,23 @@ def hour_rows(
     holding the hour) and the stored minutes of that hour."""
     mine = [s for s in spans if s.seconds_in(hour) > 0]
     minutes = _minutes(session, hour, mine, busy_pct=busy_pct)
+    free_busy_s = _cut_edges(session, hour, mine, minutes, busy_pct=busy_pct)
     rows = [_leased(hour, s, minutes.pop((s.node, s.index, s.lease_id), None)) for s in mine]
-    unheld = {key: m for key, m in minutes.items() if key[2] == 0 and m.busy > 0}
+    for (node, index, lease), m in minutes.items():
+        if lease == 0 and m.busy_s > 0:
+            free_busy_s[node, index] += m.busy_s
+    unheld = {gpu: busy_s for gpu, busy_s in free_busy_s.items() if busy_s >= 0.001}
     if unheld:
         pools = _pools(session)
-        for (node, index, _), m in sorted(unheld.items()):
+        for (node, index), busy_s in sorted(unheld.items()):
             if (node, index) in pools:  # a node in no pool is not part of the fleet
-                rows.append(_unreserved(hour, node, index, pools[node, index], m))
+                free = minutes.get((node, index, 0))
+                peak = free.memory_peak_mib if free is not None else None
+                rows.append(
+                    _unreserved(
+                        hour, node, index, pools[node, index], busy_s=_ms(busy_s), peak_mib=peak
+                    )
+                )
     return rows
 
 
@@ -185,7 +197,8 @@ def _aware(at: datetime) -> datetime:
 def _minutes(
     session: Session, hour: datetime, spans: Sequence[Held], *, busy_pct: float
 ) -> dict[tuple[str, int, int], _Minutes]:
-    """The hour's minutes summed per GPU and per lease holding it then (0: none did)."""
+    """The hour's minutes summed per GPU and per lease holding any of each then (0: none did),
+    every minute counted whole; `_cut_edges` takes off what the intervals' edges did not hold."""
     m = GpuMinuteRow
     observed = sa.and_(col(m.ok_samples) > 0, col(m.util_avg_pct).is_not(None))
     busy = sa.and_(observed, col(m.util_avg_pct) >= busy_pct)
@@ -195,7 +208,7 @@ def _minutes(
         sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
         sa.func.max(col(m.memory_used_max_mib)),
     )
-    iv = _intervals(spans, hour)
+    iv = _intervals(session, spans, hour)
     lease = sa.func.coalesce(iv.c.lease_id, 0)
     stmt = (
         sa.select(col(m.node), col(m.index), lease, *sums)
@@ -205,7 +218,7 @@ def _minutes(
             sa.and_(
                 iv.c.node == col(m.node),
                 iv.c.index == col(m.index),
-                col(m.minute) >= iv.c.start,
+                col(m.minute) >= iv.c.from_minute,
                 sa.or_(iv.c.end.is_(None), col(m.minute) < iv.c.end),
             ),
         )
@@ -215,14 +228,98 @@ def _minutes(
         .group_by(lease, col(m.node), col(m.index))
     )
     return {
-        (node, index, int(lease_id)): _Minutes(int(seen), int(worked), float(util or 0), peak)
+        (node, index, int(lease_id)): _Minutes(
+            int(seen) * MINUTE_S, int(worked) * MINUTE_S, float(util or 0.0) * MINUTE_S, peak
+        )
         for node, index, lease_id, seen, worked, util, peak in (
             session.connection().execute(stmt).all()
         )
     }
 
 
-def _intervals(spans: Sequence[Held], hour: datetime) -> sa.Subquery:
+def _cut_edges(
+    session: Session,
+    hour: datetime,
+    spans: Sequence[Held],
+    minutes: dict[tuple[str, int, int], _Minutes],
+    *,
+    busy_pct: float,
+) -> defaultdict[tuple[str, int], float]:
+    """Take off each lease's sums the part of the minutes at its interval's ends that it did
+    not hold (granted 10:00:50, it held 10 s of 10:00); returns each GPU's busy seconds in those
+    minutes that no lease held."""
+    edges: defaultdict[tuple[str, int, datetime], list[Held]] = defaultdict(list)
+    for span in spans:
+        for at in {_floor_minute(span.start), _floor_minute(span.end or span.start)}:
+            if hour <= at < hour + HOUR and 0 < _held_s(span, at) < MINUTE_S:
+                edges[span.node, span.index, at].append(span)
+    free: defaultdict[tuple[str, int], float] = defaultdict(float)
+    for (node, index, at), (ok, util) in _edge_minutes(session, list(edges)).items():
+        pct = util if ok > 0 and util is not None else None  # None: no working reading
+        worked = pct is not None and pct >= busy_pct
+        covered = 0.0
+        for span in edges[node, index, at]:
+            held_s = _held_s(span, at)
+            covered += held_s
+            key = (node, index, span.lease_id)
+            had = minutes.get(key)
+            if had is not None and pct is not None:
+                cut = MINUTE_S - held_s
+                minutes[key] = _Minutes(
+                    had.observed_s - cut,
+                    had.busy_s - cut * worked,
+                    had.util_pct_s - pct * cut,
+                    had.memory_peak_mib,
+                )
+        if worked and covered < MINUTE_S:
+            free[node, index] += MINUTE_S - covered
+    return free
+
+
+def _floor_minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+def _held_s(span: Held, minute: datetime) -> float:
+    """The seconds of the minute starting at `minute` that `span` held."""
+    until = minute + timedelta(seconds=MINUTE_S)
+    end = until if span.end is None else min(span.end, until)
+    return max(0.0, (end - max(span.start, minute)).total_seconds())
+
+
+#: Minutes read per statement (three bound values each, under SQLite's limit).
+_EDGES_AT_ONCE = 5_000
+
+
+def _edge_minutes(
+    session: Session, keys: Sequence[tuple[str, int, datetime]]
+) -> dict[tuple[str, int, datetime], tuple[int, float | None]]:
+    """The stored minutes at these (node, index, minute): ok readings and utilisation."""
+    m = GpuMinuteRow
+    out: dict[tuple[str, int, datetime], tuple[int, float | None]] = {}
+    for first in range(0, len(keys), _EDGES_AT_ONCE):
+        chunk = keys[first : first + _EDGES_AT_ONCE]
+        stmt = sa.select(
+            col(m.node), col(m.index), col(m.minute), col(m.ok_samples), col(m.util_avg_pct)
+        ).where(sa.tuple_(col(m.node), col(m.index), col(m.minute)).in_(chunk))
+        for node, index, minute, ok, util in session.connection().execute(stmt).all():
+            out[node, index, _aware(minute)] = (int(ok), None if util is None else float(util))
+    return out
+
+
+def _minute_of(session: Session, at: Any) -> Any:
+    """The start of the minute `at` falls in, comparable with the stored minutes."""
+    if session.connection().dialect.name == "sqlite":  # the text the stored minutes are
+        return sa.func.strftime("%Y-%m-%d %H:%M:00.000000", at)
+    return sa.func.date_trunc("minute", at)
+
+
+def _ms(seconds: Any) -> float:
+    """Seconds to the millisecond: the database's timestamp arithmetic is not exact."""
+    return round(float(seconds or 0.0), 3)
+
+
+def _intervals(session: Session, spans: Sequence[Held], hour: datetime) -> sa.Subquery:
     """The lease intervals of the hour's spans, read again by the database for its join."""
     end = sa.func.coalesce(col(LeaseGpuRow.released_at), col(LeaseRow.ended_at))
     ids = sorted({s.lease_id for s in spans})
@@ -238,6 +335,8 @@ def _intervals(spans: Sequence[Held], hour: datetime) -> sa.Subquery:
             col(GpuRow.index).label("index"),
             col(LeaseRow.granted_at).label("start"),
             end.label("end"),
+            _minute_of(session, col(LeaseRow.granted_at)).label("from_minute"),
+            _minute_of(session, end).label("end_minute"),
         )
         .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
@@ -256,8 +355,8 @@ def _pools(session: Session) -> dict[tuple[str, int], str]:
 
 def _leased(hour: datetime, span: Held, minutes: _Minutes | None) -> dict[str, Any]:
     allocated = span.seconds_in(hour)
-    m = minutes or _Minutes(0, 0, 0.0, None)
-    busy, idle = m.busy * MINUTE_S, (m.observed - m.busy) * MINUTE_S
+    m = minutes or _Minutes(0.0, 0.0, 0.0, None)
+    busy, idle = m.busy_s, _ms(m.observed_s - m.busy_s)
     return {
         "hour": hour,
         "pool": span.pool,
@@ -267,16 +366,18 @@ def _leased(hour: datetime, span: Held, minutes: _Minutes | None) -> dict[str, A
         "holder": span.holder,
         "lease_id": span.lease_id,
         "allocated_s": allocated,
-        "used_s": m.util_pct_sum / 100 * MINUTE_S,
+        "used_s": _ms(m.util_pct_s / 100),
         "busy_s": busy,
         "idle_s": idle,
-        "unknown_s": max(0.0, allocated - busy - idle),
+        "unknown_s": max(0.0, _ms(allocated - busy - idle)),
         "unreserved_s": 0.0,
         "memory_peak_mib": m.memory_peak_mib,
     }
 
 
-def _unreserved(hour: datetime, node: str, index: int, pool: str, m: _Minutes) -> dict[str, Any]:
+def _unreserved(
+    hour: datetime, node: str, index: int, pool: str, *, busy_s: float, peak_mib: int | None
+) -> dict[str, Any]:
     """Busy minutes no lease held: unreserved use, and nothing else (nothing was allocated, so
     nothing counts as used, busy, idle or unknown)."""
     return {
@@ -292,6 +393,6 @@ def _unreserved(hour: datetime, node: str, index: int, pool: str, m: _Minutes) -
         "busy_s": 0.0,
         "idle_s": 0.0,
         "unknown_s": 0.0,
-        "unreserved_s": m.busy * MINUTE_S,
-        "memory_peak_mib": m.memory_peak_mib,
+        "unreserved_s": busy_s,
+        "memory_peak_mib": peak_mib,
     }

@@ -30,9 +30,10 @@ def held_usage(
     prices: Mapping[str, float],
 ) -> Usage:
     """What `holder`'s leases held in [since, until), read from the stored minutes and counted
-    as the hourly rollups count it: allocated exactly from the intervals; a minute belongs to
-    the interval it starts in; used weighted by utilisation; busy and idle the observed minutes
-    at or above and under `busy_pct`; unknown the rest of the allocated time, never idle."""
+    as the hourly rollups count it: allocated exactly from the intervals; a minute counts by
+    the seconds of it inside the interval; used weighted by utilisation; busy and idle the
+    observed seconds at or above and under `busy_pct`; unknown the rest of the allocated time,
+    never idle."""
     total = Usage()
     for node, index, lease, held_gpu in session.exec(_held(holder, since, until)).all():
         if lease.state in _NEVER_HELD:
@@ -42,14 +43,14 @@ def held_usage(
         if end <= start:
             continue
         allocated = (end - start).total_seconds()
-        seen, worked, util_pct = _sums(session, node, index, start, end, busy_pct=busy_pct)
-        busy_s, idle_s = worked * MINUTE_S, (seen - worked) * MINUTE_S
+        observed_s, busy_s, util_pct_s = _sums(session, node, index, start, end, busy_pct=busy_pct)
+        idle_s = round(observed_s - busy_s, 3)
         total += Usage(
             allocated_s=allocated,
-            used_s=util_pct / 100 * MINUTE_S,
+            used_s=round(util_pct_s / 100, 3),
             busy_s=busy_s,
             idle_s=idle_s,
-            unknown_s=max(0.0, allocated - busy_s - idle_s),
+            unknown_s=max(0.0, round(allocated - busy_s - idle_s, 3)),
             cost=allocated / HOUR * prices.get(lease.pool, 0.0),
         )
     return total
@@ -84,39 +85,52 @@ def _held(holder: str, since: datetime, until: datetime) -> Any:
 
 def _sums(
     session: Session, node: str, index: int, start: datetime, end: datetime, *, busy_pct: float
-) -> tuple[int, int, float]:
-    """The observed minutes of one GPU in [start, end), those busy, and their utilisation sum."""
+) -> tuple[float, float, float]:
+    """The seconds of [start, end) one GPU's stored minutes saw, those busy, and utilisation x
+    seconds: every minute that overlaps counted whole, then the minutes at the two ends cut
+    to the part inside."""
     observed = sa.and_(
         col(GpuMinuteRow.ok_samples) > 0, col(GpuMinuteRow.util_avg_pct).is_not(None)
     )
     busy = sa.and_(observed, col(GpuMinuteRow.util_avg_pct) >= busy_pct)
+    here = (col(GpuMinuteRow.node) == node, col(GpuMinuteRow.index) == index)
     stmt = sa.select(
         sa.func.coalesce(sa.func.sum(sa.case((observed, 1), else_=0)), 0),
         sa.func.coalesce(sa.func.sum(sa.case((busy, 1), else_=0)), 0),
         sa.func.coalesce(
             sa.func.sum(sa.case((observed, col(GpuMinuteRow.util_avg_pct)), else_=0.0)), 0.0
         ),
-    ).where(
-        col(GpuMinuteRow.node) == node,
-        col(GpuMinuteRow.index) == index,
-        col(GpuMinuteRow.minute) >= start,
-        col(GpuMinuteRow.minute) < end,
-    )
+    ).where(*here, col(GpuMinuteRow.minute) >= _minute(start), col(GpuMinuteRow.minute) < end)
     seen, worked, util = session.connection().execute(stmt).one()
-    return int(seen), int(worked), float(util)
-
-
-def _minutes(
-    session: Session, node: str, index: int, start: datetime, end: datetime, *, busy_pct: float
-) -> tuple[int, int]:
-    busy = sa.case((col(GpuMinuteRow.util_avg_pct) >= busy_pct, 1), else_=0)
-    stmt = sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(busy), 0)).where(
-        col(GpuMinuteRow.node) == node,
-        col(GpuMinuteRow.index) == index,
-        col(GpuMinuteRow.minute) >= start,
-        col(GpuMinuteRow.minute) < end,
-        col(GpuMinuteRow.ok_samples) > 0,
-        col(GpuMinuteRow.util_avg_pct).is_not(None),
+    observed_s, busy_s, util_s = (
+        int(seen) * MINUTE_S,
+        int(worked) * MINUTE_S,
+        float(util) * MINUTE_S,
     )
-    seen, worked = session.connection().execute(stmt).one()
-    return int(seen), int(worked)
+    for at in {_minute(start), _minute(end)}:
+        inside = (min(end, at + _ONE_MINUTE) - max(start, at)).total_seconds()
+        if not 0 < inside < MINUTE_S:
+            continue
+        row = (
+            session.connection()
+            .execute(
+                sa.select(col(GpuMinuteRow.ok_samples), col(GpuMinuteRow.util_avg_pct)).where(
+                    *here, col(GpuMinuteRow.minute) == at
+                )
+            )
+            .first()
+        )
+        if row is None or not row[0] or row[1] is None:
+            continue
+        cut = MINUTE_S - inside
+        observed_s -= cut
+        busy_s -= cut if row[1] >= busy_pct else 0.0
+        util_s -= float(row[1]) * cut
+    return round(observed_s, 3), round(busy_s, 3), util_s
+
+
+_ONE_MINUTE = timedelta(minutes=1)
+
+
+def _minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from storage import leases, rollups
+from storage import leases, rollups, usage
 from storage.db import Database
 from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, PoolRow
 from tests.unit.storage.builders import a_lease
@@ -157,17 +157,55 @@ def test_a_lease_crossing_hours_splits_them_and_the_time_around_it_is_unreserved
     ] == stored(database)
 
 
-def test_a_minute_belongs_to_the_interval_it_starts_in(database: Database) -> None:
-    """Granted 10:20:30: 39.5 minutes held; the minutes from 10:21 on are the lease's (39 busy),
-    the rest of the time held is unknown, and 10:20 itself was nobody's."""
+def test_a_minute_counts_for_a_lease_by_the_seconds_it_held(database: Database) -> None:
+    """Granted 10:20:30, the GPU at 100 % from 10:20 to 11:00: 39.5 minutes held, all of them
+    busy and used (the 30 s of 10:20 it held too); the first 30 s of 10:20 were nobody's."""
     with database.write() as session:
         gpus = a_fleet(session)
         lease = a_lease(session, at=T + timedelta(minutes=20, seconds=30), gpu_ids=gpus[:1])
         minutes(session, 0, T + timedelta(minutes=20), 40, 100.0)
     fill(database, T, T + H)
     assert [
-        (T, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 60.0),
-        (T, 0, lease, 2370.0, 2340.0, 2340.0, 0.0, 30.0, 0.0),
+        (T, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 30.0),
+        (T, 0, lease, 2370.0, 2370.0, 2370.0, 0.0, 0.0, 0.0),
+    ] == stored(database)
+
+
+def test_a_lease_of_twenty_seconds_across_two_minutes_uses_twenty_seconds(
+    database: Database,
+) -> None:
+    """Granted 10:00:50, ended 10:01:10, the GPU at 100 % in both minutes: 20 s allocated,
+    20 s used and busy (efficiency 100 %, not 300 %); the other 100 s busy are unreserved."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+        lease = a_lease(session, at=T + timedelta(seconds=50), gpu_ids=gpus[:1])
+        ended(session, lease, T + timedelta(minutes=1, seconds=10))
+        minutes(session, 0, T, 2, 100.0)
+    fill(database, T, T + H)
+    assert [
+        (T, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 100.0),
+        (T, 0, lease, 20.0, 20.0, 20.0, 0.0, 0.0, 0.0),
+    ] == stored(database)
+
+
+def test_two_leases_sharing_a_minute_split_it_and_the_gap_is_unreserved(
+    database: Database,
+) -> None:
+    """One lease ends 10:00:20, the next starts 10:00:40 on the same GPU, busy at 50 % through
+    10:00 and idle after: 20 s busy each, 20 s unreserved; the second's idle minutes to 10:02
+    are idle, the rest of its hour unknown (never below zero)."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+        first = a_lease(session, at=T - H, gpu_ids=gpus[:1])
+        ended(session, first, T + timedelta(seconds=20))
+        second = a_lease(session, at=T + timedelta(seconds=40), gpu_ids=gpus[:1], holder="U2")
+        minutes(session, 0, T, 1, 50.0)
+        minutes(session, 0, T + timedelta(minutes=1), 1, 0.0)
+    fill(database, T, T + H)
+    assert [
+        (T, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 20.0),
+        (T, 0, first, 20.0, 10.0, 20.0, 0.0, 0.0, 0.0),
+        (T, 0, second, 3560.0, 10.0, 20.0, 60.0, 3480.0, 0.0),
     ] == stored(database)
 
 
@@ -309,3 +347,24 @@ def test_earliest_history(
 def test_hours_are_whole_utc_hours() -> None:
     since = datetime(2026, 3, 2, 9, 59, 59, tzinfo=UTC)
     assert [T - H, T, T + H] == list(rollups.hours(since, T + 2 * H))
+
+
+def test_held_usage_weights_the_minutes_at_the_ends_as_the_rollup_does(
+    database: Database,
+) -> None:
+    """The 20-second lease (10:00:50 to 10:01:10 at 100 %) read from the minutes: 20 s held,
+    used and busy; a window from 10:01:00 cuts it to its last 10 s."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+        lease = a_lease(session, at=T + timedelta(seconds=50), gpu_ids=gpus[:1])
+        ended(session, lease, T + timedelta(minutes=1, seconds=10))
+        minutes(session, 0, T, 2, 100.0)
+    with database.read() as session:
+        whole = usage.held_usage(session, "U1", T, T + H, busy_pct=BUSY_PCT, prices={})
+        late = usage.held_usage(
+            session, "U1", T + timedelta(minutes=1), T + H, busy_pct=BUSY_PCT, prices={}
+        )
+    assert (20.0, 20.0, 20.0, 0.0, 0.0) == (
+        whole.allocated_s, whole.used_s, whole.busy_s, whole.idle_s, whole.unknown_s
+    )  # fmt: skip
+    assert (10.0, 10.0, 10.0, 0.0) == (late.allocated_s, late.used_s, late.busy_s, late.unknown_s)
