@@ -124,13 +124,16 @@ class Bot:
 
     def retain(self) -> None:
         """The `retention` job: per-minute history older than HISTORY_KEPT goes (never a minute
-        the hourly rollup has not rolled yet), and so do inbox rows old enough that Slack can
-        no longer retry them."""
+        the hourly rollup has not rolled yet, nor one of the hours its next pass rolls again),
+        and so do inbox rows old enough that Slack can no longer retry them."""
         now = self.services.now()
         with self.db.write() as session:
             rolled = keyvalue.rolled_until(session)
             kept = now - HISTORY_KEPT
-            gpus.prune_minutes(session, kept if rolled is None else min(kept, rolled))
+            # After a long stop the next rollup rolls the hours before `rolled` again; their
+            # minutes must still be there, or they would be rolled as unknown.
+            until = kept if rolled is None else min(kept, rolled - rollups.AGAIN)
+            gpus.prune_minutes(session, until)
             inbox.prune(session, now - inbox.KEPT)
 
     def rollup(self) -> None:

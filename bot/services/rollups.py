@@ -15,7 +15,8 @@ from storage.rollups import HOUR, floor_hour
 log = logging.getLogger(__name__)
 
 #: How long the per-minute history is kept (the retention job); a first rollup looks no further
-#: back, and the retention job never drops a minute the rollup has not rolled yet.
+#: back, and the retention job never drops a minute the rollup has not rolled yet, nor one of the
+#: hours it rolls again (AGAIN).
 MINUTES_KEPT = timedelta(days=30)
 #: The hours rolled last, rolled again with the next completed hour, for late agent pushes.
 AGAIN = 2 * HOUR

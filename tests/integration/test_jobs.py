@@ -21,6 +21,7 @@ from storage.tables import AuditRow, GpuHourRow, GpuMinuteRow
 from tests.integration.conftest import SECRET, settings_for
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 DAVE = "U0DAVE001"
 
 
@@ -83,7 +84,8 @@ def test_poll_keeps_per_minute_history_and_retention_prunes_it(
 def test_retention_keeps_the_minutes_the_rollup_has_not_rolled_yet(
     served: tuple[Bot, FrozenDateTimeFactory],
 ) -> None:
-    """A month-old minute goes only once the hourly rollup has rolled its hour."""
+    """A month-old minute goes only once the hourly rollup has rolled its hour and will not
+    roll it again: after a stop, its next pass rolls the two hours before its marker again."""
     bot, clock = served
     run_minutes(bot, clock, 5)
     with bot.db.write() as session:
@@ -92,8 +94,13 @@ def test_retention_keeps_the_minutes_the_rollup_has_not_rolled_yet(
     bot.retain()
     with bot.db.read() as session:
         assert 28 * 4 <= len(session.exec(select(GpuMinuteRow)).all())
+    with bot.db.write() as session:  # rolled to 11:00: the next pass rolls 09:00 again
+        keyvalue.set_rolled_until(session, T0 + 2 * HOUR, at=T0, by="test")
+    bot.retain()
+    with bot.db.read() as session:
+        assert 28 * 4 <= len(session.exec(select(GpuMinuteRow)).all())
     with bot.db.write() as session:
-        keyvalue.set_rolled_until(session, T0 + timedelta(hours=1), at=T0, by="test")
+        keyvalue.set_rolled_until(session, T0 + 3 * HOUR, at=T0, by="test")
     bot.retain()
     with bot.db.read() as session:
         assert [] == session.exec(select(GpuMinuteRow)).all()
