@@ -7,6 +7,7 @@ is its own figure and never counted as idle. Efficiency is used / allocated.
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
 from collections.abc import Sequence
@@ -95,10 +96,13 @@ _SPAN = re.compile(r"(\d{1,4})\s*([hdw])")
 _MONTH = re.compile(r"(\d{4})-(\d{2})")
 _UNITS = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
 _LONGEST = timedelta(days=400)
+#: The first year a month window may name (the years before are no one's GPU history).
+FIRST_YEAR = 2000
 
 
 def parse_window(text: str, now: datetime, tz: tzinfo) -> Window:
-    """`7d`, `30d`, `24h`, `2w` (back from now), or `YYYY-MM` (that month in `tz`); "" is 7d."""
+    """`7d`, `30d`, `24h`, `2w` (back from now), or `YYYY-MM` (that month in `tz`, from 2000-01
+    to the current month); "" is 7d."""
     raw = text.strip().lower() or DEFAULT_WINDOW
     if m := _SPAN.fullmatch(raw):
         count, unit = int(m.group(1)), m.group(2)
@@ -110,15 +114,25 @@ def parse_window(text: str, now: datetime, tz: tzinfo) -> Window:
         year, month = int(m.group(1)), int(m.group(2))
         if not 1 <= month <= 12:
             raise WindowError(f"`{text.strip()}` is not a month; write it like 2026-11.")
+        local = now.astimezone(tz)
+        if (year, month) > (local.year, local.month):
+            raise WindowError(f"{_month_name(year, month)} has not begun yet.")
+        if year < FIRST_YEAR:
+            raise WindowError(
+                f"`{text.strip()}` is before what reports cover; "
+                f"write a month from {FIRST_YEAR}-01 to {local:%Y-%m}."
+            )
         start = datetime(year, month, 1, tzinfo=tz)
         end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=tz)
-        if start > now:
-            raise WindowError(f"{start:%B %Y} has not begun yet.")
         return Window(start, min(end, now), f"{start:%B %Y}")
     raise WindowError(
         f"I could not read `{text.strip()}` as a time window; "
         "use 7d, 30d, 24h or a month like 2026-11."
     )
+
+
+def _month_name(year: int, month: int) -> str:
+    return f"{calendar.month_name[month]} {year}"
 
 
 def _span_label(count: int, unit: str) -> str:

@@ -10,6 +10,7 @@ import pytest
 from rules.reports import Usage, WindowError, day_keys, parse_window, percentile, total
 
 NOW = datetime(2026, 12, 2, 10, 30, tzinfo=UTC)
+TOKYO = ZoneInfo("Asia/Tokyo")
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
@@ -50,11 +51,25 @@ def test_a_month_is_its_local_days_and_ends_now_while_it_runs() -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [("soon", "could not read `soon`"), ("2026-13", "not a month"), ("500d", "1h to 400d"),
-     ("2027-01", "has not begun")],
+     ("2027-01", "^January 2027 has not begun yet.$"),
+     ("9999-12", "^December 9999 has not begun yet.$"),
+     ("0000-05", "^`0000-05` is before what reports cover; write a month from 2000-01 to "
+                 "2026-12.$"),
+     ("0001-01", "before what reports cover"), ("1999-12", "before what reports cover")],
 )  # fmt: skip
 def test_windows_that_cannot_be_read_say_what_would_work(text: str, says: str) -> None:
     with pytest.raises(WindowError, match=says):
         parse_window(text, NOW, UTC)
+
+
+def test_months_from_2000_to_this_month_are_read_in_the_zone() -> None:
+    """The first month reports cover, and the current one: at 20:00 UTC on November 30 it is
+    already December in Tokyo."""
+    first = parse_window("2000-01", NOW, TOKYO)
+    assert (datetime(2000, 1, 1, tzinfo=TOKYO), "January 2000") == (first.since, first.label)
+    evening = datetime(2026, 11, 30, 20, 0, tzinfo=UTC)
+    december = parse_window("2026-12", evening, TOKYO)
+    assert (datetime(2026, 12, 1, tzinfo=TOKYO), evening) == (december.since, december.until)
 
 
 def test_percentiles_interpolate() -> None:

@@ -204,6 +204,11 @@ def test_jsonl_is_one_object_per_line_and_nothing_else(filled: str) -> None:
         (["--since", "3x"], "error: --since: I could not read `3x` as a time window; use 7d, "
          "30d, 24h or a month like 2026-11.\n"),
         (["--since", "2027-01"], "error: --since: January 2027 has not begun yet.\n"),
+        (["--since", "0000-01"], "error: --since: `0000-01` is before what reports cover; "
+         "write a month from 2000-01 to 2026-03.\n"),
+        (["--since", "0001-01", "--tz", "Asia/Tokyo"], "error: --since: `0001-01` is before "
+         "what reports cover; write a month from 2000-01 to 2026-03.\n"),
+        (["--since", "9999-12"], "error: --since: December 9999 has not begun yet.\n"),
         (["--team", "robots"], "error: --team: there is no team 'robots'; teams: nlp, "
          "platform, vision\n"),
         (["--pool", "tpu"], "error: --pool: there is no pool 'tpu'; pools: a100, inference, "
