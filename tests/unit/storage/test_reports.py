@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session
 
 from rules.reports import Counts
@@ -131,3 +133,31 @@ def test_a_reclaim_counts_once_though_the_sweep_and_the_lease_end_both_record_it
     with database.read() as session:
         found = reports.counts(session, T0, T0 + timedelta(hours=1), Filter())
     assert Counts(1, 0, 0) == found
+
+
+def test_counts_for_a_scope_bind_the_same_few_values_however_many_leases(
+    database: Database,
+) -> None:
+    """A busy year's audit rows are matched to their leases by the database: 60 extended
+    leases, 20 of them U1's, and the statement binds no value per lease."""
+    with database.write() as session:
+        ids = [a_lease(session, at=T0, holder="U1" if n % 3 == 0 else "U2") for n in range(60)]
+        for lease in ids:
+            entry = AuditEntry(
+                actor="gpubot", tag=AuditTag.LEASE_EXTENDED, subject=f"lease:{lease}"
+            )
+            append(session, entry, at=T0 + timedelta(minutes=5))
+    bound: list[int] = []
+
+    def count(*args: Any) -> None:
+        parameters = args[3]
+        bound.append(len(parameters) if isinstance(parameters, dict | list | tuple) else 0)
+
+    with database.read() as session:
+        sa.event.listen(session.get_bind(), "before_cursor_execute", count)
+        try:
+            found = reports.counts(session, T0, T0 + timedelta(hours=1), Filter(holder="U1"))
+        finally:
+            sa.event.remove(session.get_bind(), "before_cursor_execute", count)
+    assert Counts(0, 20, 0) == found
+    assert max(bound) < 10
