@@ -180,6 +180,8 @@ class Figures:
     wait_p90_s: float | None = None
     granted: int = 0  # the requests those waits are over
     counts: Counts = field(default_factory=Counts)
+    still_waiting: int = 0  # requests filed in the window with no lease yet (not in the waits)
+    oldest_wait_s: float | None = None  # how long the oldest of those has waited so far
 
 
 @dataclass(frozen=True)

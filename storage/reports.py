@@ -1,4 +1,5 @@
-"""Reads for usage reports: sums over the hourly rollups, request waits, and audit counts.
+"""Reads for usage reports: sums over the hourly rollups, request waits (and the requests
+still waiting), and audit counts.
 
 A row counts in a window when its hour starts inside it. Everything is summed in SQL, grouped
 by what the report breaks down by (and by pool, which prices the allocated GPU-hours).
@@ -15,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
+from rules.domain import RequestState
 from rules.reports import HOUR, Counts, GroupBy, Usage
 from storage.audit import AuditTag
 from storage.tables import AuditRow, GpuHourRow, LeaseRow, RequestRow
@@ -165,6 +167,25 @@ def waits(session: Session, since: datetime, until: datetime, where: Filter) -> 
     )
     rows = session.connection().execute(stmt)
     return [max(0.0, round(float(s or 0), 3)) for (s,) in rows]  # julianday: to the ms
+
+
+def still_waiting(
+    session: Session, since: datetime, until: datetime, where: Filter, *, now: datetime
+) -> tuple[int, float | None]:
+    """Borrow requests filed in [since, until) still waiting at `now` (for a manager or in the
+    queue, no lease yet): how many, and the seconds the oldest has waited (None: none)."""
+    stmt = sa.select(sa.func.count(), sa.func.min(col(RequestRow.created_at))).where(
+        col(RequestRow.kind) == "borrow",
+        col(RequestRow.state).in_([str(RequestState.PENDING), str(RequestState.QUEUED)]),
+        col(RequestRow.lease_id).is_(None),
+        col(RequestRow.created_at) >= since,
+        col(RequestRow.created_at) < until,
+        *_request_conditions(where),
+    )
+    count, oldest = session.connection().execute(stmt).one()
+    if not count or oldest is None:
+        return 0, None
+    return int(count), max(0.0, (now - _aware(oldest)).total_seconds())
 
 
 def _seconds_between(session: Session, start: Any, end: Any) -> Any:

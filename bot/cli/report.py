@@ -27,6 +27,7 @@ from rules.errors import PolicyError
 from rules.loader import load_policy
 from rules.policy import Policy
 from rules.reports import (
+    Counts,
     GroupBy,
     Line,
     Usage,
@@ -126,6 +127,9 @@ def report(  # the options are keywords: click passes them by name
             session, window.since, window.until, where, by, prices=prices, tz=zone.tz
         )
         waited = reports.waits(session, window.since, window.until, where)
+        waiting = reports.still_waiting(
+            session, window.since, window.until, where, now=datetime.now(UTC)
+        )
         counted = reports.counts(session, window.since, window.until, where)
     lines = _lines(found, by, window, zone)
     if fmt == Format.CSV:
@@ -136,7 +140,7 @@ def report(  # the options are keywords: click passes them by name
     else:
         priced = bool(prices) and (where.pool is None or where.pool in prices)
         _print_table(lines, by, policy, zone, window, priced=priced)
-        _footer(waited, counted.reclaims, counted.extensions, counted.recalls)
+        _footer(waited, waiting, counted)
 
 
 @app.command("observe")
@@ -290,7 +294,7 @@ def _cells(usage: Usage, priced: bool) -> list[str]:
     ]
 
 
-def _footer(waited: list[float], reclaims: int, extensions: int, recalls: int) -> None:
+def _footer(waited: list[float], waiting: tuple[int, float | None], counted: Counts) -> None:
     if waited:
         p50, p90 = percentile(waited, 50), percentile(waited, 90)
         assert p50 is not None
@@ -301,7 +305,16 @@ def _footer(waited: list[float], reclaims: int, extensions: int, recalls: int) -
         )
     else:
         typer.echo("Waits from request to grant: no request was granted in this window")
-    typer.echo(f"Reclaims {reclaims}, extensions {extensions}, recalls {recalls}")
+    count, oldest_s = waiting
+    if count and oldest_s is not None:
+        requests = "1 request" if count == 1 else f"{count} requests"
+        typer.echo(
+            f"Still waiting: {requests} filed in this window, the oldest for {_wait(oldest_s)} "
+            "(not in the waits above until granted)"
+        )
+    typer.echo(
+        f"Reclaims {counted.reclaims}, extensions {counted.extensions}, recalls {counted.recalls}"
+    )
 
 
 def _wait(seconds: float) -> str:

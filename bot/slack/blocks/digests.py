@@ -49,7 +49,7 @@ def personal_digest(digest: PersonalDigest) -> Message:
     usage = report.figures.usage
     when = "last week" if digest.days == 7 else "in the last day"
     if usage.allocated_s <= 0:
-        text = f"Your GPUs {when}: you held none."
+        text = f"Your GPUs {when}: you held none." + _yours_waiting(report)
         return message(text, [section(text)])
     text = f"Your GPUs {when}: {_hours(usage.allocated_h)} GPU-h held, {_efficiency(usage)}"
     text += f", {_hours(usage.idle_h)} GPU-h of it idle"
@@ -57,7 +57,7 @@ def personal_digest(digest: PersonalDigest) -> Message:
         text += f", {_hours(usage.unknown_h)} GPU-h with no readings"
     if report.priced:
         text += f"; cost {_cost(usage, report)}"
-    text += "."
+    text += "." + _yours_waiting(report)
     blocks: list[Block] = [section(text)]
     if len(report.lines) > 1:
         blocks.append(section("\n".join(_line(line) for line in _shown(report))))
@@ -87,8 +87,29 @@ def _activity(report: Report) -> str:
             f"(median) and {_wait(figures.wait_p90_s)} (90 %)"
         )
     return (
-        f"{waits}. {counts.reclaims} reclaimed, {counts.extensions} extended, "
-        f"{counts.recalls} recalled."
+        f"{waits}{_still_waiting(report)}. {counts.reclaims} reclaimed, "
+        f"{counts.extensions} extended, {counts.recalls} recalled."
+    )
+
+
+def _still_waiting(report: Report) -> str:
+    """ "; 2 still waiting, the oldest for 3h": requests of the period not granted yet."""
+    figures = report.figures
+    if not figures.still_waiting or figures.oldest_wait_s is None:
+        return ""
+    return f"; {figures.still_waiting} still waiting, the oldest for {_wait(figures.oldest_wait_s)}"
+
+
+def _yours_waiting(report: Report) -> str:
+    """ " 1 request of yours is still waiting, for 3h.": asked in the period, not granted."""
+    figures = report.figures
+    if not figures.still_waiting or figures.oldest_wait_s is None:
+        return ""
+    if figures.still_waiting == 1:
+        return f" 1 request of yours is still waiting, for {_wait(figures.oldest_wait_s)}."
+    return (
+        f" {figures.still_waiting} requests of yours are still waiting, the oldest for "
+        f"{_wait(figures.oldest_wait_s)}."
     )
 
 

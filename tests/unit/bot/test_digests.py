@@ -18,7 +18,7 @@ from bot.services import digests as digest_service
 from bot.services.digests import LabDigest, PersonalDigest
 from rules.digests import Period, due_period
 from storage.db import Database
-from storage.tables import GpuHourRow, LeaseRow, OutboxRow, SettingRow
+from storage.tables import GpuHourRow, LeaseRow, OutboxRow, RequestRow, SettingRow
 from tests.builders import default_sources
 from tests.support import postgres
 from tests.unit.bot.conftest import ADA, ALICE, CAROL, T0, Clock
@@ -215,6 +215,30 @@ def test_the_lab_digest_reads_the_week_by_team_with_the_idle_leases(week: Servic
     assert [("L2", CAROL, 2.0), ("L1", ALICE, 1.0)] == [
         (lease.code, lease.holder, lease.usage.idle_h) for lease in view.idle
     ]
+
+
+def test_digests_count_the_requests_of_the_week_still_waiting(week: Services) -> None:
+    """Alice asked Sunday 09:00 and still waits at Monday 09:00 UTC (24 h); Carol's request
+    was denied: the lab's digest and Alice's show one waiting, Carol's none."""
+    with week.ctx.db.write() as session:
+        for who, team, state in ((ALICE, "vision", "queued"), (CAROL, "nlp", "denied")):
+            session.add(RequestRow(
+                kind="borrow", requester=who, team=team, pool="a100", gpus=1, duration_s=3600,
+                state=state, outcome="approve",
+                created_at=datetime(2026, 3, 1, 9, 0, tzinfo=UTC),
+            ))  # fmt: skip
+    week.send_digests()
+    found = {}
+    with week.ctx.db.read() as session:
+        rows = session.exec(select(OutboxRow).where(OutboxRow.kind == "digest")).all()
+    for row in rows:
+        view = week.digest(row)
+        assert view is not None
+        found[row.recipient] = (
+            view.report.figures.still_waiting,
+            view.report.figures.oldest_wait_s,
+        )
+    assert {LAB_CHANNEL: (1, 86400.0), ALICE: (1, 86400.0), CAROL: (0, None)} == found
 
 
 def test_a_personal_digest_reads_only_that_persons_week(week: Services) -> None:

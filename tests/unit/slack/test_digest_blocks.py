@@ -3,6 +3,7 @@ a person's own week, every figure checked by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime
 
 from bot.services.digests import IdleLease, LabDigest, PersonalDigest
@@ -97,6 +98,23 @@ def test_the_personal_digest_says_the_persons_week_and_each_pool() -> None:
         "`████░░░░░░░░  30 %`  *l40s*  3.3 of 11.0 GPU-h used",
         f"From the hourly usage records, {SINCE} to {UNTIL}. `/gpu report me` shows more.",
     ] == [_text(block) for block in drawn.blocks]
+
+
+def test_requests_still_waiting_are_named_beside_the_waits() -> None:
+    """The lab: 2 requests of the week still waiting, the oldest for 3h 5m; a person: 1."""
+    waiting = replace(LAB, figures=replace(LAB.figures, still_waiting=2, oldest_wait_s=11100.0))
+    drawn = lab_digest(LabDigest(waiting, (), date(2026, 11, 23), 7), NAMES.__getitem__)
+    assert (
+        "23 requests granted, after 4m (median) and 1h 2m (90 %); 2 still waiting, the oldest "
+        "for 3h 5m. 3 reclaimed, 5 extended, 1 recalled."
+    ) == _text(drawn.blocks[2])
+    nothing = a_report(
+        Usage(), (), scope=Scope(ScopeKind.ME, CAROL), still_waiting=1, oldest_wait_s=1800.0
+    )
+    mine = personal_digest(PersonalDigest(CAROL, nothing, date(2026, 11, 29), 1))
+    assert (
+        "Your GPUs in the last day: you held none. 1 request of yours is still waiting, for 30m."
+    ) == mine.text
 
 
 def test_a_daily_personal_digest_of_nothing_held() -> None:

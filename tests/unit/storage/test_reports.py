@@ -79,10 +79,11 @@ def request(
     lease_id: int | None,
     team: str = "vision",
     requester: str = "U1",
+    state: str = "approved",
 ) -> None:
     session.add(RequestRow(
         kind="borrow", requester=requester, team=team, pool="a100", gpus=1, duration_s=3600,
-        state="approved", outcome="approve", lease_id=lease_id, created_at=filed,
+        state=state, outcome="approve", lease_id=lease_id, created_at=filed,
     ))  # fmt: skip
 
 
@@ -99,6 +100,22 @@ def test_waits_run_from_filing_to_grant(database: Database) -> None:
         everyone = reports.waits(session, T0, T0 + timedelta(days=1), Filter())
     assert [0.0, 600.0, 1800.0] == sorted(vision)
     assert 4 == len(everyone)
+
+
+def test_requests_still_waiting_are_counted_with_the_oldest_wait(database: Database) -> None:
+    """Filed 22:00 and 22:30 and still queued or with a manager at 23:30: two waiting, the
+    oldest 90 minutes; a denied one, one filed before the window and another team's are not."""
+    with database.write() as session:
+        request(session, filed=T0, lease_id=None, state="queued")
+        request(session, filed=T0 + timedelta(minutes=30), lease_id=None, state="pending")
+        request(session, filed=T0 + timedelta(minutes=5), lease_id=None, state="denied")
+        request(session, filed=T0 - timedelta(hours=1), lease_id=None, state="queued")
+        request(session, filed=T0, lease_id=None, state="queued", team="nlp", requester="U2")
+    now = T0 + timedelta(minutes=90)
+    with database.read() as session:
+        vision = reports.still_waiting(session, T0, now, Filter(team="vision"), now=now)
+        none = reports.still_waiting(session, now, now, Filter(), now=now)
+    assert ((2, 5400.0), (0, None)) == (vision, none)
 
 
 def test_counts_come_from_audit_tags_of_the_scope_s_leases(database: Database) -> None:

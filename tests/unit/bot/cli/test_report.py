@@ -18,7 +18,7 @@ from bot.services import BorrowAsk, Services
 from bot.services.results import ExtendResult
 from rules.domain import Outcome
 from storage.db import Database
-from storage.tables import GpuHourRow
+from storage.tables import GpuHourRow, RequestRow
 from tests.builders import default_sources
 from tests.unit.bot.cli.builders import ROOT, gpubot
 from tests.unit.bot.conftest import ALICE, CAROL, ERIN, Clock, approved, borrowed
@@ -135,6 +135,30 @@ def test_the_table_by_user_shows_hand_computed_figures_a_total_and_the_footer(
         "Waits from request to grant: p50 0s, p90 8m (over 3 granted)",
         "Reclaims 0, extensions 1, recalls 0",
     ] == lines[-2:]
+
+
+def test_requests_still_waiting_show_under_the_waits(filled: str) -> None:
+    """Two of Alice's requests filed at 10:30 and 11:15 still wait at 12:00 (one for a
+    manager, one in the queue): the oldest for 1h 30m, not in the waits."""
+    database = Database(filled)
+    try:
+        with database.write() as session:
+            for filed, state in (("10:30", "pending"), ("11:15", "queued")):
+                session.add(RequestRow(
+                    kind="borrow", requester=ALICE, team="vision", pool="a100", gpus=1,
+                    duration_s=3600, state=state, outcome="ask",
+                    created_at=datetime.fromisoformat(f"2026-03-05T{filed}:00+00:00"),
+                ))  # fmt: skip
+    finally:
+        database.dispose()
+    code, out, _ = report(filled, "--group-by", "user")
+    assert 0 == code
+    assert [
+        "Waits from request to grant: p50 0s, p90 8m (over 3 granted)",
+        "Still waiting: 2 requests filed in this window, the oldest for 1h 30m (not in the "
+        "waits above until granted)",
+        "Reclaims 0, extensions 1, recalls 0",
+    ] == out.splitlines()[-3:]
 
 
 def test_filters_narrow_to_a_team_and_a_pool(filled: str) -> None:
