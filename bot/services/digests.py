@@ -1,6 +1,7 @@
 """Scheduled usage digests: the lab's report posted in a channel and each person's own by DM,
-owed through the outbox once per period (`rules.digests` says which period is due, and when
-the hourly rollups have caught up with it).
+owed through the outbox once per period (`rules.digests` says which period is due). A period
+waits for the hourly rollup's marker to reach its end; when the marker is behind, the rollup
+runs first in the same pass, so a digest after a restart holds every hour of its window.
 
 A digest reports and takes nothing, so it goes out whether or not automation is paused. Each
 message is owed under a key per period ("digest:lab:2026-W49", "digest:U123:2026-W49"): a sweep
@@ -17,11 +18,12 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session
 
 from bot.services import reports as report_service
+from bot.services import rollups
 from bot.services.context import SYSTEM, Context
 from rules.digests import Period, due_period, ready
 from rules.policy import Digest
 from rules.reports import Report, Scope, ScopeKind, Usage, Window
-from storage import keyvalue, outbox, usage
+from storage import keyvalue, outbox
 from storage import leases as storage_leases
 from storage import reports as storage_reports
 from storage.outbox import OutboxKind, Owed
@@ -74,9 +76,14 @@ def run(ctx: Context, now: datetime) -> int:
             period = due_period(digest, now, keyvalue.digest_sent(session, name))
             if period is not None:
                 due.append((name, digest, period))
-        if due:
-            rolled = usage.rolled_until(session)
-            due = [(name, d, period) for name, d, period in due if ready(period, now, rolled)]
+        rolled = keyvalue.rolled_until(session) if due else None
+    if any(rolled is None or rolled < period.until for _, _, period in due):
+        # Behind (the bot was down, or the rollup job has not looked yet): roll the completed
+        # hours first, so the digest never goes out without them.
+        rollups.run(ctx, now)
+        with ctx.db.read() as session:
+            rolled = keyvalue.rolled_until(session)
+    due = [(name, d, period) for name, d, period in due if ready(period, now, rolled)]
     if not due:
         return 0
     owed = 0

@@ -5,6 +5,7 @@ then the hourly rows older than the rules keep (`reports.keep_hourly`) go."""
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime, timedelta
 
 from bot.services.context import SYSTEM, Context
@@ -23,10 +24,19 @@ AGAIN = 2 * HOUR
 DAY = timedelta(days=1)
 
 
+#: One pass at a time in this process: the rollup job and a digest that waits for it.
+_ROLLING = threading.Lock()
+
+
 def run(ctx: Context, now: datetime) -> int:
     """Roll every completed hour not rolled yet, and the two rolled last again, each hour in a
     short transaction of its own; returns the hourly rows written. Does nothing until another
     hour has completed."""
+    with _ROLLING:
+        return _run(ctx, now)
+
+
+def _run(ctx: Context, now: datetime) -> int:
     current = floor_hour(now)
     with ctx.db.read() as session:
         rolled = keyvalue.rolled_until(session)

@@ -13,6 +13,7 @@ from freezegun import freeze_time
 from bot.localslack import LocalSlack
 from bot.main import Bot, assemble
 from bot.settings import DEFAULT_RULES_DIR, Settings
+from storage import keyvalue
 from storage.tables import GpuHourRow, LeaseRow
 from tests.integration.conftest import settings_for
 
@@ -35,9 +36,11 @@ def digest_settings(local: LocalSlack, tmp_path: Path) -> Settings:
 
 
 def alices_week(bot: Bot) -> None:
-    """Alice held one a100 for 3 hours on Sunday, at 40 % (hand-written hourly rows)."""
+    """Alice held one a100 for 3 hours on Sunday, at 40 % (hand-written hourly rows, and the
+    rollup's marker at the hour they end at)."""
     first = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     with bot.db.write() as session:
+        keyvalue.set_rolled_until(session, T0.replace(minute=0), at=T0, by="test")
         session.add(LeaseRow(id=900, holder=ALICE, team="vision", pool="a100", gpus=1,
                              state="released", granted_at=first,
                              expires_at=first + timedelta(hours=3)))  # fmt: skip
@@ -102,7 +105,8 @@ def test_a_digest_is_sent_once_across_sweeps_and_a_restart(
 
 
 def test_the_next_weeks_digest_goes_out_the_next_week(local: LocalSlack, tmp_path: Path) -> None:
-    """Not before its send time; after it, once the rollups reach it or an hour has passed."""
+    """Not before its send time; at it, once the sweep has rolled the week's last hour (the
+    rollup job had not looked yet)."""
     settings = digest_settings(local, tmp_path)
     with freeze_time(T0) as clock:
         bot = assemble(settings)
@@ -111,11 +115,12 @@ def test_the_next_weeks_digest_goes_out_the_next_week(local: LocalSlack, tmp_pat
             clock.tick(timedelta(days=6, hours=22, minutes=59))  # Monday 08:59 in Berlin
             sweep_and_deliver(bot)
             assert 1 == len(digests_in(local, GPU_CHANNEL))
-            clock.tick(timedelta(minutes=1))  # 09:00 there, but no hourly row reaches it yet
+            clock.tick(timedelta(minutes=1))  # 09:00 there: the rollup reaches it in the pass
+            with bot.db.read() as session:
+                assert keyvalue.rolled_until(session) != T0 + timedelta(days=6, hours=23)
             sweep_and_deliver(bot)
-            assert 1 == len(digests_in(local, GPU_CHANNEL))
-            clock.tick(timedelta(hours=1))  # waited long enough for the rollups
-            sweep_and_deliver(bot)
+            with bot.db.read() as session:
+                assert T0 + timedelta(days=6, hours=23) == keyvalue.rolled_until(session)
         finally:
             bot.close()
     assert ["week of Feb 23", "week of Mar 2"] == [

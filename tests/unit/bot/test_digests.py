@@ -13,15 +13,16 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from bot.services import Services
+from bot.services import BorrowAsk, Services, rollups
 from bot.services import digests as digest_service
 from bot.services.digests import LabDigest, PersonalDigest
 from rules.digests import Period, due_period
+from storage import keyvalue
 from storage.db import Database
 from storage.tables import GpuHourRow, LeaseRow, OutboxRow, RequestRow, SettingRow
 from tests.builders import default_sources
 from tests.support import postgres
-from tests.unit.bot.conftest import ADA, ALICE, CAROL, T0, Clock
+from tests.unit.bot.conftest import ADA, ALICE, CAROL, T0, Clock, borrowed
 
 LAB_CHANNEL = "C0LABGPU1"
 # Monday 2 March 2026 09:00 in Berlin is 08:00 UTC; T0 is 09:00 UTC, an hour after.
@@ -71,7 +72,10 @@ def held(
 
 def seed_week(services: Services) -> None:
     """Alice's L1: 4 GPU-h at half use, 1 h of it idle; Carol's L2: 2 GPU-h, both idle and
-    unused; and an hour of Alice's after the window (not counted)."""
+    unused; and an hour of Alice's after the window (not counted). The rollup's marker past
+    every hour these tests read: the hand-written rows stand for what it rolled."""
+    with services.ctx.db.write() as session:
+        keyvalue.set_rolled_until(session, T0 + timedelta(days=30), at=T0, by="test")
     first = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
     held(services, 1, ALICE, "vision", first, hours=4, used_s=1800, busy_s=2700, idle_s=900)
     held(services, 2, CAROL, "nlp", first, hours=2, idle_s=3600)
@@ -252,21 +256,37 @@ def test_a_personal_digest_reads_only_that_persons_week(week: Services) -> None:
                                       usage.efficiency)  # fmt: skip
 
 
-def test_a_digest_waits_for_the_rollups_to_reach_its_end(services: Services, clock: Clock) -> None:
-    """The rollups hold Sunday only: at 09:00 the digest waits; an hour later it goes anyway,
-    and once they reach 09:00 (the end of its week) it goes at once."""
+def test_a_quiet_hour_before_the_send_time_does_not_delay_the_digest(
+    services: Services, clock: Clock
+) -> None:
+    """The rollup has rolled to 08:00 (the end of the week) but nobody held a GPU after Sunday
+    11:00: the digests go at 09:00 Berlin on the dot, the rollup's marker says so."""
     held(services, 1, ALICE, "vision", datetime(2026, 3, 1, 10, 0, tzinfo=UTC), hours=1)
+    with services.ctx.db.write() as session:
+        keyvalue.set_rolled_until(session, SENT_AT, at=SENT_AT, by="test")
     clock.now = SENT_AT
-    assert 0 == services.send_digests()
-    clock.now = SENT_AT + timedelta(minutes=59)
-    assert 0 == services.send_digests()
-    held(services, 1, ALICE, "vision", SENT_AT - timedelta(hours=1), hours=1)  # 07:00-08:00
     assert 2 == services.send_digests()  # the lab's and Alice's
 
 
-def test_a_digest_goes_an_hour_late_when_the_rollups_stay_behind(
+def test_after_three_hours_down_the_digest_rolls_the_missing_hours_first(
     services: Services, clock: Clock
 ) -> None:
-    held(services, 1, ALICE, "vision", datetime(2026, 3, 1, 10, 0, tzinfo=UTC), hours=1)
-    clock.now = SENT_AT + timedelta(hours=1)
-    assert 2 == services.send_digests()
+    """Alice holds an L40S from 04:00 UTC, rolled to 05:00; Carol borrows one at 06:00 and
+    the bot is down from 05:05 to 10:00, past the send time (08:00 UTC) and its hour of grace:
+    the digests wait for the rollup, so the lab's week holds Alice's 4 h and Carol's 2 h to
+    08:00, and Carol gets hers too."""
+    clock.now = SENT_AT - 4 * timedelta(hours=1)
+    borrowed(services, ALICE, BorrowAsk("l40s", 1, timedelta(hours=12)))
+    rollups.run(services.ctx, clock.now + timedelta(hours=1, minutes=5))
+    clock.now = SENT_AT - 2 * timedelta(hours=1)
+    borrowed(services, CAROL, BorrowAsk("l40s", 1, timedelta(hours=12)))
+    clock.now = SENT_AT + 2 * timedelta(hours=1)
+    assert 3 == services.send_digests()
+    with services.ctx.db.read() as session:
+        lab = session.exec(select(OutboxRow).where(OutboxRow.recipient == LAB_CHANNEL)).one()
+    view = services.digest(lab)
+    assert isinstance(view, LabDigest)
+    assert [("vision", 4.0), ("nlp", 2.0)] == [
+        (line.key, line.usage.allocated_h) for line in view.report.lines
+    ]
+    assert [LAB_CHANNEL, ALICE, CAROL] == [recipient for _, recipient, _ in digests(services)]
