@@ -36,10 +36,11 @@ TOP_IDLE = 5  # the leases a lab digest names for the most GPU time held idle
 
 @dataclass(frozen=True)
 class IdleLease:
-    """A lease that held GPUs idle in the window: its code, holder, pool and use there."""
+    """A lease that held GPUs idle in the window: its code, team, pool and use there (no
+    person: the lab digest is posted in a channel)."""
 
     code: str
-    holder: str
+    team: str
     pool: str
     usage: Usage
 
@@ -180,5 +181,5 @@ def _idle_leases(ctx: Context, window: Window) -> tuple[IdleLease, ...]:
         for key, use in idle:
             lease = storage_leases.get(session, int(key.removeprefix("L")))
             if lease is not None:
-                out.append(IdleLease(key, lease.holder, lease.pool, use))
+                out.append(IdleLease(key, lease.team, lease.pool, use))
     return tuple(out)

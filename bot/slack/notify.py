@@ -75,7 +75,7 @@ def renderer(services: Services, people: People) -> Render:
         if row.kind == OutboxKind.REPORT_FILE:
             return report_file(services, people, row)
         if row.kind == OutboxKind.DIGEST:
-            return _digest(services.digest(row), people)
+            return _digest(services.digest(row))
         assert row.id is not None
         found = services.notice(row.id)
         return drawn(found, people) if found is not None else None
@@ -83,10 +83,10 @@ def renderer(services: Services, people: People) -> Render:
     return render
 
 
-def _digest(digest: LabDigest | PersonalDigest | None, people: People) -> Rendered | None:
+def _digest(digest: LabDigest | PersonalDigest | None) -> Rendered | None:
     match digest:
         case LabDigest():
-            return _rendered(lab_digest(digest, people.name))
+            return _rendered(lab_digest(digest))
         case PersonalDigest():
             return _rendered(personal_digest(digest))
         case _:

@@ -1,9 +1,9 @@
 """The scheduled digests as Slack messages: the lab's period in a channel (figures, a text bar
-per team, the leases that held most GPU time idle, cost) and a person's own period by DM."""
+per team, the leases that held most GPU time idle by code, team and pool, cost) and a person's
+own period by DM."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
 from bot.services.digests import IdleLease, LabDigest, PersonalDigest
@@ -24,7 +24,7 @@ from rules.reports import Line, Report, Usage, Window
 MAX_TEAMS = 15
 
 
-def lab_digest(digest: LabDigest, name: Callable[[str], str]) -> Message:
+def lab_digest(digest: LabDigest) -> Message:
     """ "GPU use, week of Nov 23": the lab's figures, each team's line, the idle leases."""
     report = digest.report
     usage = report.figures.usage
@@ -37,7 +37,7 @@ def lab_digest(digest: LabDigest, name: Callable[[str], str]) -> Message:
     if report.lines:
         blocks.append(section("*By team*\n" + "\n".join(_line(line) for line in _shown(report))))
     if digest.idle:
-        idle = "\n".join(_idle(lease, name) for lease in digest.idle)
+        idle = "\n".join(_idle(lease) for lease in digest.idle)
         blocks.append(section("*Held but idle the most*\n" + idle))
     blocks.append(context(_footer(report.window, "`/gpu report lab` shows more.")))
     return message(f"{title}: {summary}", blocks)
@@ -123,10 +123,11 @@ def _line(line: Line) -> str:
     return text + f"{_hours(usage.used_h)} of {_hours(usage.allocated_h)} GPU-h used"
 
 
-def _idle(lease: IdleLease, name: Callable[[str], str]) -> str:
+def _idle(lease: IdleLease) -> str:
+    """A lease by its code, team and pool: the channel sees no one's name."""
     usage = lease.usage
     return (
-        f"• {lease.code}, {escape(name(lease.holder))} ({escape(lease.pool)}): "
+        f"• {lease.code} ({escape(lease.team)}, {escape(lease.pool)}): "
         f"{_hours(usage.idle_h)} of {_hours(usage.allocated_h)} GPU-h idle"
     )
 

@@ -216,8 +216,8 @@ def test_the_lab_digest_reads_the_week_by_team_with_the_idle_leases(week: Servic
         view.report.window.label,
     )
     assert ["vision", "nlp"] == [line.key for line in view.report.lines]
-    assert [("L2", CAROL, 2.0), ("L1", ALICE, 1.0)] == [
-        (lease.code, lease.holder, lease.usage.idle_h) for lease in view.idle
+    assert [("L2", "nlp", "a100", 2.0), ("L1", "vision", "a100", 1.0)] == [
+        (lease.code, lease.team, lease.pool, lease.usage.idle_h) for lease in view.idle
     ]
 
 

@@ -3,6 +3,7 @@ a person's own week, every figure checked by hand."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, date, datetime
 
@@ -16,7 +17,6 @@ CAROL = "U0CAROL01"
 WEEK = Window(
     datetime(2026, 11, 23, 8, tzinfo=UTC), datetime(2026, 11, 30, 8, tzinfo=UTC), "week of Nov 23"
 )
-NAMES = {CAROL: "Carol Chen"}
 # what every reader sees in their own time zone (Monday 23 to Monday 30 November, 08:00 UTC)
 SINCE = "<!date^1795420800^{date_short_pretty} at {time}|2026-11-23 08:00 UTC>"
 UNTIL = "<!date^1796025600^{date_short_pretty} at {time}|2026-11-30 08:00 UTC>"
@@ -46,8 +46,9 @@ LAB = a_report(
 
 
 def test_the_lab_digest_says_the_weeks_figures_per_team_and_the_idle_leases() -> None:
-    idle = (IdleLease("L2", CAROL, "a100", Usage(allocated_s=2 * H, idle_s=2 * H)),)
-    drawn = lab_digest(LabDigest(LAB, idle, date(2026, 11, 23), 7), NAMES.__getitem__)
+    """Posted in a channel: the idle leases by code, team and pool, nobody's name or id."""
+    idle = (IdleLease("L2", "nlp", "a100", Usage(allocated_s=2 * H, idle_s=2 * H)),)
+    drawn = lab_digest(LabDigest(LAB, idle, date(2026, 11, 23), 7))
     assert_within_limits(drawn)
     summary = (
         "*6.0 GPU-h* held, 33 % efficiency (2.0 GPU-h used); 3.0 GPU-h held idle, 0.5 GPU-h "
@@ -62,15 +63,16 @@ def test_the_lab_digest_says_the_weeks_figures_per_team_and_the_idle_leases() ->
         "*By team*\n"
         "`██████░░░░░░  50 %`  *vision*  2.0 of 4.0 GPU-h used\n"
         "`░░░░░░░░░░░░   0 %`  *nlp*  0.0 of 2.0 GPU-h used",
-        "*Held but idle the most*\n• L2, Carol Chen (a100): 2.0 of 2.0 GPU-h idle",
+        "*Held but idle the most*\n• L2 (nlp, a100): 2.0 of 2.0 GPU-h idle",
         f"From the hourly usage records, {SINCE} to {UNTIL}. `/gpu report lab` shows more.",
     ] == [_text(block) for block in drawn.blocks]
     assert f"GPU use, week of Nov 23: {summary}" == drawn.text
+    assert CAROL not in json.dumps(drawn.blocks)
 
 
 def test_a_week_without_use_says_so() -> None:
     empty = a_report(Usage(), (), scope=Scope(ScopeKind.LAB))
-    drawn = lab_digest(LabDigest(empty, (), date(2026, 11, 23), 7), NAMES.__getitem__)
+    drawn = lab_digest(LabDigest(empty, (), date(2026, 11, 23), 7))
     assert "GPU use, week of Nov 23: no GPU was held or used in the 7 days." == drawn.text
 
 
@@ -103,7 +105,7 @@ def test_the_personal_digest_says_the_persons_week_and_each_pool() -> None:
 def test_requests_still_waiting_are_named_beside_the_waits() -> None:
     """The lab: 2 requests of the week still waiting, the oldest for 3h 5m; a person: 1."""
     waiting = replace(LAB, figures=replace(LAB.figures, still_waiting=2, oldest_wait_s=11100.0))
-    drawn = lab_digest(LabDigest(waiting, (), date(2026, 11, 23), 7), NAMES.__getitem__)
+    drawn = lab_digest(LabDigest(waiting, (), date(2026, 11, 23), 7))
     assert (
         "23 requests granted, after 4m (median) and 1h 2m (90 %); 2 still waiting, the oldest "
         "for 3h 5m. 3 reclaimed, 5 extended, 1 recalled."
