@@ -315,7 +315,7 @@ def _minute_of(session: Session, at: Any) -> Any:
 
 
 def _ms(seconds: Any) -> float:
-    """Seconds to the millisecond: the database's timestamp arithmetic is not exact."""
+    """Seconds to the millisecond (float sums of cut minutes drift below that)."""
     return round(float(seconds or 0.0), 3)
 
 
@@ -336,7 +336,6 @@ def _intervals(session: Session, spans: Sequence[Held], hour: datetime) -> sa.Su
             col(LeaseRow.granted_at).label("start"),
             end.label("end"),
             _minute_of(session, col(LeaseRow.granted_at)).label("from_minute"),
-            _minute_of(session, end).label("end_minute"),
         )
         .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
@@ -356,7 +355,7 @@ def _pools(session: Session) -> dict[tuple[str, int], str]:
 def _leased(hour: datetime, span: Held, minutes: _Minutes | None) -> dict[str, Any]:
     allocated = span.seconds_in(hour)
     m = minutes or _Minutes(0.0, 0.0, 0.0, None)
-    busy, idle = m.busy_s, _ms(m.observed_s - m.busy_s)
+    busy, idle = _ms(m.busy_s), _ms(m.observed_s - m.busy_s)
     return {
         "hour": hour,
         "pool": span.pool,
