@@ -11,7 +11,7 @@ when it is delivered (`view`), from the hourly rollups of its window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
@@ -144,27 +144,13 @@ def view(ctx: Context, row: OutboxRow) -> LabDigest | PersonalDigest | None:
         report = report_service.build(ctx, SYSTEM, Scope(ScopeKind.LAB), window, by="team", tz=tz)
         if not isinstance(report, Report):
             return None
-        report = _with_waiting(ctx, report, Filter())
         return LabDigest(report, _idle_leases(ctx, window), first_day, days)
     if data["digest"] == PERSONAL:
         mine = report_service.build(ctx, row.recipient, Scope(ScopeKind.ME), window, tz=tz)
         if not isinstance(mine, Report):
             return None
-        mine = _with_waiting(ctx, mine, Filter(holder=row.recipient))
         return PersonalDigest(row.recipient, mine, first_day, days)
     return None
-
-
-def _with_waiting(ctx: Context, report: Report, where: Filter) -> Report:
-    """The report with the requests filed in its window that still wait now: the waits count
-    only granted ones, so a long queue would otherwise look like short waits."""
-    window = report.window
-    with ctx.db.read() as session:
-        count, oldest_s = storage_reports.still_waiting(
-            session, window.since, window.until, where, now=ctx.now()
-        )
-    figures = replace(report.figures, still_waiting=count, oldest_wait_s=oldest_s)
-    return replace(report, figures=figures)
 
 
 def _idle_leases(ctx: Context, window: Window) -> tuple[IdleLease, ...]:

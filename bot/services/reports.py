@@ -127,6 +127,7 @@ def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo)
         )
         waited = reports.waits(session, since, until, where)
         counted = reports.counts(session, since, until, where)
+        waiting, oldest_s = reports.still_waiting(session, since, until, where, now=ctx.now())
         rolled = keyvalue.rolled_until(session)
     figures = Figures(
         usage=total(list(lines.values())),
@@ -134,6 +135,8 @@ def _report(ctx: Context, scope: Scope, window: Window, by: GroupBy, tz: tzinfo)
         wait_p90_s=percentile(waited, 90),
         granted=len(waited),
         counts=counted,
+        still_waiting=waiting,
+        oldest_wait_s=oldest_s,
     )
     days = tuple(Line(day, daily.get(day, Usage())) for day in day_keys(since, until, tz))
     in_scope = [where.pool] if where.pool is not None else list(policy.pools)

@@ -180,11 +180,19 @@ def _figures(report: Report) -> list[str]:
 def _waits(report: Report) -> str:
     figures = report.figures
     if figures.wait_p50_s is None or figures.wait_p90_s is None:
-        return "no request was granted"
-    granted = f"{figures.granted} granted"
-    return (
-        f"median {_wait(figures.wait_p50_s)}, 90 % within {_wait(figures.wait_p90_s)} ({granted})"
-    )
+        said = "no request was granted"
+    else:
+        granted = f"{figures.granted} granted"
+        said = (
+            f"median {_wait(figures.wait_p50_s)}, 90 % within {_wait(figures.wait_p90_s)} "
+            f"({granted})"
+        )
+    if figures.still_waiting and figures.oldest_wait_s is not None:
+        said += (
+            f"; {figures.still_waiting} still waiting, the oldest for "
+            f"{_wait(figures.oldest_wait_s)}"
+        )
+    return said
 
 
 def _wait(seconds: float) -> str:

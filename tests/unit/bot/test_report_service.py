@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, timedelta
 
 import pytest
 
@@ -10,8 +11,9 @@ from bot.services import Services
 from bot.services.context import SYSTEM
 from bot.services.reports import build, default_scope, for_everyone, parse_scope
 from bot.services.results import Refused
+from bot.slack.blocks.reports import report_message
 from rules.reports import Report, Scope, ScopeKind, Window, WindowError
-from storage.tables import GpuHourRow
+from storage.tables import GpuHourRow, RequestRow
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, T0, VICTOR
 
 WEEK = Window(T0 - timedelta(days=7), T0, "last 7 days")
@@ -130,3 +132,18 @@ def test_only_ones_own_use_and_a_teams_totals_are_for_everyone_in_a_channel(
 ) -> None:
     """What a Chart or CSV click may share in the channel it came from."""
     assert everyone == for_everyone(report(week, viewer, scope), fmt)
+
+
+def test_requests_still_waiting_are_counted_beside_the_waits(week: Services) -> None:
+    """A request filed 3 h ago and still queued is no granted wait, but the report says so."""
+    with week.ctx.db.write() as session:
+        session.add(
+            RequestRow(kind="borrow", requester=ALICE, team="vision", pool="a100", gpus=2,
+                       duration_s=3600, state="queued", outcome="queue",
+                       created_at=T0 - timedelta(hours=3))
+        )  # fmt: skip
+    mine = report(week, ALICE, Scope(ScopeKind.ME))
+    assert (0, 1, 3 * 3600.0) == (mine.figures.granted, mine.figures.still_waiting,
+                                  mine.figures.oldest_wait_s)  # fmt: skip
+    said = json.dumps(report_message(mine, viewer=ALICE, window_text="", tz=UTC).blocks)
+    assert "no request was granted; 1 still waiting, the oldest for 3h" in said
