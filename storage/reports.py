@@ -119,14 +119,13 @@ def usage_and_days(
 
 
 def _conditions(where: Filter) -> list[Any]:
-    out: list[Any] = []
-    if where.holder is not None:
-        out.append(_H.holder == where.holder)
-    if where.team is not None:
-        out.append(_H.team == where.team)
-    if where.pool is not None:
-        out.append(_H.pool == where.pool)
-    return out
+    return _matching(where, _H.holder, _H.team, _H.pool)
+
+
+def _matching(where: Filter, holder: Any, team: Any, pool: Any) -> list[Any]:
+    """The filter as conditions on a table's holder, team and pool columns."""
+    wanted = ((holder, where.holder), (team, where.team), (pool, where.pool))
+    return [column == value for column, value in wanted if value is not None]
 
 
 def _key(by: GroupBy | None, raw: Any, tz: tzinfo) -> str:
@@ -195,14 +194,7 @@ def _seconds_between(session: Session, start: Any, end: Any) -> Any:
 
 
 def _request_conditions(where: Filter) -> list[Any]:
-    out: list[Any] = []
-    if where.holder is not None:
-        out.append(col(RequestRow.requester) == where.holder)
-    if where.team is not None:
-        out.append(col(RequestRow.team) == where.team)
-    if where.pool is not None:
-        out.append(col(RequestRow.pool) == where.pool)
-    return out
+    return _matching(where, col(RequestRow.requester), col(RequestRow.team), col(RequestRow.pool))
 
 
 _COUNTED = {
@@ -236,11 +228,4 @@ def counts(session: Session, since: datetime, until: datetime, where: Filter) ->
 
 
 def _lease_conditions(where: Filter) -> list[Any]:
-    out: list[Any] = []
-    if where.holder is not None:
-        out.append(col(LeaseRow.holder) == where.holder)
-    if where.team is not None:
-        out.append(col(LeaseRow.team) == where.team)
-    if where.pool is not None:
-        out.append(col(LeaseRow.pool) == where.pool)
-    return out
+    return _matching(where, col(LeaseRow.holder), col(LeaseRow.team), col(LeaseRow.pool))

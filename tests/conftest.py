@@ -73,6 +73,25 @@ def database(request: pytest.FixtureRequest) -> Iterator[Database]:
     db.dispose()
 
 
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite-file", id="sqlite-file"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A database many connections (threads, racing runs) share: a SQLite file, not
+    :memory:, or PostgreSQL."""
+    if request.param == "sqlite-file":
+        db = Database(f"sqlite:///{tmp_path / 'shared.db'}")
+        db.create_all()
+    else:
+        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+        db = server.database_with_schema()
+    yield db
+    db.dispose()
+
+
 # durable-rules builds and imports on CPython 3.11 and 3.12 only (pyproject.toml installs it only
 # there). Elsewhere the reference engine decides, and what needs durable itself is skipped:
 # a test module that imports it, a test marked `durable`, and the durable case of a test

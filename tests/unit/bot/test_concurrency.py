@@ -6,9 +6,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from sqlmodel import Session, col, select
@@ -22,7 +20,6 @@ from storage import pools
 from storage.db import Database
 from storage.tables import LeaseGpuRow, LeaseRow
 from tests.builders import default_sources
-from tests.support import postgres
 from tests.unit.bot.conftest import ADA, Clock
 
 PEOPLE = [
@@ -35,24 +32,6 @@ PEOPLE = [
     "U0ERIN001",
     "U0PMGR001",
 ]
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite-file", id="sqlite-file"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """A database many connections share: a SQLite file (not :memory:) or PostgreSQL."""
-    if request.param == "sqlite-file":
-        db = Database(f"sqlite:///{tmp_path / 'race.db'}")
-        db.create_all()
-    else:
-        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
-        db = server.database_with_schema()
-    yield db
-    db.dispose()
 
 
 def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(

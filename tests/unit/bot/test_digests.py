@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from storage import keyvalue
 from storage.db import Database
 from storage.tables import GpuHourRow, LeaseRow, OutboxRow, RequestRow, SettingRow
 from tests.builders import default_sources
-from tests.support import postgres
 from tests.unit.bot.conftest import ADA, ALICE, CAROL, T0, Clock, borrowed
 
 LAB_CHANNEL = "C0LABGPU1"
@@ -130,24 +128,6 @@ def test_a_second_process_owing_the_same_period_adds_nothing(week: Services) -> 
                 session.delete(row)
     assert 0 == week.send_digests()
     assert 3 == len(digests(week))
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite-file", id="sqlite-file"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """A database two processes' connections share: a SQLite file, or PostgreSQL."""
-    if request.param == "sqlite-file":
-        db = Database(f"sqlite:///{tmp_path / 'race.db'}")
-        db.create_all()
-    else:
-        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
-        db = server.database_with_schema()
-    yield db
-    db.dispose()
 
 
 def test_two_racing_runs_owe_each_digest_once(

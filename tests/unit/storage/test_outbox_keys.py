@@ -4,19 +4,15 @@ one, adds no row (the database's unique index decides)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 
-import pytest
 from sqlmodel import select
 
 from storage import outbox
 from storage.db import Database
 from storage.outbox import OutboxKind, Owed
 from storage.tables import OutboxRow
-from tests.support import postgres
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 DIGEST = Owed(OutboxKind.DIGEST, "digest:lab", "C1", {"period": "2026-W49"})
@@ -49,31 +45,13 @@ def test_rows_without_a_key_are_never_folded(database: Database) -> None:
         assert 2 == len(session.exec(select(OutboxRow)).all())
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite-file"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """A database two threads reach over their own connections."""
-    if request.param == "sqlite":
-        db = Database(f"sqlite:///{tmp_path / 'gpubot.db'}")
-        db.create_all()
-    else:
-        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
-        db = server.database_with_schema()
-    yield db
-    db.dispose()
-
-
-def test_two_racing_owes_under_one_key_leave_one_row(shared: Database) -> None:
+def test_two_racing_owes_under_one_key_leave_one_row(shared_db: Database) -> None:
     """The first owe holds its transaction open while the second one runs: the second waits
     for the first commit and then adds nothing, without an error."""
     inserted, may_commit = threading.Event(), threading.Event()
 
     def first() -> bool:
-        with shared.write() as session:
+        with shared_db.write() as session:
             row = outbox.owe(session, DIGEST, at=T0, key="digest:lab:2026-W49")
             inserted.set()
             may_commit.wait(timeout=2)
@@ -82,12 +60,12 @@ def test_two_racing_owes_under_one_key_leave_one_row(shared: Database) -> None:
     def second() -> bool:
         inserted.wait(timeout=10)
         threading.Timer(0.2, may_commit.set).start()  # the second owe is waiting by then
-        with shared.write() as session:
+        with shared_db.write() as session:
             return outbox.owe(session, DIGEST, at=T0, key="digest:lab:2026-W49") is not None
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         outcomes = [pool.submit(first), pool.submit(second)]
         results = [done.result() for done in outcomes]
     assert [True, False] == results
-    with shared.read() as session:
+    with shared_db.read() as session:
         assert 1 == len(session.exec(select(OutboxRow)).all())
