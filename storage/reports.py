@@ -8,7 +8,7 @@ by what the report breaks down by (and by pool, which prices the allocated GPU-h
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -70,10 +70,15 @@ def usage(
     )
     out: dict[str, Usage] = defaultdict(Usage)
     for raw, pool, *sums in session.connection().execute(stmt):
-        allocated, used, busy, idle, unknown, unreserved = (float(s or 0) for s in sums)
-        cost = allocated / HOUR * prices.get(pool, 0.0)
-        out[_key(by, raw, tz)] += Usage(allocated, used, busy, idle, unknown, unreserved, cost)
+        out[_key(by, raw, tz)] += _priced(sums, pool, prices)
     return dict(out)
+
+
+def _priced(sums: Sequence[Any], pool: str, prices: Mapping[str, float]) -> Usage:
+    """One group's summed seconds, its allocated GPU-hours priced at its pool's price."""
+    allocated, used, busy, idle, unknown, unreserved = (float(s or 0) for s in sums)
+    cost = allocated / HOUR * prices.get(pool, 0.0)
+    return Usage(allocated, used, busy, idle, unknown, unreserved, cost)
 
 
 #: Breakdowns with few keys per hour: read once grouped by hour, folded into days too.
@@ -107,9 +112,7 @@ def usage_and_days(
     days: dict[str, Usage] = defaultdict(Usage)
     day_of: dict[Any, str] = {}
     for hour, raw, pool, *sums in session.connection().execute(stmt):
-        allocated, used, busy, idle, unknown, unreserved = (float(s or 0) for s in sums)
-        cost = allocated / HOUR * prices.get(pool, 0.0)
-        figures = Usage(allocated, used, busy, idle, unknown, unreserved, cost)
+        figures = _priced(sums, pool, prices)
         day = day_of.get(hour)
         if day is None:
             day = day_of[hour] = _aware(hour).astimezone(tz).date().isoformat()
