@@ -301,7 +301,13 @@ def _edge_minutes(
         chunk = keys[first : first + _EDGES_AT_ONCE]
         stmt = sa.select(
             col(m.node), col(m.index), col(m.minute), col(m.ok_samples), col(m.util_avg_pct)
-        ).where(sa.tuple_(col(m.node), col(m.index), col(m.minute)).in_(chunk))
+        ).where(
+            # The range first: SQLite reads those minutes from the minute index; a list of
+            # row values alone would have it scan every stored minute.
+            col(m.minute) >= min(at for _, _, at in chunk),
+            col(m.minute) <= max(at for _, _, at in chunk),
+            sa.tuple_(col(m.node), col(m.index), col(m.minute)).in_(chunk),
+        )
         for node, index, minute, ok, util in session.connection().execute(stmt).all():
             out[node, index, _aware(minute)] = (int(ok), None if util is None else float(util))
     return out
