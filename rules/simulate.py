@@ -180,6 +180,7 @@ class Summary:
     not_replayed: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)  # "approve → ask": count
     leases: int = 0
+    unobserved: int = 0  # leases with no stored minute at all: unknown throughout, never idle
     reclaims_added: int = 0
     reclaims_removed: int = 0
     warnings_added: int = 0
@@ -198,6 +199,8 @@ def summarise(
     leases: int,
     changed: Sequence[RequestChange],
     swept: Sequence[LeaseChange],
+    *,
+    unobserved: int = 0,
 ) -> Summary:
     """Count the changes; people are the requesters and holders they touch, sorted."""
     outcomes: dict[str, int] = {}
@@ -213,6 +216,7 @@ def summarise(
         not_replayed=not_replayed,
         outcomes=dict(sorted(outcomes.items())),
         leases=leases,
+        unobserved=unobserved,
         reclaims_added=count("reclaim", "added"),
         reclaims_removed=count("reclaim", "removed"),
         warnings_added=count("warn", "added"),

@@ -70,12 +70,14 @@ def simulate(
         lives = replay.leases_in(session, since, until)
         traces = _Traces(session, start, until, busy_pct)
         swept: list[LeaseChange] = []
+        unobserved = 0
         for life in lives:
             held = [traces.of(node, index) for node, index in life.slots]
+            unobserved += all(trace is None for trace in held)
             before, after = (r.events(life, held, since=since, until=until) for r in replays)
             swept += lease_changes(life, before, after, until)
     changed, skipped = _requests(asked, (in_force, candidate), engines)
-    summary = summarise(len(asked), skipped, len(lives), changed, swept)
+    summary = summarise(len(asked), skipped, len(lives), changed, swept, unobserved=unobserved)
     return Simulation(
         in_force.revision,
         candidate.revision,
@@ -202,12 +204,21 @@ def summary_lines(sim: Simulation) -> list[str]:
         f"{_at(sim.since)} to {_at(sim.until)}",
         f"requests replayed: {s.requests}{skipped}",
         f"outcomes changed: {s.outcomes_changed}" + (f" ({kinds})" if kinds else ""),
-        f"leases replayed: {s.leases}",
+        f"leases replayed: {s.leases}{_unobserved(s.unobserved)}",
         f"would-have reclaims: {s.reclaims_added} added, {s.reclaims_removed} removed",
         f"warnings: {s.warnings_added} added, {s.warnings_removed} removed",
         f"GPU-h freed: {s.gpu_h_freed:g}",
         f"people affected: {people}",
     ]
+
+
+def _unobserved(count: int) -> str:
+    if not count:
+        return ""
+    return (
+        f" ({count} with no stored minute of telemetry: unknown throughout, so no idle rule "
+        "can act on them)"
+    )
 
 
 def request_line(sim: Simulation, c: RequestChange) -> str:
@@ -294,6 +305,7 @@ def jsonl(sim: Simulation) -> Iterator[str]:
                 "outcomes_changed": s.outcomes_changed,
                 "outcomes": dict(s.outcomes),
                 "leases": s.leases,
+                "leases_unobserved": s.unobserved,
                 "reclaims_added": s.reclaims_added,
                 "reclaims_removed": s.reclaims_removed,
                 "warnings_added": s.warnings_added,

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import sqlalchemy as sa
+
 from bot.services import Services, simulate
 from rules.loader import load_policy
 from storage import replay
+from storage.tables import GpuMinuteRow
 from tests.builders import default_policy
 from tests.unit.bot.conftest import T0, Clock
 from tests.unit.bot.history import ALICE, CAROL, candidate_sources, record_history
@@ -114,3 +117,21 @@ def test_the_summary_is_kept_for_the_reload_of_that_revision(
         "0 fewer, 0.33 GPU-h freed, 2 people affected."
     ) == services.simulation_note(sim.candidate)
     assert services.simulation_note(default_policy().revision) is None
+
+
+def test_leases_without_any_stored_minute_are_named_in_the_summary(
+    services: Services, clock: Clock
+) -> None:
+    """No telemetry was kept: the leases are unknown throughout, so no idle rule can act, and
+    the summary says so rather than a bare "no differences"."""
+    record_history(services, clock.advance)
+    with services.db.write() as session:
+        session.execute(sa.delete(GpuMinuteRow))
+    candidate = load_policy(candidate_sources())
+    sim = simulate.simulate(services.db, default_policy(), candidate, since=SINCE, until=UNTIL)
+    lines = list(simulate.table(sim))
+    assert (
+        "leases replayed: 3 (3 with no stored minute of telemetry: unknown throughout, so no "
+        "idle rule can act on them)"
+    ) in lines
+    assert 3 == json.loads(list(simulate.jsonl(sim))[-1])["summary"]["leases_unobserved"]
