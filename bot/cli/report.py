@@ -136,7 +136,7 @@ def report(  # the options are keywords: click passes them by name
         _write_csv(lines)
     elif fmt == Format.JSONL:
         for line in lines:
-            typer.echo(json.dumps(dict(zip(FIELDS, _plain(line), strict=True))))
+            typer.echo(json.dumps(dict(zip(FIELDS, _plain(line, none=None), strict=True))))
     else:
         priced = bool(prices) and (where.pool is None or where.pool in prices)
         _print_table(lines, by, policy, zone, window, priced=priced)
@@ -225,12 +225,17 @@ def _lines(found: dict[str, Usage], by: GroupBy, window: Window, zone: Zone) -> 
     return list(biggest_first(found))
 
 
-def _plain(line: Line) -> list[Any]:
-    """The line for programs: the raw key (Slack ids), plain numbers, "" where none."""
+#: The key of the use no lease held (GPUs busy without one), for programs: no name is like it.
+UNRESERVED_KEY = "(unreserved)"
+
+
+def _plain(line: Line, *, none: Any = "") -> list[Any]:
+    """The line for programs: the raw key (Slack ids), plain numbers, `none` where there is
+    no figure ("" in CSV, null in JSON)."""
     u = line.usage
-    efficiency = "" if u.efficiency is None else round(u.efficiency * 100, 1)
+    efficiency = none if u.efficiency is None else round(u.efficiency * 100, 1)
     return [
-        line.key,
+        line.key or UNRESERVED_KEY,
         round(u.allocated_h, 3),
         round(u.used_h, 3),
         efficiency,

@@ -181,9 +181,10 @@ def _day_label(key: str, *, short: bool = False) -> str:
 # ---- the CSV and the text bars --------------------------------------------------------------
 
 
-def csv(report: Report, *, names: Mapping[str, str] | None = None) -> str:
+def csv(report: Report, *, names: Mapping[str, str] | None = None, zone: str = "") -> str:
     """A header, the total, a row per breakdown line, a row per day: plain numbers (GPU-hours
-    to 2 places, efficiency in percent to 1, cost to 2; empty when there is none)."""
+    to 2 places, efficiency in percent to 1, cost to 2; empty when there is none). A day's
+    name says the time zone its dates are in, when `zone` is given."""
     out = io.StringIO()
     writer = csv_module.writer(out, lineterminator="\n")
     cost = f"cost_{report.currency.lower()}" if report.priced else "cost"
@@ -207,7 +208,8 @@ def csv(report: Report, *, names: Mapping[str, str] | None = None) -> str:
         name = shown.get(line.key, line.key)
         writer.writerow(_row(str(report.by or "line"), line.key, name, line.usage, report.priced))
     for day in report.days:
-        writer.writerow(_row("day", day.key, day.key, day.usage, report.priced))
+        shown_day = f"{day.key} ({zone})" if zone else day.key
+        writer.writerow(_row("day", day.key, shown_day, day.usage, report.priced))
     return out.getvalue()
 
 

@@ -44,7 +44,8 @@ def report_file(services: Services, people: People, row: OutboxRow) -> Rendered:
     filename = charts.filename(scope, asked, fmt)
     title = charts.title(built, about, tz)
     if fmt == "csv":
-        content = charts.csv(built, names=_names(built, people)).encode()
+        zone = getattr(tz, "key", None) or "UTC"
+        content = charts.csv(built, names=_names(built, people), zone=zone).encode()
         comment = f"The figures of {title}, as CSV, for {name}."
         return Rendered(comment, [], upload=Upload(filename, f"{title} (CSV)", content, comment))
     drawn = charts.png(built, tz=tz, about=about)

@@ -131,9 +131,9 @@ def test_the_csv_has_the_figures_per_person_by_name_and_per_day_in_the_readers_z
         "total,,,14.00,9.00,5.00,0.00,0.00,64.3,28.40",
         "holder,U0ALICE01,Alice Anders,10.00,5.00,5.00,0.00,0.00,50.0,24.00",
         "holder,U0BOB0001,Bob Brown,4.00,4.00,0.00,0.00,0.00,100.0,4.40",
-        "day,2026-11-24,2026-11-24,10.00,5.00,5.00,0.00,0.00,50.0,24.00",
-        "day,2026-11-25,2026-11-25,4.00,4.00,0.00,0.00,0.00,100.0,4.40",
-        "day,2026-11-26,2026-11-26,0.00,0.00,0.00,0.00,0.00,,0.00",
+        "day,2026-11-24,2026-11-24 (America/New_York),10.00,5.00,5.00,0.00,0.00,50.0,24.00",
+        "day,2026-11-25,2026-11-25 (America/New_York),4.00,4.00,0.00,0.00,0.00,100.0,4.40",
+        "day,2026-11-26,2026-11-26 (America/New_York),0.00,0.00,0.00,0.00,0.00,,0.00",
     ] == content.decode().splitlines()
     file = bot.local.workspace.file(bot.local.messages(GPU)[-1].files[0])
     assert file is not None
@@ -161,7 +161,9 @@ def test_the_row_a_chart_button_owes_is_drawn_for_its_window_in_the_readers_zone
     rows = content.decode().splitlines()
     assert "total,,,14.00,9.00,5.00,0.00,0.00,64.3,28.40" == rows[1]
     assert 30 == len([r for r in rows if r.startswith("day,")])
-    assert "day,2026-11-24,2026-11-24,10.00,5.00,5.00,0.00,0.00,50.0,24.00" in rows
+    assert (
+        "day,2026-11-24,2026-11-24 (America/New_York),10.00,5.00,5.00,0.00,0.00,50.0,24.00" in rows
+    )
     file = bot.local.workspace.file(bot.local.messages(GPU)[-1].files[0])
     assert file is not None
     assert "gpubot-report-team-vision-2026-11.csv" == file.name

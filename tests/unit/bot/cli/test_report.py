@@ -203,7 +203,7 @@ def test_csv_has_a_header_and_plain_numbers_with_slack_ids(filled: str) -> None:
     code, out, _ = report(filled, "--group-by", "user", "--format", "csv", "--since", "2026-03")
     assert 0 == code
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [ALICE, CAROL, ""] == [row["key"] for row in rows]
+    assert [ALICE, CAROL, "(unreserved)"] == [row["key"] for row in rows]
     assert {
         "key": ALICE, "allocated_gpu_h": "6.0", "used_gpu_h": "2.5", "efficiency_pct": "41.7",
         "idle_gpu_h": "0.667", "unknown_gpu_h": "0.333", "unreserved_gpu_h": "0.0",
@@ -215,7 +215,8 @@ def test_jsonl_is_one_object_per_line_and_nothing_else(filled: str) -> None:
     code, out, _ = report(filled, "--group-by", "lease", "--format", "jsonl")
     assert 0 == code
     objects = [json.loads(line) for line in out.splitlines()]
-    assert ["L1", "L2", ""] == [o["key"] for o in objects]
+    assert ["L1", "L2", "(unreserved)"] == [o["key"] for o in objects]
+    assert objects[2]["efficiency_pct"] is None  # nothing allocated: no efficiency
     assert (6.0, 2.5, 41.7, 14.4) == (
         objects[0]["allocated_gpu_h"], objects[0]["used_gpu_h"], objects[0]["efficiency_pct"],
         objects[0]["cost"],
