@@ -32,11 +32,24 @@ class Settings(BaseSettings):
     rules_engine: Literal["durable", "reference"] = Field(
         default="durable", description="durable (default) or the pure-Python reference"
     )
-    telemetry: Literal["auto", "nvml", "simulated", "agents"] = Field(
+    telemetry: Literal["auto", "nvml", "simulated", "agents", "dcgm", "prometheus"] = Field(
         default="auto",
         description="auto: this host's GPUs when NVML finds them, else what node agents push; "
-        "nvml: this host's GPUs; agents: only what node agents push; simulated: the demo's "
-        "simulated fleet, only when asked for by name",
+        "nvml: this host's GPUs; agents: only what node agents push; dcgm: scrape the DCGM "
+        "exporters in GPUBOT_DCGM_ENDPOINTS_FILE; prometheus: query the Prometheus server at "
+        "GPUBOT_PROMETHEUS_URL for the DCGM series (with GPUBOT_AGENT_TOKENS_FILE too, either "
+        "is hybrid: the agents add processes and enforcement); simulated: the demo's simulated "
+        "fleet, only when asked for by name",
+    )
+    dcgm_endpoints_file: Path | None = Field(
+        default=None,
+        description="YAML file of `node: URL` for GPUBOT_TELEMETRY=dcgm, each URL a DCGM "
+        "exporter's /metrics",
+    )
+    prometheus_url: str | None = Field(
+        default=None,
+        description="the Prometheus server GPUBOT_TELEMETRY=prometheus queries "
+        "(e.g. http://prometheus:9090)",
     )
     fleet: Path | None = Field(
         default=None,
@@ -50,11 +63,34 @@ class Settings(BaseSettings):
         default=None,
         description="YAML file of `node: token` for the node agents (gpubot agent); unset: none",
     )
-    enforcer: Literal["notify", "signal", "signal-dry-run"] = Field(
+    enforcer: Literal["notify", "signal", "signal-dry-run", "slurm", "kubernetes"] = Field(
         default="notify",
         description="what a reclaim does to running work: notify (default) tells the holder; "
         "signal has the node agent SIGTERM, then SIGKILL, the holder's processes on those GPUs; "
-        "signal-dry-run records what it would signal",
+        "signal-dry-run records what it would signal; slurm cancels the holder's Slurm jobs "
+        "(scancel); kubernetes evicts the holder's pods (or deactivates their Kueue Workload)",
+    )
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="kubeconfig for GPUBOT_ENFORCER=kubernetes (default: the in-cluster "
+        "service account, else ~/.kube/config)",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="bearer token /metrics asks for (unset: /metrics is open, like /healthz)",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="in Socket Mode, the port /metrics (and /healthz) listen on (serve "
+        "--metrics-port); HTTP mode serves /metrics on its own port",
+    )
+    leader_lock: Literal["advisory", "table"] = Field(
+        default="advisory",
+        description="PostgreSQL: how replicas choose the one that runs the periodic jobs: "
+        "advisory (a session advisory lock, default) or table (a lease row renewed every few "
+        "seconds, for connection poolers that break session locks); both fence with an epoch",
     )
     workers: int = Field(
         default=4,

@@ -133,7 +133,7 @@ class RequestRow(SQLModel, table=True):
         default_factory=list, sa_column=sa.Column(sa.JSON(), nullable=False)
     )
     approval_route: str = Field(default="", max_length=128)  # channel id or "managers"
-    lease_id: int | None = Field(default=None, foreign_key="lease.id")
+    lease_id: int | None = Field(default=None, foreign_key="lease.id", index=True)
     audit_id: int | None = None  # the audit row holding the decision's explanation
     created_at: datetime = _ts(index=True)
     decided_at: datetime | None = _ts(nullable=True)
@@ -162,6 +162,8 @@ class ApprovalRow(SQLModel, table=True):
 
 class LeaseRow(SQLModel, table=True):
     __tablename__ = "lease"
+    # The recall cooldown asks for the leases preempted since a time (bot.services.recall).
+    __table_args__ = (sa.Index("ix_lease_end_reason_ended_at", "end_reason", "ended_at"),)
 
     id: int | None = Field(default=None, primary_key=True)
     holder: str = Field(max_length=64, index=True)
@@ -240,6 +242,21 @@ class AuditHeadRow(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     last_id: int = 0
     last_hash: str = Field(max_length=64)
+
+
+class LeaderRow(SQLModel, table=True):
+    """Which replica runs the periodic jobs (`name`: "jobs"), and its fencing `epoch`: one more
+    with each new leader, carried by the leader's writes so a deposed one cannot act. On
+    PostgreSQL an advisory lock chooses the leader and this row records it; with
+    GPUBOT_LEADER_LOCK=table the row itself is the lease, renewed before `expires_at`."""
+
+    __tablename__ = "leader"
+
+    name: str = Field(primary_key=True, max_length=32)
+    holder: str = Field(default="", max_length=128)  # host:pid:token of the leader
+    epoch: int = 0
+    expires_at: datetime = _ts()
+    renewed_at: datetime = _ts()
 
 
 class SettingRow(SQLModel, table=True):

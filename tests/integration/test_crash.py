@@ -2,7 +2,8 @@
 more than ten crashes and restarts of a real `gpubot serve` process with 20 clients sending.
 
 The clients are people typing commands (each borrow carries a unique reason, so its request
-row can be counted); the bot is killed at random moments and started again each time. Then:
+row can be counted), each waiting a few seconds for the answer before typing the next, as a
+person does; the bot is killed at random moments and started again each time. Then:
 every acked borrow made exactly one request, every acked command was answered on its
 response_url, no message the outbox posted landed twice, nothing is left owed, the audit chain
 verifies and no GPU is in two active leases. Replies to a response_url are delivered at least
@@ -32,7 +33,11 @@ from tests.support.serve import SECRET, Served
 CLIENTS = 20
 KILLS = 10
 PEOPLE = ("U0ALICE01", "U0BOB0001", "U0CAROL01", "U0DAVE001", "U0ERIN001")
-DRAIN_S = 150.0  # a send left in doubt waits a minute before it is looked for
+ANSWER_WAIT_S = 2.0  # how long a person waits for the answer before typing again
+# A send left in doubt waits a minute before it is looked for: the drain must make progress
+# within STALL_S, and end within DRAIN_S.
+STALL_S = 90.0
+DRAIN_S = 360.0
 
 
 @dataclass
@@ -50,6 +55,28 @@ class Load:
     sent: list[Sent] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
+    answered: set[str] = field(default_factory=set)  # response_url tokens answered so far
+    heard: threading.Condition = field(default_factory=threading.Condition)
+
+    def listen(self, local: LocalSlack) -> None:
+        """Note the answers as they reach the workspace's response_urls."""
+        seen = 0
+        while not self.stop.is_set():
+            calls = local.calls.all()
+            new = {c.target for c in calls[seen:] if c.method == "response_url"}
+            seen = len(calls)
+            if new:
+                with self.heard:
+                    self.answered |= new
+                    self.heard.notify_all()
+            time.sleep(0.05)
+
+    def wait_answer(self, url: str) -> None:
+        token = url.rsplit("/", 1)[-1]
+        with self.heard:
+            self.heard.wait_for(
+                lambda: token in self.answered or self.stop.is_set(), timeout=ANSWER_WAIT_S
+            )
 
 
 def _client(number: int, slack: SlackDriver, load: Load) -> None:
@@ -71,16 +98,19 @@ def _client(number: int, slack: SlackDriver, load: Load) -> None:
             status, url = -1, ""
         with load.lock:
             load.sent.append(Sent(tag, text, status, url))
-        if status != 200:
+        if status == 200 and url:
+            load.wait_answer(url)  # read the answer (or give up on it) before typing again
+        else:
             time.sleep(0.05)  # the bot is restarting; do not spin
 
 
-def _drained(served: Served) -> bool:
+def _owed(served: Served) -> int | None:
+    """What the bot still owes (inbox and outbox rows pending), None when it does not answer."""
     found = served.probe("/healthz")
     if found is None or found[0] != 200:
-        return False
+        return None
     report = found[1]
-    return report.get("inbox_pending") == 0 and report.get("outbox_pending") == 0
+    return int(report.get("inbox_pending", 0)) + int(report.get("outbox_pending", 0))
 
 
 def _crash_repeatedly(served: Served, local: LocalSlack) -> Load:
@@ -88,6 +118,8 @@ def _crash_repeatedly(served: Served, local: LocalSlack) -> Load:
     chance = random.Random(20261201)
     load = Load()
     served.start()
+    listener = threading.Thread(target=load.listen, args=(local,), daemon=True)
+    listener.start()
     clients = [
         threading.Thread(
             target=_client,
@@ -100,25 +132,38 @@ def _crash_repeatedly(served: Served, local: LocalSlack) -> Load:
         for thread in clients:
             thread.start()
         for _ in range(KILLS):
-            time.sleep(chance.uniform(0.3, 1.5))
+            time.sleep(chance.uniform(0.5, 2.5))
             served.kill()
             served.start()
         time.sleep(1.0)
         load.stop.set()
         for thread in clients:
             thread.join(15)
-        deadline = time.monotonic() + DRAIN_S
-        while not _drained(served):
-            if time.monotonic() > deadline:
-                logged = [line for line in served.log_text().splitlines() if "GET /" not in line]
-                raise AssertionError(
-                    f"never drained: {served.probe('/healthz')}\n" + "\n".join(logged[-40:])
-                )
-            time.sleep(0.2)
+        listener.join(5)
+        _drain(served)
     finally:
         load.stop.set()
         served.stop()
     return load
+
+
+def _drain(served: Served) -> None:
+    """Wait until nothing is owed: fail when nothing moved for STALL_S, or after DRAIN_S."""
+    started = moved = time.monotonic()
+    least: int | None = None
+    while True:
+        owed, now = _owed(served), time.monotonic()
+        if owed == 0:
+            return
+        if owed is not None and (least is None or owed < least):
+            least, moved = owed, now
+        if now - moved > STALL_S or now - started > DRAIN_S:
+            logged = [line for line in served.log_text().splitlines() if "GET /" not in line]
+            raise AssertionError(
+                f"never drained ({least} owed, {now - started:.0f} s): "
+                f"{served.probe('/healthz')}\n" + "\n".join(logged[-40:])
+            )
+        time.sleep(0.2)
 
 
 def test_acknowledged_commands_survive_kill_9_exactly_once(
