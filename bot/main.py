@@ -119,6 +119,7 @@ class Bot:
         report = self.services.sweep(self.telemetry)  # the poll job observed the fleet already
         granted = self.services.serve_queue()  # reclaims and expiries free GPUs for the queue
         digests = self.services.send_digests()  # reports, not automation: sent even when paused
+        self.services.enforce(self.settings.kubeconfig)  # scheduler commands after the commits
         if (report.changed or granted or digests) and self.deliverer.want():
             self.jobs.kick(OUTBOX)
 

@@ -85,6 +85,7 @@ class Services:
         enforcer: Enforcer = "notify",
     ) -> None:
         self.ctx = Context(db, live, clock, enforcer)
+        self._hands: enforcement.Hands | None = None  # the scheduler enforcer, once needed
         # Every change a Home tab shows owes the people who see it a redrawn one.
         self._owe_homes = lambda session: homes.owe_homes(session, self.ctx)
         db.before_commit.append(self._owe_homes)
@@ -226,6 +227,13 @@ class Services:
     def record_results(self, node: str, order: int, results: list[dict[str, Any]]) -> str | None:
         """What an agent did with an order; None when recorded, else why not."""
         return enforcement.record_results(self.ctx, node, order, results)
+
+    def enforce(self, kubeconfig: Path | None = None) -> list[str]:
+        """The Slurm or Kubernetes enforcer's next steps on the orders and drains waiting
+        (the sweep job, once the sweep committed); a line for each that settled or failed."""
+        if self._hands is None:
+            self._hands = enforcement.Hands(self.ctx.enforcer, kubeconfig)
+        return enforcement.carry_out(self.ctx, self._hands)
 
     def sweep(self, readings: Readings) -> SweepReport:
         """One pass of the reconcile loop (the scheduler's `sweep` job, or a test, calls it)."""

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from bot.services import device_records, notices
+from bot.services import device_records, enforcement, notices
 from bot.services.context import SYSTEM, Context, record
 from bot.services.results import Refused
 from rules.recall import Victim
@@ -120,6 +120,7 @@ def set_drained(
         device_records.event(session, now, node_name, None, kind, actor=user, **detail)
         if not drained:
             return f"`{node_name}` is back in service."
+        enforcement.order_drain(session, ctx, node_name, user, reason)  # slurm, kubernetes
         affected = _leases_on(session, node.id)
         for lease in affected:
             notices.tell(

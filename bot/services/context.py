@@ -17,7 +17,7 @@ from storage.audit import AuditEntry, AuditTag
 from storage.db import Database
 from storage.tables import AuditRow
 
-Enforcer = Literal["notify", "signal", "signal-dry-run"]
+Enforcer = Literal["notify", "signal", "signal-dry-run", "slurm", "kubernetes"]
 SYSTEM = "gpubot"  # the actor of what the bot does on its own
 
 
