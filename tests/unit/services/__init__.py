@@ -1,0 +1,1 @@
+"""The use cases that reach outside the bot: the scheduler enforcers."""
