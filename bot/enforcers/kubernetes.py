@@ -32,7 +32,8 @@ MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT_S = 15.0
 
 GONE = "gone"  # no such pod on the node (any more)
-EVICTED = "evicted"
+EVICTED = "evicted"  # the Eviction API accepted: the pod stops within its grace period
+DEACTIVATED = "deactivated"  # its Kueue Workload is inactive: Kueue evicts its pods
 
 
 def _modules() -> tuple[Any, Any, Any]:
@@ -108,6 +109,7 @@ class KubernetesEnforcer:
     def reclaim(self, order: Order, now: datetime) -> Step:
         settled: dict[str, str] = dict(order.progress.get("pods", {}))
         names: dict[str, str] = dict(order.progress.get("names", {}))
+        owned: dict[str, str] = dict(order.progress.get("owned", {}))  # uid -> its workload
         deactivated: list[str] = list(order.progress.get("workloads", []))
         uids = [
             uid
@@ -137,24 +139,29 @@ class KubernetesEnforcer:
                 settled[uid] = GONE
                 continue
             names[uid] = f"{pod.metadata.namespace}/{pod.metadata.name}"
-            outcome = self._end(pod, deactivated, commands)
+            outcome, workload = self._end(pod, deactivated, commands)
             if outcome.startswith("error: "):
                 errors.append(f"pod {names[uid]}: {outcome.removeprefix('error: ')}")
             else:
                 settled[uid] = outcome
+            if workload:
+                owned[uid] = workload
         results = [
-            {"pod": names.get(uid, uid), "uid": uid, "outcome": o} for uid, o in settled.items()
+            {"pod": names.get(uid, uid), "uid": uid, "outcome": outcome}
+            | ({"workload": owned[uid]} if uid in owned else {})
+            for uid, outcome in settled.items()
         ]
-        progress = {"pods": settled, "names": names, "workloads": deactivated}
+        progress = {"pods": settled, "names": names, "owned": owned, "workloads": deactivated}
         return Step(results, commands, not errors, "; ".join(errors), progress)
 
-    def _end(self, pod: Any, deactivated: list[str], commands: list[str]) -> str:
-        """Deactivate the pod's Workload, else evict the pod: the outcome, or `error: why`."""
+    def _end(self, pod: Any, deactivated: list[str], commands: list[str]) -> tuple[str, str]:
+        """Deactivate the pod's Workload, else evict the pod: (the outcome, or `error: why`;
+        the workload's name, "" when it has none)."""
         namespace, name = pod.metadata.namespace, pod.metadata.name
         workload = self._workload_of(pod, commands)
-        if workload is not None and workload.startswith("error: "):
-            return workload
-        if workload is not None:
+        if workload.startswith("error: "):
+            return workload, ""
+        if workload:
             key = f"{namespace}/{workload}"
             if key not in deactivated:  # several pods of one workload: one patch
                 patched = self._call(
@@ -172,10 +179,12 @@ class KubernetesEnforcer:
                     ),
                     missing=GONE,
                 )
-                if isinstance(patched, str) and patched != GONE:
-                    return f"error: {patched}"
+                if patched == GONE:
+                    return GONE, workload  # deleted meanwhile, and its pods with it
+                if isinstance(patched, str):
+                    return f"error: {patched}", workload
                 deactivated.append(key)
-            return f"workload {workload} deactivated"
+            return DEACTIVATED, workload
         body = self._client.V1Eviction(
             metadata=self._client.V1ObjectMeta(name=name, namespace=namespace)
         )
@@ -188,12 +197,12 @@ class KubernetesEnforcer:
             missing=GONE,
         )
         if evicted == GONE:
-            return GONE
-        return f"error: {evicted}" if isinstance(evicted, str) else EVICTED
+            return GONE, ""
+        return (f"error: {evicted}" if isinstance(evicted, str) else EVICTED), ""
 
-    def _workload_of(self, pod: Any, commands: list[str]) -> str | None:
+    def _workload_of(self, pod: Any, commands: list[str]) -> str:
         """The name of the Kueue Workload the pod belongs to (its own, or its owner Job's);
-        None when it has none; `error: why` when that could not be asked."""
+        "" when it has none; `error: why` when that could not be asked."""
         meta = pod.metadata
         marked = any(
             key.startswith(f"{KUEUE_GROUP}/")
@@ -201,7 +210,7 @@ class KubernetesEnforcer:
         )
         owners = [owner.uid for owner in meta.owner_references or [] if owner.uid]
         if not marked and not owners:
-            return None  # a bare pod Kueue never saw: nothing to ask
+            return ""  # a bare pod Kueue never saw: nothing to ask
         selector = f"{JOB_UID} in ({','.join([meta.uid, *owners])})"
         found = self._call(
             f"list workloads in {meta.namespace} ({selector})",
@@ -217,11 +226,11 @@ class KubernetesEnforcer:
             missing=GONE,  # Kueue is not installed
         )
         if found == GONE:
-            return None
+            return ""
         if isinstance(found, str):
             return f"error: {found}"
         items = found.get("items") or []
-        return str(items[0]["metadata"]["name"]) if items else None
+        return str(items[0]["metadata"]["name"]) if items else ""
 
     def drain(self, node: str, reason: str) -> Step:
         commands: list[str] = []
