@@ -32,8 +32,8 @@ from bot.enforcers import (
 from bot.services.context import Context, record
 from rules.lease_facts import LeaseSnapshot, Reading
 from storage import enforcement as orders
-from storage import nodes
 from storage.audit import AuditTag
+from storage.nodes import named as node_named
 from storage.tables import EnforcementRow
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,9 @@ def order(
     reading: Callable[[str, int], Reading | None],
     now: datetime,
 ) -> list[EnforcementRow]:
-    """In the reclaim's transaction: one pending order per node of the lease, aimed only at
-    the holder's processes on the lease's GPUs whose start time is known."""
+    """In the reclaim's transaction: one order per node of the lease, aimed only at the
+    holder's processes on the lease's GPUs: for `signal`, those whose start time is known;
+    for `slurm` and `kubernetes`, their jobs or pods."""
     accounts = {unix for unix, slack in ctx.policy.accounts.items() if slack == lease.holder}
     nodes: dict[str, list[int]] = {}
     for node, index in lease.slots:
@@ -359,7 +360,7 @@ def _drain(
 ) -> list[str]:
     """Drain (cordon) the node in the scheduler, unless it was undrained meanwhile."""
     with ctx.db.read() as session:
-        node = nodes.named(session, drain.node)
+        node = node_named(session, drain.node)
         wanted = node is not None and node.drained
     if not wanted:
         step = Step([], [], done=True, error="undrained since: not carried out")
