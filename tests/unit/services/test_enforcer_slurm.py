@@ -280,3 +280,16 @@ def test_an_admin_drain_drains_the_node_in_slurm_at_the_next_sweep(
     (done,) = audit(services, "enforce:done")
     assert (f"node:{NODE}", "drained") == (done.subject, done.outcome)
     assert [] == services.enforce()  # carried out once
+
+
+def test_a_drain_undone_before_the_sweep_never_reaches_slurm(
+    services: Services, slurm: FakeSlurm
+) -> None:
+    """Drained, then undrained before the step ran: no scontrol, and the audit says why."""
+    services.drain(ADA, NODE, "wrong node")
+    services.undrain(ADA, NODE)
+    assert [f"{NODE}: not carried out"] == services.enforce()
+    assert [] == slurm.calls()
+    (done,) = audit(services, "enforce:done")
+    assert "undrained since: not carried out" == done.detail["error"]
+    assert [] == services.enforce()
