@@ -129,7 +129,7 @@ class KubernetesEnforcer:
                 ),
             )
             if isinstance(listed, str):
-                errors.append(listed)
+                errors.append(f"list pods on {order.node}: {listed}")
                 uids = []
             else:
                 pods = {pod.metadata.uid: pod for pod in listed.items or []}
