@@ -38,8 +38,8 @@ def by_index(samples: list[Sample]) -> dict[int, Sample]:
     return {s.index: s for s in samples}
 
 
-def poll_once(url: str, node: str = A100, **options: float) -> list[Sample]:
-    source = DcgmSource({node: url}, **options)
+def poll_once(url: str, node: str = A100) -> list[Sample]:
+    source = DcgmSource({node: url})
     try:
         return source.poll(START)
     finally:
