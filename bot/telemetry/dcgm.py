@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 import urllib.error
 import urllib.request
@@ -102,14 +103,75 @@ def exporter_url(url: str, where: str) -> str:
     return parts.geturl()
 
 
-def read_exposition(text: str) -> list[Series]:
-    """The series of SERIES in Prometheus text exposition; ValueError when it is not that."""
-    found: list[Series] = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in SERIES:
-                found.append((sample.name, sample.labels, float(sample.value)))
+def read_exposition(text: str, known: dict[str, Mapping[str, str]] | None = None) -> list[Series]:
+    """The series of SERIES in Prometheus text exposition; ValueError when it is not that.
+
+    prometheus_client's parser reads labels a character at a time (0.1 ms a line or more), and a
+    node repeats one label set per GPU on every series: so each distinct label set is parsed
+    once by it, the values by float(), and the series the bot does not read are skipped. A line
+    that is neither a comment nor a sample goes to the parser as it is, which refuses it.
+    `known` (label block -> labels) carries the parsed label sets from one scrape of a node to
+    the next, where they are the same; it is left holding this scrape's."""
+    rows: list[tuple[str, str, str]] = []  # name, label block, value
+    odd: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            sample = _split(stripped)
+            if sample is None:
+                odd.append(stripped)
+            elif sample[0] in SERIES:
+                rows.append(sample)
+    blocks = dict.fromkeys(block for _, block, _ in rows)  # distinct, in order
+    labels = _label_sets(list(blocks), odd, known if known is not None else {})
+    found = [(name, labels[block], float(value)) for name, block, value in rows]
+    if known is not None:
+        known.clear()
+        known.update(labels)
     return found
+
+
+def _label_sets(
+    blocks: list[str], odd: list[str], known: Mapping[str, Mapping[str, str]]
+) -> dict[str, Mapping[str, str]]:
+    """Each label block's labels: from `known`, else parsed by prometheus_client along with the
+    `odd` lines (which it refuses unless they are exposition after all)."""
+    labels = {block: known[block] for block in blocks if block in known}
+    fresh = [block for block in blocks if block not in labels]
+    document = [f"{_PROBE}{{{block}}} {k}" for k, block in enumerate(fresh)] + odd
+    if document:
+        for family in text_string_to_metric_families("\n".join(document) + "\n"):
+            for parsed in family.samples:
+                if parsed.name == _PROBE:
+                    labels[fresh[int(parsed.value)]] = parsed.labels
+    lost = [block for block in blocks if block not in labels]
+    if lost:
+        raise ValueError(f"labels not understood: {{{lost[0][:80]}}}")
+    return labels
+
+
+_PROBE = "gpubot_label_set"
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def _split(line: str) -> tuple[str, str, str] | None:
+    """`name{labels} value [timestamp]` as (name, labels, value); None when it is not that."""
+    match = _METRIC_NAME.match(line)
+    if match is None:
+        return None
+    after = line[match.end() :]
+    rest, block = after.lstrip(), ""
+    if rest.startswith("{"):
+        close = rest.rfind("}")  # values and timestamps hold no brace: the last one closes
+        if close < 0:
+            return None
+        block, rest = rest[1:close], rest[close + 1 :]
+    elif rest == after:  # the name runs into something that is not a space
+        return None
+    tail = rest.split()
+    if not 1 <= len(tail) <= 2:
+        return None
+    return match.group(), block, tail[0]
 
 
 @dataclass(slots=True)
@@ -297,13 +359,15 @@ class DcgmSource:
         self._pending: dict[str, Future[list[Series]]] = {}
         self._known: dict[str, dict[int, Sample]] = {}  # node -> index -> newest good sample
         self._hostnames: dict[str, str] = {}  # node -> a Hostname label it disagreed with
+        self._labels: dict[str, dict[str, Mapping[str, str]]] = {}  # node -> its label sets
         self.problems = Problems("DCGM exporter of")
 
     def poll(self, now: datetime) -> list[Sample]:
         busy = {node for node, job in self._pending.items() if not job.done()}
         for node, url in self.endpoints.items():
             if node not in busy:
-                self._pending[node] = self._pool.submit(self._scrape, url)
+                known = self._labels.setdefault(node, {})
+                self._pending[node] = self._pool.submit(self._scrape, url, known)
         # Each scrape ends on its own within about timeout_s; the rounds cover a fleet larger
         # than the pool, and one more second the scheduling.
         wait(list(self._pending.values()), timeout=self.timeout_s * self._rounds + 1)
@@ -315,10 +379,10 @@ class DcgmSource:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _scrape(self, url: str) -> list[Series]:
+    def _scrape(self, url: str, known: dict[str, Mapping[str, str]]) -> list[Series]:
         text = self.fetch(url, self.timeout_s)
         try:
-            return read_exposition(text)
+            return read_exposition(text, known)
         except ValueError as exc:
             raise ScrapeError(f"not Prometheus text exposition: {exc}".splitlines()[0]) from None
 

@@ -5,23 +5,26 @@ unknown (never idle) with one log line per change."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bot.telemetry.dcgm import (
+    SERIES,
     UTIL,
     DcgmSource,
     load_endpoints,
+    read_exposition,
     samples_from_series,
 )
 from bot.telemetry.errors import EndpointsError
 from bot.telemetry.model import Sample
 from bot.telemetry.window import TelemetryWindow
 from tests.unit.telemetry.builders import START, at
-from tests.unit.telemetry.loopback import Answer, Recorded, nothing_listening, recorded
+from tests.unit.telemetry.loopback import DCGM, Answer, Recorded, nothing_listening, recorded
 
 A100 = "a100-node-01"
 H100 = "h100-node-01"
@@ -200,6 +203,38 @@ def test_an_answer_that_is_not_dcgm_output_is_one_warning_not_a_traceback(
     assert all(expected in str(s.error) for s in samples)
     (line,) = caplog.messages
     assert expected in line
+
+
+ODD = """# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="say \\"hi\\" {}",} 7 1741942800000
+DCGM_FI_DEV_GPU_UTIL   {gpu="1",UUID="GPU-2"}   +Inf
+DCGM_FI_DEV_FB_USED 12
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *(
+            pytest.param((DCGM / name).read_text(), id=name)
+            for name in ("a100-node-01.prom", "a100-node-01-xid.prom", "h100-node-01-mig.prom")
+        ),
+        pytest.param(ODD, id="odd spacing, escapes, braces and timestamps"),
+    ],
+)
+def test_the_series_read_are_those_prometheus_clients_parser_reads(text: str) -> None:
+    """Each label set parsed once, and again from what the last scrape knew: the same series,
+    labels and values as parsing every line."""
+    expected = [
+        (s.name, s.labels, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name in SERIES
+    ]
+    known: dict[str, Mapping[str, str]] = {}
+    assert expected == read_exposition(text, known)
+    assert expected == read_exposition(text, known)
+    assert expected
 
 
 def test_dcgms_blank_values_are_missing_not_numbers() -> None:
