@@ -281,8 +281,8 @@ class Problems:
     """Why each endpoint cannot be read: one warning line when a problem starts or changes, one
     line when it is over; never a line per poll."""
 
-    def __init__(self, what: str) -> None:
-        self.what = what
+    def __init__(self, what: str, back: str = "answers again") -> None:
+        self.what, self.back = what, back
         self.now: dict[str, str] = {}
 
     def note(self, key: str, why: str) -> None:
@@ -294,7 +294,7 @@ class Problems:
             )
             self.now[key] = why
         else:
-            log.info("telemetry: %s %s answers again", self.what, key)
+            log.info("telemetry: %s %s %s", self.what, key, self.back)
             del self.now[key]
 
 

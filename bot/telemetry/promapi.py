@@ -86,15 +86,15 @@ class PrometheusSource:
         self.fetch: Fetch = fetch or _get_json
         self._known: dict[tuple[str, int], Sample] = {}  # (node, index) -> newest good sample
         self.problems = Problems("Prometheus at")
-        self._stale = Problems("Prometheus's samples of")
+        self._stale = Problems("Prometheus's samples of", "are fresh again")
 
     def poll(self, now: datetime) -> list[Sample]:
         try:
             values = self._query(VALUES)
             stamps = self._query(STAMPS)
         except ScrapeError as exc:
-            why = f"{self.url}: {exc}"
-            self.problems.note(self.url, why)
+            self.problems.note(self.url, str(exc))
+            why = f"Prometheus at {self.url}: {exc}"
             return [unknown(last, why, now) for last in self._known.values()]
         self.problems.note(self.url, "")
         by_node: dict[str, list[Series]] = defaultdict(list)
@@ -155,7 +155,7 @@ def vector(body: str) -> list[Row]:
             labels = {str(k): str(v) for k, v in item["metric"].items()}
             stamp, text = item["value"]
             value, when = float(text), datetime.fromtimestamp(float(stamp), UTC)
-        except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError, OSError):
             continue  # one malformed row costs only its series
         if math.isfinite(value):
             rows.append((labels.pop("__name__", ""), labels, value, when))

@@ -50,12 +50,24 @@ def test_the_dcgm_series_come_back_as_samples_on_their_nodes(prometheus: Recorde
     assert [f"query:{VALUES}", f"query:{STAMPS}"] == prometheus.asked
 
 
-def test_a_gpu_whose_newest_sample_is_stale_is_unknown(prometheus: Recorded) -> None:
-    """h100-node-02 was last scraped ten minutes before: unknown (never idle), the rest fresh."""
+def test_a_gpu_whose_newest_sample_is_stale_is_unknown(
+    prometheus: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    """h100-node-02 was last scraped ten minutes before: unknown (never idle), the rest fresh;
+    one warning for two polls, one line when it is fresh again."""
     prometheus.record(f"query:{STAMPS}", "prometheus-stamps-stale.json", content_type=JSON)
     source = PrometheusSource(prometheus.url(), stale_after=timedelta(minutes=3))
     window = TelemetryWindow(stale_after=timedelta(minutes=3))
-    window.observe(source.poll(START))
+    with caplog.at_level(logging.INFO, logger="bot.telemetry"):
+        source.poll(START - timedelta(seconds=1))
+        window.observe(source.poll(START))
+        prometheus.record(f"query:{STAMPS}", "prometheus-stamps.json", content_type=JSON)
+        source.poll(START + timedelta(seconds=1))
+    assert [
+        "telemetry: Prometheus's samples of h100-node-02: its newest sample is from "
+        "2025-03-14 08:50:00 UTC; its GPUs are unknown until it answers",
+        "telemetry: Prometheus's samples of h100-node-02 are fresh again",
+    ] == caplog.messages
     gpus = by_gpu(list(window.latest().values()))
     assert "newest sample is from 2025-03-14 08:50:00 UTC" in str(gpus["h100-node-02", 0].error)
     stale = window.gpu("h100-node-02", 0, START)
@@ -94,7 +106,8 @@ def test_prometheus_failing_leaves_every_gpu_unknown_with_one_warning(
     assert 3 == len(first)
     assert all(expected in str(s.error) for s in first)
     (line,) = caplog.messages
-    assert line.startswith(f"telemetry: Prometheus at {source.url}: {source.url}: ")
+    assert line.startswith(f"telemetry: Prometheus at {source.url}: ")
+    assert 1 == line.count(source.url)
 
 
 @pytest.mark.parametrize(
