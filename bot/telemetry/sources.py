@@ -104,7 +104,7 @@ def choose(
             found=found or nvml_available,
         )
     if feed.kind == "none" or (feed.kind in ("dcgm", "prometheus") and not agents):
-        log.warning("telemetry: none: %s", feed.note)
+        log.warning("telemetry: %s: %s", feed.kind, feed.note)
     else:
         log.info("telemetry: %s: %s", feed.kind, feed.note)
     return feed
@@ -120,9 +120,9 @@ def _remote(
     processes = HYBRID if agents else NO_PROCESSES
     if kind == "prometheus":
         server = PrometheusSource(url or "", stale_after=stale_after or timedelta(minutes=3))
-        return Feed(
-            "prometheus", f"the DCGM series from Prometheus at {server.url}; {processes}", server
-        )
+        # /healthz says which setting, never the address: it answers anyone who asks.
+        note = f"the DCGM series from Prometheus (GPUBOT_PROMETHEUS_URL); {processes}"
+        return Feed("prometheus", note, server)
     if endpoints_file is None:
         raise EndpointsError(
             "GPUBOT_TELEMETRY=dcgm needs GPUBOT_DCGM_ENDPOINTS_FILE: a YAML file of `node: URL`, "
@@ -130,7 +130,7 @@ def _remote(
         )
     endpoints = load_endpoints(endpoints_file)
     exporters = f"{len(endpoints)} DCGM exporter{'s' if len(endpoints) != 1 else ''}"
-    note = f"{exporters} ({endpoints_file}); {processes}"
+    note = f"{exporters} (GPUBOT_DCGM_ENDPOINTS_FILE); {processes}"
     return Feed("dcgm", note, DcgmSource(endpoints))
 
 

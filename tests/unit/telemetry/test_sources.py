@@ -29,10 +29,8 @@ def test_dcgm_with_node_agents_is_hybrid(endpoints: Path, caplog: pytest.LogCapt
         feed = choose("dcgm", agents=True, dcgm_endpoints=endpoints)
     assert isinstance(feed.source, DcgmSource)
     feed.source.close()
-    assert (
-        "dcgm",
-        f"2 DCGM exporters ({endpoints}); hybrid: node agents supply the processes and enforcement",
-    ) == (
+    hybrid = "hybrid: node agents supply the processes and enforcement"
+    assert ("dcgm", f"2 DCGM exporters (GPUBOT_DCGM_ENDPOINTS_FILE); {hybrid}") == (
         feed.kind,
         feed.note,
     )
@@ -60,7 +58,10 @@ def test_without_node_agents_processes_are_unknown_and_the_log_warns(
     assert kind == feed.kind
     assert "processes are unknown, so there is no unreserved-use detection" in feed.note
     (record,) = caplog.records
-    assert logging.WARNING == record.levelno
+    assert (logging.WARNING, f"telemetry: {kind}: {feed.note}") == (
+        record.levelno,
+        record.getMessage(),
+    )
 
 
 def test_prometheus_reads_the_server_and_its_staleness_window() -> None:
@@ -75,7 +76,8 @@ def test_prometheus_reads_the_server_and_its_staleness_window() -> None:
         feed.source.url,
         feed.source.stale_after,
     )
-    assert feed.note.startswith("the DCGM series from Prometheus at http://prometheus:9090; hybrid")
+    assert feed.note.startswith("the DCGM series from Prometheus (GPUBOT_PROMETHEUS_URL); hybrid")
+    assert "prometheus:9090" not in feed.note  # /healthz answers anyone: no addresses
 
 
 @pytest.mark.parametrize(
