@@ -298,15 +298,17 @@ class Problems:
             del self.now[key]
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy, no state
+
+
 def http_get(url: str, timeout_s: float, *, accept: str = "text/plain") -> str:
     """GET `url` within about `timeout_s` in all (a server that trickles its answer is cut off
     too); ScrapeError says why not. Proxy variables are not followed: exporters and Prometheus
     sit on the cluster's own network."""
     deadline = time.monotonic() + timeout_s
     request = urllib.request.Request(url, headers={"Accept": accept})  # noqa: S310 - http(s) only, checked at load
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(request, timeout=timeout_s) as answer:
+        with _DIRECT.open(request, timeout=timeout_s) as answer:
             chunks: list[bytes] = []
             size = 0
             while chunk := answer.read(1 << 16):

@@ -31,6 +31,7 @@ class Recorded(ThreadingHTTPServer):
     """Answers GET by path, and /api/v1/query by its `query`; `asked` lists what was asked."""
 
     daemon_threads = True
+    request_queue_size = 128  # a poll connects to every node at once
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
