@@ -31,9 +31,7 @@ from bot.slack.notify import renderer
 from bot.slack.people import People
 from bot.telemetry.agent_push import Ingest, load_tokens
 from bot.telemetry.errors import TelemetryUnavailable
-from bot.telemetry.nvml import NvmlSource
-from bot.telemetry.simulated import SimulatedSource
-from bot.telemetry.sources import Feed, choose
+from bot.telemetry.sources import Feed, Source, choose
 from bot.telemetry.window import TelemetryWindow
 from storage import gpus, inbox, keyvalue, migrate, outbox
 from storage.db import Database, one_line
@@ -64,7 +62,7 @@ class Bot:
     telemetry: TelemetryWindow
     inbox: Inbox
     identity: Identity
-    source: NvmlSource | SimulatedSource | None = None  # None: node agents feed it, or nothing
+    source: Source | None = None  # None: node agents feed it, or nothing
     ingest: Ingest | None = None
     closed: bool = False
     feed: Feed | None = None  # what assemble chose; the kind and note /healthz reports
@@ -260,6 +258,9 @@ def _wire(settings: Settings, db: Database, services: Services, client: WebClien
         fleet_path=settings.fleet,
         node_name=settings.node_name,
         start=services.now(),
+        dcgm_endpoints=settings.dcgm_endpoints_file,
+        prometheus_url=settings.prometheus_url,
+        stale_after=services.policy.timing.stale_after,
     )
     ingest = None
     if settings.agent_tokens_file is not None:

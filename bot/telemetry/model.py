@@ -65,6 +65,9 @@ class Sample:
     error: str | None = None
     driver: str | None = None  # the NVIDIA driver version, e.g. 550.54.15
     cuda: str | None = None  # the CUDA version the driver supports, e.g. 12.4
+    # False where the source cannot see processes (DCGM, Prometheus): `processes` is then empty
+    # for want of knowing, and node agents, where configured, supply them (see window.py).
+    processes_known: bool = True
 
     def shifted(self, by: timedelta) -> Sample:
         """The same reading with `taken_at` moved onto another clock."""

@@ -1,5 +1,6 @@
 """What the bot knows about each GPU: the newest sample, how long it has been idle, and the
 per-minute rollups owed to the history table. Invariant 3 lives here: stale or failed is unknown.
+It also merges the hybrid feed: DCGM's numbers with the node agents' processes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class GpuReading:
     idle_for: timedelta
     last_seen: datetime | None
     memory_total_mib: int | None = None
+    # When `processes` were read: last_seen, except in the hybrid feed, where the node agent
+    # reads them and DCGM the rest (None: no agent has told).
+    processes_at: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -58,6 +62,10 @@ class _Gpu:
     stretch_samples: int = 0
     minutes: dict[datetime, _Minute] = field(default_factory=dict)
     rolled_until: datetime | None = None  # minutes before this are in the history already
+    # The hybrid feed: once a sample without processes (DCGM) came, the agent's only give those.
+    numbers_elsewhere: bool = False
+    processes: tuple[ProcessInfo, ...] = ()
+    processes_at: datetime | None = None
 
 
 class TelemetryWindow:
@@ -77,6 +85,12 @@ class TelemetryWindow:
     intervals); a new stretch starts at the next idle sample. So gaps cap idle_for at the last
     dense stretch, and a stale, failed or sparsely sampled GPU never looks idle. Agents must
     push at least every `expected_interval`.
+
+    Hybrid: once a GPU has had a sample that cannot see processes (`processes_known=False`:
+    DCGM, Prometheus), those samples alone make its numbers, idleness and history, and a node
+    agent's samples of it give only its processes, each kept with its own time. Its reading
+    carries the agent's processes while they are fresh (no older than stale_after) and none
+    otherwise, and never an agent's processes of another GPU (the UUIDs must agree).
 
     A sample from the future (taken after now + `max_ahead`, now being the `now` given to
     `observe`, else the `clock`'s) is ignored: taken, it would be the GPU's newest for as long
@@ -104,6 +118,7 @@ class TelemetryWindow:
         self.clock = clock
         self._gpus: dict[tuple[str, int], _Gpu] = {}
         self._lock = threading.Lock()
+        self._mismatched: set[tuple[str, int]] = set()  # GPUs warned about, once each
 
     def observe(self, samples: list[Sample], now: datetime | None = None) -> int:
         """Take new samples; a sample not newer than the GPU's newest (a retried push) is
@@ -125,6 +140,11 @@ class TelemetryWindow:
                     # Its newest is from the future: start its readings over. The minutes stay,
                     # and so does what was rolled up, so no minute is ever handed out twice.
                     gpu.last, gpu.stretch_start, gpu.stretch_samples = None, None, 0
+                if not sample.processes_known:
+                    gpu.numbers_elsewhere = True
+                elif gpu.numbers_elsewhere:
+                    taken += self._take_processes(gpu, sample)
+                    continue
                 if gpu.last is not None and sample.taken_at <= gpu.last.taken_at:
                     continue
                 self._extend_stretch(gpu, sample)
@@ -162,6 +182,28 @@ class TelemetryWindow:
         return rows
 
     # ---- internals (called with the lock held) ----------------------------------------
+
+    def _take_processes(self, gpu: _Gpu, sample: Sample) -> int:
+        if gpu.processes_at is not None and sample.taken_at <= gpu.processes_at:
+            return 0
+        if sample.error is not None:
+            return 0  # the agent could not read it: the processes it knew stand until stale
+        known = gpu.last.uuid if gpu.last is not None else ""
+        if known and sample.uuid and known != sample.uuid:
+            key = (sample.node, sample.index)
+            if key not in self._mismatched:
+                self._mismatched.add(key)
+                log.warning(
+                    "telemetry: %s GPU %d is %s to DCGM and %s to its node agent; the agent's "
+                    "processes are ignored until they agree",
+                    sample.node,
+                    sample.index,
+                    known,
+                    sample.uuid,
+                )
+            return 0
+        gpu.processes, gpu.processes_at = sample.processes, sample.taken_at
+        return 1
 
     def _extend_stretch(self, gpu: _Gpu, sample: Sample) -> None:
         util = sample.util_pct
@@ -208,6 +250,12 @@ class TelemetryWindow:
         if fresh and gpu.stretch_start is not None:
             idle_for = last.taken_at - gpu.stretch_start
         ok = last.error is None
+        processes = last.processes
+        processes_at: datetime | None = last.taken_at
+        if gpu.numbers_elsewhere:
+            seen = gpu.processes_at
+            told = seen is not None and abs(now - seen) <= self.stale_after
+            processes, processes_at = (gpu.processes if told else ()), seen
         return GpuReading(
             fresh=fresh,
             unknown=not fresh,
@@ -215,10 +263,11 @@ class TelemetryWindow:
             health=last.health,
             util_pct=last.util_pct if ok else None,
             memory_used_mib=last.memory_used_mib if ok else None,
-            processes=last.processes if ok else (),
+            processes=processes if ok else (),
             idle_for=idle_for,
             last_seen=last.taken_at,
             memory_total_mib=last.memory_total_mib or None,
+            processes_at=processes_at,
         )
 
 
