@@ -110,7 +110,10 @@ def _owed(served: Served) -> int | None:
     if found is None or found[0] != 200:
         return None
     report = found[1]
-    return int(report.get("inbox_pending", 0)) + int(report.get("outbox_pending", 0))
+    waiting, owed = report.get("inbox_pending", 0), report.get("outbox_pending", 0)
+    assert isinstance(waiting, int), report
+    assert isinstance(owed, int), report
+    return waiting + owed
 
 
 def _crash_repeatedly(served: Served, local: LocalSlack) -> Load:
