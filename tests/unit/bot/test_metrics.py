@@ -281,19 +281,23 @@ def test_no_label_names_a_person(timeline: Services) -> None:
     assert [] == [v for v in values if re.fullmatch(r"[UW][A-Z0-9]{6,}", v)]
 
 
-def test_an_edited_audit_tail_reads_as_a_broken_chain(timeline: Services) -> None:
+def test_an_edited_audit_tail_reads_as_a_broken_chain(services: Services) -> None:
     """Rewriting the last audit row, or dropping it, turns gpubot_audit_chain_ok to 0."""
-    with timeline.db.write() as session:
+    assert 1.0 == family(figures(services), "gpubot_audit_chain_ok")[()]  # nothing yet
+    asked(services, ALICE, BorrowAsk("l40s", 1))
+    asked(services, CAROL, BorrowAsk("l40s", 1))
+    assert 1.0 == family(figures(services), "gpubot_audit_chain_ok")[()]
+    with services.db.write() as session:
         last = session.exec(select(AuditRow).order_by(col(AuditRow.id).desc())).first()
         assert last is not None
         last_id = last.id
         session.execute(
             sa.update(AuditRow).where(col(AuditRow.id) == last_id).values(outcome="edited")
         )
-    assert 0.0 == family(figures(timeline), "gpubot_audit_chain_ok")[()]
-    with timeline.db.write() as session:
+    assert 0.0 == family(figures(services), "gpubot_audit_chain_ok")[()]
+    with services.db.write() as session:
         session.execute(sa.delete(AuditRow).where(col(AuditRow.id) == last_id))
-    assert 0.0 == family(figures(timeline), "gpubot_audit_chain_ok")[()]
+    assert 0.0 == family(figures(services), "gpubot_audit_chain_ok")[()]
 
 
 def test_a_request_decision_is_timed(services: Services) -> None:
