@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
 
 from rules.policy import Policy
 from storage import metrics as figures
 from storage.db import Database, one_line
 
 log = logging.getLogger(__name__)
+
+#: How old an id must be before the history counters take it in for good (no transaction
+#: stays open this long).
+SETTLE = timedelta(minutes=5)
 
 #: The text exposition format every Prometheus server reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -88,10 +96,15 @@ class DatabaseCollector:
     """Every scrape reads the database afresh, in a handful of grouped queries."""
 
     def __init__(
-        self, services: Scraped, health: Callable[[], Mapping[str, Any]] | None = None
+        self,
+        services: Scraped,
+        health: Callable[[], Mapping[str, Any]] | None = None,
+        *,
+        settle: timedelta = SETTLE,
     ) -> None:
         self.services = services
         self.health = health
+        self.history = History(settle)
         self._failing = False  # the database failed the last scrape: said once, not each time
 
     def describe(self) -> Iterable[Metric]:
@@ -132,20 +145,17 @@ class DatabaseCollector:
 
     def _from_database(self, policy: Policy, now: datetime) -> Iterable[Metric]:
         with self.services.db.read() as session:
-            states = figures.gpu_states(session)
-            node_rows = figures.node_figures(session)
-            held = figures.held_gpus(session)
+            fleet = figures.fleet(session)
+            active = figures.active_leases(session, now)
             waits = figures.waiting(session)
-            requests = figures.requests_by_outcome(session)
-            reclaimed = figures.reclaims(session)
-            gpu_s = figures.gpu_seconds(session, now)
+            requests, reclaimed, gpu_s = self.history.read(session, now, active)
             owed = figures.outbox_states(session)
             oldest_owed = figures.oldest_owed(session)
             inbox_count, inbox_oldest = figures.inbox_backlog(session)
             slack_paused_at = figures.paused_since(session)
             chain_ok = figures.audit_chain_ok(session)
-        yield from _fleet(policy, states, node_rows, now)
-        yield from _quotas(policy, held)
+        yield from _fleet(policy, fleet, now)
+        yield from _quotas(policy, active.held)
         yield from _waiting(policy, waits, now)
         yield from _history(requests, reclaimed, gpu_s)
         yield from _backlog(owed, oldest_owed, inbox_count, inbox_oldest, now)
@@ -164,12 +174,79 @@ class DatabaseCollector:
         )
 
 
-def _fleet(
-    policy: Policy,
-    states: list[tuple[str, str, int]],
-    node_rows: list[figures.NodeFigure],
-    now: datetime,
-) -> Iterable[Metric]:
+class History:
+    """The counters over the whole history (requests by outcome, reclaims, GPU-seconds), kept
+    by ranges of ids so a scrape reads only what changed since the last one.
+
+    A final lease or a filed request never changes, so what was counted up to an id stays
+    counted; leases still open at that point are remembered and counted once they end.
+    Only ids older than `settle` are taken in: ids are handed out before commit, so a newer id
+    can be visible while an older one is still in flight. The first scrape counts everything
+    once (by time); the later ones read the ids written since and the open leases."""
+
+    def __init__(self, settle: timedelta = SETTLE) -> None:
+        self.settle = settle
+        self.lock = threading.Lock()  # two scrapes at once must not count a range twice
+        self.marks: deque[tuple[float, int, int]] = deque()  # (monotonic, lease id, request id)
+        self.lease_upto = self.request_upto = 0
+        self.leases = figures.LeaseTally()  # final leases up to lease_upto, and the open ones
+        self.requests: dict[tuple[str, str, str, str], int] = {}
+        self.started = False
+
+    def read(
+        self, session: Session, now: datetime, active: figures.Active
+    ) -> tuple[
+        dict[tuple[str, str, str, str], int],
+        dict[tuple[str, str, str], int],
+        dict[tuple[str, str], float],
+    ]:
+        """(requests by pool, team, kind and outcome; reclaims by pool, team and reason;
+        GPU-seconds by pool and team) as the database holds them now."""
+        with self.lock:
+            lease_to, request_to = self._settled(session, now)
+            if lease_to > self.lease_upto:
+                self.leases.add(figures.final_leases(session, after=self.lease_upto, upto=lease_to))
+                self.lease_upto = lease_to
+            if self.leases.open_ids:
+                still = figures.open_lease_ids(session, self.lease_upto) & self.leases.open_ids
+                ended = self.leases.open_ids - still
+                self.leases.open_ids = still
+                if ended:
+                    self.leases.add(figures.final_leases(session, ids=ended))
+            if request_to > self.request_upto:
+                _add(self.requests, figures.request_counts(session, self.request_upto, request_to))
+                self.request_upto = request_to
+            recent = figures.final_leases(session, after=self.lease_upto)
+            requests = dict(self.requests)
+            _add(requests, figures.request_counts(session, self.request_upto))
+            reclaims = dict(self.leases.reclaims)
+            _add(reclaims, recent.reclaims)
+            gpu_s = dict(self.leases.gpu_s)
+            _add(gpu_s, recent.gpu_s)
+            _add(gpu_s, active.gpu_s)
+        return requests, reclaims, gpu_s
+
+    def _settled(self, session: Session, now: datetime) -> tuple[int, int]:
+        """The ids up to which every lease and request is surely committed."""
+        if not self.started:
+            self.started = True
+            return figures.settled_ids(session, now - self.settle)
+        lease_max, request_max = figures.newest_ids(session)
+        at = time.monotonic()
+        self.marks.append((at, lease_max, request_max))
+        settled = (self.lease_upto, self.request_upto)
+        while self.marks and self.marks[0][0] <= at - self.settle.total_seconds():
+            _, lease_id, request_id = self.marks.popleft()
+            settled = (lease_id, request_id)
+        return settled
+
+
+def _add(into: dict[Any, Any], more: Mapping[Any, Any]) -> None:
+    for key, value in more.items():
+        into[key] = into.get(key, 0) + value
+
+
+def _fleet(policy: Policy, fleet: figures.Fleet, now: datetime) -> Iterable[Metric]:
     gpus = GaugeMetricFamily(
         "gpubot_gpus",
         "GPUs by pool and where they stand: free, leased, occupied (in use without a lease), "
@@ -180,7 +257,7 @@ def _fleet(
         "gpubot_unreserved_gpus", "GPUs in use without a lease, by pool", labels=["pool"]
     )
     occupied = dict.fromkeys(policy.pools, 0)
-    for pool, state, count in sorted(states):
+    for (pool, state), count in sorted(fleet.states.items()):
         gpus.add_metric([pool, state], count)
         if state == "occupied":
             occupied[pool] = occupied.get(pool, 0) + count
@@ -198,7 +275,7 @@ def _fleet(
         "minutes while samples arrive); nodes never heard from have no series",
         labels=["node", "pool"],
     )
-    for node in sorted(node_rows, key=lambda n: n.name):
+    for node in sorted(fleet.nodes, key=lambda n: n.name):
         key = (node.pool, node.reporting)
         by_state[key] = by_state.get(key, 0) + 1
         if node.profiled_at is not None:
@@ -277,8 +354,8 @@ def _waiting(policy: Policy, waits: list[figures.Waiting], now: datetime) -> Ite
 
 
 def _history(
-    requests: list[tuple[str, str, str, str, int]],
-    reclaimed: list[tuple[str, str, str, int]],
+    requests: Mapping[tuple[str, str, str, str], int],
+    reclaimed: Mapping[tuple[str, str, str], int],
     gpu_s: Mapping[tuple[str, str], float],
 ) -> Iterable[Metric]:
     asked = CounterMetricFamily(
@@ -286,14 +363,14 @@ def _history(
         "Requests filed, by pool, team, kind (borrow, extend) and what the rules said",
         labels=["pool", "team", "kind", "outcome"],
     )
-    for pool, team, kind, outcome, count in sorted(requests):
+    for (pool, team, kind, outcome), count in sorted(requests.items()):
         asked.add_metric([pool, team, kind, outcome], count)
     reclaims = CounterMetricFamily(
         "gpubot_reclaims",
         "Leases reclaimed, by pool, team and reason (expired, idle, preempted, unhealthy ...)",
         labels=["pool", "team", "reason"],
     )
-    for pool, team, reason, count in sorted(reclaimed):
+    for (pool, team, reason), count in sorted(reclaimed.items()):
         reclaims.add_metric([pool, team, reason], count)
     held = CounterMetricFamily(
         "gpubot_lease_gpu_seconds",

@@ -14,10 +14,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import col, select
 
-from bot.metrics import DECISION_SECONDS, allowed, build_registry, scrape
+from bot.metrics import (
+    DECISION_SECONDS,
+    DatabaseCollector,
+    allowed,
+    build_registry,
+    scrape,
+)
 from bot.services import BorrowAsk, Services
 from bot.services.results import BorrowResult, SettleResult
 from bot.telemetry.model import ProcessInfo, Sample
@@ -103,26 +110,41 @@ def approved(services: Services, manager: str, request_id: int) -> SettleResult:
 
 
 @pytest.fixture
-def timeline(services: Services, clock: Clock) -> Services:
+def watching(services: Services) -> CollectorRegistry:
+    """A registry scraped all along the timeline, taking every id in at once (no settling):
+    its counters are kept up to date range by range."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector(services, settle=timedelta(0)))
+    return registry
+
+
+@pytest.fixture
+def timeline(services: Services, clock: Clock, watching: CollectorRegistry) -> Services:
     """A morning: grants within nominal, three asks, an expired lease reclaimed after its
     warning, a borrow beyond nominal, a queued request, a release, a drained node, a GPU in
-    use without a lease, l40s telemetry two minutes old, and automation paused."""
+    use without a lease, l40s telemetry two minutes old, and automation paused; `watching`
+    is scraped after each step."""
+    scrape(watching)
     alice_a100 = asked(services, ALICE, BorrowAsk("a100", 2, timedelta(hours=6)))
     asked(services, ERIN, BorrowAsk("l40s", 1, timedelta(hours=1)))
     bob = asked(services, BOB, BorrowAsk("a100", 8))  # beyond vision's nominal: asks
     asked(services, CAROL, BorrowAsk("l40s", 3))
     alice_l40s = asked(services, ALICE, BorrowAsk("l40s", 4))
     carol_more = asked(services, CAROL, BorrowAsk("l40s", 2))
+    scrape(watching)
     window = TelemetryWindow(timedelta(minutes=3))
     for _ in range(8):  # Erin's lease expires, is warned, and is reclaimed after the grace
         clock.advance(timedelta(minutes=15))
         services.sweep(window)
         delivered(services, clock)
+        scrape(watching)
     approved(services, VICTOR, bob.request.id)
     approved(services, VICTOR, alice_l40s.request.id)
     assert "queued" == approved(services, NADIA, carol_more.request.id).request.state
     assert alice_a100.lease is not None
+    scrape(watching)
     services.release(ALICE, alice_a100.lease.id)
+    scrape(watching)
     assert isinstance(services.drain(ADA, "infer-node-01"), str)
     free = next(g for g in services.fleet_lines() if g.pool == "l40s" and g.place == Place.FREE)
     samples = [
@@ -141,6 +163,22 @@ def timeline(services: Services, clock: Clock) -> Services:
     assert isinstance(services.pause(ADA), str)
     clock.advance(timedelta(minutes=3))
     return services
+
+
+def test_counting_as_it_goes_equals_counting_at_once(
+    timeline: Services, watching: CollectorRegistry
+) -> None:
+    """The registry scraped all along (each scrape reading only the ids written since, and
+    the leases that ended) tells what a fresh one reading the whole history tells."""
+    along = {
+        key: value
+        for family in text_string_to_metric_families(scrape(watching).decode())
+        for s in family.samples
+        for key, value in [((s.name, frozenset(s.labels.items())), s.value)]
+    }
+    fresh = figures(timeline)
+    assert {k: fresh[k] for k in along} == pytest.approx(along)
+    assert {"gpubot_requests_total", "gpubot_reclaims_total"} <= {name for name, _ in along}
 
 
 def test_the_fleet_figures_equal_the_gpu_and_node_rows(timeline: Services, clock: Clock) -> None:
