@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
@@ -77,8 +78,51 @@ def build_registry(
 
 
 def scrape(registry: CollectorRegistry) -> bytes:
-    """The registry's figures in the text exposition format (CONTENT_TYPE)."""
-    return generate_latest(registry)
+    """The registry's figures in the text exposition format (CONTENT_TYPE).
+
+    A family of many plain samples (a telemetry age per node: 12,500 of them at 100,000 GPUs)
+    is written here, the same bytes prometheus_client writes at a fraction of its cost; the
+    others are written by prometheus_client."""
+    out = []
+    for metric in registry.collect():
+        quick = None
+        if metric.type in ("gauge", "counter") and len(metric.samples) > _MANY:
+            quick = _plain_family(metric)
+        out.append(quick if quick is not None else generate_latest(_Only(metric)))
+    return b"".join(out)
+
+
+_MANY = 200  # samples from which a family takes the quick way
+
+
+class _Only:
+    """One collected family, as a collector prometheus_client can write."""
+
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
+
+    def collect(self) -> Iterable[Metric]:
+        return [self.metric]
+
+
+def _plain_family(metric: Metric) -> bytes | None:
+    """A gauge or counter family of plain samples, as generate_latest writes it (None: it has
+    more than plain samples)."""
+    name = metric.name + ("_total" if metric.type == "counter" else "")
+    if any(s.name != name or s.timestamp is not None or s.exemplar for s in metric.samples):
+        return None
+    help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+    lines = [f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n"]
+    for sample in metric.samples:
+        labels = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(sample.labels.items()))
+        line = f"{name}{{{labels}}}" if labels else name
+        value = floatToGoString(sample.value)  # type: ignore[no-untyped-call]  # unannotated there
+        lines.append(f"{line} {value}\n")
+    return "".join(lines).encode()
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
 def allowed(authorization: str | None, token: str | None) -> bool:

@@ -5,6 +5,7 @@ the shipped alert rules and dashboard name only metrics that exist."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import col, select
 
@@ -344,6 +346,31 @@ def test_a_request_decision_is_timed(services: Services) -> None:
     asked(services, ALICE, BorrowAsk("l40s", 1))
     assert before + 1 <= family(figures(services), "gpubot_decision_seconds_count")[()]
     assert ["gpubot_decision_seconds"] == [m.name for m in DECISION_SECONDS.describe()]
+
+
+class Many:
+    """A family big enough for scrape's quick way, with every awkward label and value."""
+
+    def __init__(self, kind: type[GaugeMetricFamily] | type[CounterMetricFamily]) -> None:
+        self.kind = kind
+
+    def collect(self) -> list[Any]:
+        family = self.kind("gpubot_many", 'help with \\ and\na "quote"', labels=["node", "pool"])
+        values = [0, 1, 2.5, 1796219605.3034394, 1e21, -3.0, math.inf, -math.inf, math.nan]
+        names = ["plain", 'qu"ote', "back\\slash", "new\nline", "ünïcode", ""]
+        for i in range(300):
+            family.add_metric([f"{names[i % len(names)]}-{i}", "a100"], values[i % len(values)])
+        return [family]
+
+
+@pytest.mark.parametrize("kind", [GaugeMetricFamily, CounterMetricFamily])
+def test_a_big_family_is_written_as_prometheus_client_writes_it(
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily],
+) -> None:
+    """scrape's quick way for a family of many samples writes the same bytes."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Many(kind))
+    assert generate_latest(registry) == scrape(registry)
 
 
 @pytest.mark.parametrize(
