@@ -189,6 +189,7 @@ class DatabaseCollector:
 
     def _from_database(self, policy: Policy, now: datetime) -> Iterable[Metric]:
         with self.services.db.read() as session:
+            figures.one_snapshot(session)
             fleet = figures.fleet(session)
             active = figures.active_leases(session, now)
             waits = figures.waiting(session)

@@ -38,6 +38,14 @@ _NEVER_HELD = (LeaseState.DENIED.value, LeaseState.CANCELLED.value)
 _audit = AuditRow.__table__  # type: ignore[attr-defined]  # SQLModel sets it at class creation
 
 
+def one_snapshot(session: Session) -> None:
+    """Make the session's reads see one snapshot: a lease that ends between two of a scrape's
+    queries must not count both as active and as ended, or the counter would dip. (SQLite's
+    read transaction is one snapshot already.) Call it before the first read."""
+    if session.get_bind().dialect.name == "postgresql" and not session.in_transaction():
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
+
 @dataclass(frozen=True)
 class NodeFigure:
     name: str
