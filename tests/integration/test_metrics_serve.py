@@ -17,9 +17,12 @@ from tests.support.serve import Served
 TOKEN = "metrics-token-for-tests"  # noqa: S105 - a test's own token, never a real one
 
 
-def get(url: str, token: str | None = None) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers, body) of one GET."""
-    request = urllib.request.Request(url)  # noqa: S310 - loopback only
+def get(
+    url: str, token: str | None = None, *, method: str = "GET"
+) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of one request (a GET unless `method` says otherwise)."""
+    data = b"" if method == "POST" else None
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - loopback
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -58,6 +61,8 @@ def test_http_mode_serves_metrics_behind_the_bearer_token(
             "gpubot_decision_seconds_count",
         } <= names
         assert 200 == get(served.url + "/healthz")[0]  # the probes stay open
+        status, headers, _ = get(served.url + "/metrics", TOKEN, method="POST")
+        assert (405, "GET") == (status, headers["allow"])
     finally:
         served.stop()
 
