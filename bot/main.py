@@ -20,6 +20,8 @@ from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.jobs import INBOX, OUTBOX, POLL, RETENTION, ROLLUP, SWEEP, Jobs
+from bot.metrics import SWEEP_SECONDS, build_registry
+from bot.server import MetricsAccess, MetricsPort
 from bot.services import Services, rollups
 from bot.services.context import utcnow
 from bot.services.rule_files import read_rules_dir
@@ -114,7 +116,8 @@ class Bot:
         """The `sweep` job: one reconcile pass, then deliver what it owes."""
         if self.source is None:
             self._store_history(self.services.now())  # agents' samples have history too
-        report = self.services.sweep(self.telemetry)  # the poll job observed the fleet already
+        with SWEEP_SECONDS.time():
+            report = self.services.sweep(self.telemetry)  # the poll job observed the fleet already
         granted = self.services.serve_queue()  # reclaims and expiries free GPUs for the queue
         digests = self.services.send_digests()  # reports, not automation: sent even when paused
         self.services.enforce(self.settings.kubeconfig)  # scheduler commands after the commits
@@ -335,7 +338,10 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
     if drained:
         log.info("carrying out %d acknowledged requests left by the last run", drained)
     bot.jobs.start()
+    metrics = MetricsAccess(build_registry(bot.services, health=bot.health), settings.metrics_token)
+    side = MetricsPort(metrics, bot.health, bot.ready)  # Socket Mode's, or beside the HTTP port
     try:
+        side.listen(host, settings.metrics_port, beside=None if listening is None else port)
         if listening is None:
             assert settings.slack_app_token is not None
             log.info("gpubot: Socket Mode, rules %s", bot.services.policy.revision)
@@ -349,11 +355,17 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             # uvicorn re-raises SIGTERM once it has stopped, which ends the process before any
             # `finally` here: the bot is closed at the ASGI shutdown instead.
             asgi = SlackAsgi(
-                bot.app, bot.health, ingest=bot.ingest, ready=bot.ready, on_shutdown=bot.close
+                bot.app,
+                bot.health,
+                ingest=bot.ingest,
+                ready=bot.ready,
+                on_shutdown=bot.close,
+                metrics=metrics,
             )
             server = uvicorn.Server(uvicorn.Config(asgi, log_level="info"))
             server.run(sockets=[listening])
     finally:
+        side.stop()
         bot.close()
 
 

@@ -1,6 +1,7 @@
 """The HTTP front in HTTP mode: Slack's /slack/events for commands, interactivity and events,
-/livez, /readyz and /healthz, and (with an `ingest`) the node agents' POST /agent/samples and
-/agent/results, as one small ASGI app.
+/livez, /readyz and /healthz, GET /metrics (with `metrics`), and (with an `ingest`) the node
+agents' POST /agent/samples and /agent/results, as one small ASGI app. In Socket Mode, which has
+no HTTP server, `MetricsPort` serves /metrics and the probes on a port of their own.
 
 Every request to /slack/events is checked on its raw bytes before it is parsed (signature and
 timestamp, then encoding and shape: bot.slack.wire); what fails is refused with 400/401 and
@@ -18,18 +19,24 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
+from pydantic import SecretStr
 from slack_bolt import App, BoltContext
 from slack_bolt.request import BoltRequest
 from slack_bolt.request.internals import build_context
 
+from bot import metrics as prometheus
 from bot.slack import wire
 from bot.telemetry.refusals import Refusals
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from bot.telemetry.agent_push import Ingest
 
 log = logging.getLogger(__name__)
@@ -44,14 +51,33 @@ AgentHandler = Callable[[Mapping[str, str], bytes], tuple[int, str]]
 EVENTS_PATH = "/slack/events"
 AGENT_PATH = "/agent/samples"
 RESULTS_PATH = "/agent/results"
+METRICS_PATH = "/metrics"
 MAX_BODY = 1 << 20  # Slack's payloads are far smaller; anything bigger is not Slack
 TEXT = {"content-type": "text/plain; charset=utf-8"}
 JSON_TYPE = {"content-type": "application/json"}
 
 
+@dataclass(frozen=True)
+class MetricsAccess:
+    """What /metrics serves, and the bearer token it asks for (None: it is open)."""
+
+    registry: CollectorRegistry
+    token: SecretStr | None = None
+
+    def answer(self, authorization: str | None) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) of one GET /metrics (it reads the database: call it off the
+        event loop)."""
+        token = self.token.get_secret_value() if self.token is not None else None
+        if not prometheus.allowed(authorization, token):
+            challenge = {**TEXT, "www-authenticate": 'Bearer realm="gpubot metrics"'}
+            return 401, challenge, b"/metrics needs Authorization: Bearer <GPUBOT_METRICS_TOKEN>"
+        return 200, {"content-type": prometheus.CONTENT_TYPE}, prometheus.scrape(self.registry)
+
+
 class SlackAsgi:
-    """POST /slack/events -> the Bolt app; GET /livez, /readyz, /healthz; POST /agent/samples
-    and /agent/results -> `ingest` when one is given; everything else 404."""
+    """POST /slack/events -> the Bolt app; GET /livez, /readyz, /healthz; GET /metrics when
+    `metrics` is given; POST /agent/samples and /agent/results -> `ingest` when one is given;
+    everything else 404."""
 
     def __init__(
         self,
@@ -62,8 +88,10 @@ class SlackAsgi:
         ingest: Ingest | None = None,
         ready: Health | None = None,
         on_shutdown: Callable[[], None] | None = None,
+        metrics: MetricsAccess | None = None,
     ) -> None:
         self.app = app
+        self.metrics = metrics
         self.on_shutdown = on_shutdown
         self.health = health
         self.ready = ready or health
@@ -92,6 +120,9 @@ class SlackAsgi:
         if method in ("GET", "HEAD") and path in ("/livez", "/readyz", "/healthz"):
             await self._probe(path, send)
             return
+        if path == METRICS_PATH and self.metrics is not None:
+            await self._metrics(self.metrics, scope, method, send)
+            return
         await _answer(send, 404, TEXT, b"not found")
 
     async def _probe(self, path: str, send: Send) -> None:
@@ -110,6 +141,18 @@ class SlackAsgi:
                     report["agent_refused"] = self.ingest.refusals.totals()
         status = 200 if report.get("ok") else 503
         await _answer(send, status, JSON_TYPE, json.dumps(report).encode())
+
+    async def _metrics(self, metrics: MetricsAccess, scope: Scope, method: str, send: Send) -> None:
+        if method != "GET":
+            await _answer(send, 405, {**TEXT, "allow": "GET"}, b"/metrics answers GET only")
+            return
+        authorization = _single_headers(scope).get("authorization")
+        try:
+            status, headers, body = await asyncio.to_thread(metrics.answer, authorization)
+        except Exception:  # a bug in a collector: one traceback, and the scrape fails visibly
+            log.exception("%s failed", METRICS_PATH)
+            status, headers, body = 500, TEXT, b"internal error"
+        await _answer(send, status, headers, body)
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _single_headers(scope)
@@ -270,3 +313,102 @@ class Background:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+class MetricsPortError(RuntimeError):
+    """The metrics port cannot be listened on; the message says which and what to do."""
+
+
+class MetricsPort:
+    """GET /metrics, /healthz, /readyz and /livez on a port of their own, served by a thread:
+    Socket Mode connects out to Slack and has no HTTP server for Prometheus to scrape."""
+
+    def __init__(self, metrics: MetricsAccess, health: Health, ready: Health) -> None:
+        self.handler = type(
+            "Handler",
+            (_MetricsHandler,),
+            {"metrics": metrics, "health": staticmethod(health), "ready": staticmethod(ready)},
+        )
+        self.server: _Server | None = None
+        self.thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int | None:
+        return None if self.server is None else int(self.server.server_address[1])
+
+    def listen(self, host: str, port: int | None, *, beside: int | None = None) -> None:
+        """Serve on `port` (0: any free one); nothing when it is None or is `beside`, the HTTP
+        port, which serves /metrics itself. Raises MetricsPortError when it is taken."""
+        if port is None or port == beside:
+            return
+        server_class = _Server6 if ":" in host else _Server
+        try:
+            self.server = server_class((host, port), self.handler)
+        except OSError as exc:
+            raise MetricsPortError(
+                f"cannot listen on {host}:{port} for /metrics ({exc.strerror or exc}): is "
+                "another gpubot running there? Choose another --metrics-port "
+                "(GPUBOT_METRICS_PORT)."
+            ) from None
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="gpubot-metrics", daemon=True
+        )
+        self.thread.start()
+        log.info("gpubot: /metrics on %s:%s", host, self.port)
+
+    def stop(self) -> None:
+        if self.server is None or self.thread is None:
+            return
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+        self.server = self.thread = None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a scrape in flight never holds up the process's exit
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    metrics: MetricsAccess
+    health: Health
+    ready: Health
+    server_version = "gpubot"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == METRICS_PATH:
+            try:
+                status, headers, body = self.metrics.answer(self.headers.get("authorization"))
+            except Exception:  # a bug in a collector: one traceback, and the scrape fails
+                log.exception("%s failed", METRICS_PATH)
+                status, headers, body = 500, TEXT, b"internal error"
+        elif path in ("/livez", "/readyz", "/healthz"):
+            status, headers, body = self._probe(path)
+        else:
+            status, headers, body = 404, TEXT, b"not found"
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _probe(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        if path == "/livez":
+            report: Mapping[str, Any] = {"ok": True}
+        else:
+            try:
+                report = (self.health if path == "/healthz" else self.ready)()
+            except Exception:
+                log.exception("%s failed", path)
+                report = {"ok": False}
+        return 200 if report.get("ok") else 503, JSON_TYPE, json.dumps(report).encode()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: Prometheus scrapes every few seconds, and a line each would drown the log."""

@@ -23,21 +23,38 @@ def serve(
     http: Annotated[
         bool, typer.Option("--http", help="HTTP mode even when SLACK_APP_TOKEN is set")
     ] = False,
-    host: Annotated[str, typer.Option(help="address to listen on in HTTP mode")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="address to listen on in HTTP mode, and for --metrics-port")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on in HTTP mode")] = 3000,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="serve /metrics, /healthz, /readyz and /livez on this port too (Socket Mode "
+            "has no other HTTP port; HTTP mode serves /metrics on --port); default: "
+            "GPUBOT_METRICS_PORT, else none",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the bot: Socket Mode when SLACK_APP_TOKEN is set, else HTTP on /slack/events (with
-    /healthz, /readyz and /livez). It migrates the database first and carries out what an
-    earlier run acknowledged and did not finish."""
+    /healthz, /readyz, /livez and /metrics). It migrates the database first and carries out
+    what an earlier run acknowledged and did not finish."""
     from bot.main import SetupError  # noqa: PLC0415 - the Slack stack loads only to serve
     from bot.main import serve as run  # noqa: PLC0415
+    from bot.server import MetricsPortError  # noqa: PLC0415 - the HTTP stack, only to serve
 
     settings = read_settings()
+    if metrics_port is not None:
+        settings = settings.model_copy(update={"metrics_port": metrics_port})
     logs.setup(settings.log_level, settings.log_format)
     try:
         with database_errors(settings.database_url):
             run(settings, http=http, host=host, port=port)
-    except SetupError as exc:
+    except (SetupError, MetricsPortError) as exc:
         fail(str(exc))
     except (PolicyError, RulesDirError) as exc:
         fail(f"the rules in {settings.rules_dir} cannot be loaded:\n{exc}")

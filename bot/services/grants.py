@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
+from bot.metrics import DECISION_SECONDS
 from bot.services import notices
 from bot.services.context import Context, record
 from bot.services.fair_share import pool_shares
@@ -108,7 +109,8 @@ def grant(
 
 def decide(ctx: Context, facts: dict[str, object]) -> Decision:
     """A request's decision by the rules, with the quota invariant applied."""
-    return enforce(ctx.live.decide(Subject.REQUEST, facts))
+    with DECISION_SECONDS.time():
+        return enforce(ctx.live.decide(Subject.REQUEST, facts))
 
 
 def _over_quota(

@@ -1,0 +1,453 @@
+"""/metrics after a scripted timeline: every figure parsed from the exposition text equals what
+the database holds, read here the long way (rows, not grouped SQL); no label names a person;
+the shipped alert rules and dashboard name only metrics that exist."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+from sqlmodel import col, select
+
+from bot.metrics import (
+    DECISION_SECONDS,
+    DatabaseCollector,
+    allowed,
+    build_registry,
+    scrape,
+)
+from bot.services import BorrowAsk, Services
+from bot.services.results import BorrowResult, SettleResult
+from bot.telemetry.model import ProcessInfo, Sample
+from bot.telemetry.window import TelemetryWindow
+from rules.domain import GpuState
+from storage import keyvalue, outbox
+from storage.gpus import Place
+from storage.tables import (
+    AuditRow,
+    GpuRow,
+    InboxRow,
+    LeaseGpuRow,
+    LeaseRow,
+    NodeRow,
+    OutboxRow,
+    RequestRow,
+    SettingRow,
+)
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+PEOPLE = {ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, ADA, "dave"}
+LABELS = {"pool", "team", "node", "state", "reason", "outcome", "kind", "reporting"}
+Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def figures(services: Services) -> Figures:
+    """Every sample of one scrape: (sample name, labels) -> value."""
+    text = scrape(build_registry(services, health=lambda: {"ok": True})).decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def family(found: Figures, name: str) -> dict[tuple[str, ...], float]:
+    """The samples called `name`, keyed by their label values in label-name order."""
+    return {
+        tuple(v for _, v in sorted(labels)): value
+        for (sample, labels), value in found.items()
+        if sample == name
+    }
+
+
+def a_reading(node: str, index: int, at: datetime, *, user: str | None = None) -> Sample:
+    """One L40S reading: idle and empty, or with `user`'s process on it."""
+    processes = (ProcessInfo(pid=7000 + index, user=user, used_mib=9000),) if user else ()
+    return Sample(
+        node=node,
+        index=index,
+        uuid=f"GPU-{node}-{index}",
+        model="NVIDIA L40S",
+        memory_total_mib=46068,
+        memory_used_mib=9000 if user else 0,
+        util_pct=60.0 if user else 0.0,
+        temperature_c=41.0,
+        power_w=80.0,
+        health="ok",
+        processes=processes,
+        taken_at=at,
+    )
+
+
+def delivered(services: Services, clock: Clock) -> None:
+    """Every message owed so far reached Slack."""
+    with services.db.write() as session:
+        for row in session.exec(select(OutboxRow)).all():
+            if row.delivered_at is None:
+                outbox.delivered(session, row.id or 0, at=clock.now, channel="D0", ts="1.0")
+
+
+def asked(services: Services, user: str, ask: BorrowAsk) -> BorrowResult:
+    result = services.borrow(user, ask)
+    assert isinstance(result, BorrowResult), result
+    return result
+
+
+def approved(services: Services, manager: str, request_id: int) -> SettleResult:
+    settled = services.approve(manager, request_id)
+    assert isinstance(settled, SettleResult), settled
+    return settled
+
+
+@pytest.fixture
+def watching(services: Services) -> CollectorRegistry:
+    """A registry scraped all along the timeline, taking every id in at once (no settling):
+    its counters are kept up to date range by range."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector(services, settle=timedelta(0)))
+    return registry
+
+
+@pytest.fixture
+def timeline(services: Services, clock: Clock, watching: CollectorRegistry) -> Services:
+    """A morning: grants within nominal, three asks, an expired lease reclaimed after its
+    warning, a borrow beyond nominal, a queued request, a release, a drained node, a GPU in
+    use without a lease, l40s telemetry two minutes old, and automation paused; `watching`
+    is scraped after each step."""
+    scrape(watching)
+    alice_a100 = asked(services, ALICE, BorrowAsk("a100", 2, timedelta(hours=6)))
+    asked(services, ERIN, BorrowAsk("l40s", 1, timedelta(hours=1)))
+    bob = asked(services, BOB, BorrowAsk("a100", 8))  # beyond vision's nominal: asks
+    asked(services, CAROL, BorrowAsk("l40s", 3))
+    alice_l40s = asked(services, ALICE, BorrowAsk("l40s", 4))
+    carol_more = asked(services, CAROL, BorrowAsk("l40s", 2))
+    scrape(watching)
+    window = TelemetryWindow(timedelta(minutes=3))
+    for _ in range(8):  # Erin's lease expires, is warned, and is reclaimed after the grace
+        clock.advance(timedelta(minutes=15))
+        services.sweep(window)
+        delivered(services, clock)
+        scrape(watching)
+    approved(services, VICTOR, bob.request.id)
+    approved(services, VICTOR, alice_l40s.request.id)
+    assert "queued" == approved(services, NADIA, carol_more.request.id).request.state
+    assert alice_a100.lease is not None
+    scrape(watching)
+    services.release(ALICE, alice_a100.lease.id)
+    scrape(watching)
+    assert isinstance(services.drain(ADA, "infer-node-01"), str)
+    free = next(g for g in services.fleet_lines() if g.pool == "l40s" and g.place == Place.FREE)
+    samples = [
+        a_reading(
+            node,
+            index,
+            clock.now,
+            user="dave" if (node, index) == (free.node, free.index) else None,
+        )
+        for node in ("l40s-node-01", "l40s-node-02")
+        for index in range(4)
+    ]
+    window.observe(samples, clock.now)
+    services.observe_fleet(window, clock.now)
+    clock.advance(timedelta(minutes=2))
+    assert isinstance(services.pause(ADA), str)
+    clock.advance(timedelta(minutes=3))
+    return services
+
+
+def test_counting_as_it_goes_equals_counting_at_once(
+    timeline: Services, watching: CollectorRegistry
+) -> None:
+    """The registry scraped all along (each scrape reading only the ids written since, and
+    the leases that ended) tells what a fresh one reading the whole history tells."""
+    along = {
+        key: value
+        for family in text_string_to_metric_families(scrape(watching).decode())
+        for s in family.samples
+        for key, value in [((s.name, frozenset(s.labels.items())), s.value)]
+    }
+    fresh = figures(timeline)
+    assert {k: fresh[k] for k in along} == pytest.approx(along)
+    assert {"gpubot_requests_total", "gpubot_reclaims_total"} <= {name for name, _ in along}
+
+
+def test_the_fleet_figures_equal_the_gpu_and_node_rows(timeline: Services, clock: Clock) -> None:
+    """GPUs by pool and place, unreserved GPUs, nodes by reporting state and each node's
+    telemetry age, against the rows the status command reads."""
+    found = figures(timeline)
+    places: Counter[tuple[str, str]] = Counter()
+    for line in timeline.fleet_lines():
+        place = str(line.place)
+        if line.place == Place.OUT:
+            place = GpuState.DRAINED if line.drained else line.state
+        places[line.pool, place] += 1
+    assert dict(places) == family(found, "gpubot_gpus")
+    assert {("l40s", "occupied"), ("inference", "drained")} <= set(places)
+    unreserved = {(p,): float(places[p, "occupied"]) for p in timeline.policy.pools}
+    assert unreserved == family(found, "gpubot_unreserved_gpus")
+    with timeline.db.read() as session:
+        nodes = session.exec(select(NodeRow)).all()
+        gpus = session.exec(select(GpuRow)).all()
+    assert Counter((n.pool, n.reporting) for n in nodes) == family(found, "gpubot_nodes")
+    newest: dict[int, datetime] = {}
+    for gpu in gpus:
+        if gpu.profiled_at is not None:
+            newest[gpu.node_id] = max(gpu.profiled_at, newest.get(gpu.node_id, gpu.profiled_at))
+    ages = {
+        (n.name, n.pool): (clock.now - newest[n.id or 0]).total_seconds()
+        for n in nodes
+        if n.id in newest
+    }
+    assert {("l40s-node-01", "l40s"): 300.0, ("l40s-node-02", "l40s"): 300.0} == ages
+    assert ages == family(found, "gpubot_node_telemetry_age_seconds")
+
+
+def test_quota_queue_and_history_figures_equal_the_request_and_lease_rows(
+    timeline: Services, clock: Clock
+) -> None:
+    """Quota use and borrowing per pool and team, the queue and approvals with their oldest
+    waits, requests by outcome, reclaims by reason and GPU-seconds held."""
+    found = figures(timeline)
+    now = clock.now
+    with timeline.db.read() as session:
+        leases = session.exec(select(LeaseRow)).all()
+        requests = session.exec(select(RequestRow)).all()
+        held_gpus = session.exec(select(LeaseGpuRow, LeaseRow).join(LeaseRow)).all()
+    used: Counter[tuple[str, str]] = Counter()
+    for lease in leases:
+        if lease.state == "active":
+            used[lease.pool, lease.team] += lease.gpus
+    quotas = {
+        (p, t): q for p, pool in timeline.policy.pools.items() for t, q in pool.quotas.items()
+    }
+    assert {k: q.nominal for k, q in quotas.items()} == family(found, "gpubot_quota_nominal_gpus")
+    assert {k: used[k] for k in quotas} == family(found, "gpubot_quota_used_gpus")
+    borrowed = {k: max(0, used[k] - q.nominal) for k, q in quotas.items()}
+    assert borrowed == family(found, "gpubot_quota_borrowed_gpus")
+    assert 1 == borrowed["l40s", "vision"]  # Alice's 4 L40S against vision's nominal 3
+    for state, count, wait in (
+        ("queued", "gpubot_queue_length", "gpubot_queue_oldest_wait_seconds"),
+        ("pending", "gpubot_approvals_pending", "gpubot_approvals_oldest_wait_seconds"),
+    ):
+        waiting = [r for r in requests if r.state == state]
+        assert {(p,): sum(r.pool == p for r in waiting) for p in timeline.policy.pools} == family(
+            found, count
+        )
+        oldest = {
+            (p,): max((now - r.created_at).total_seconds() for r in waiting if r.pool == p)
+            for p in {r.pool for r in waiting}
+        }
+        assert oldest == {k: v for k, v in family(found, wait).items() if v}
+    assert 1 == family(found, "gpubot_queue_length")["l40s",]
+    outcomes = Counter((r.kind, r.outcome, r.pool, r.team) for r in requests)
+    assert outcomes == family(found, "gpubot_requests_total")
+    reclaims = Counter((x.pool, x.end_reason, x.team) for x in leases if x.state == "reclaimed")
+    assert {("l40s", "expired", "platform"): 1} == reclaims
+    assert reclaims == family(found, "gpubot_reclaims_total")
+    seconds: dict[tuple[str, str], float] = {}
+    for held, lease in held_gpus:
+        end = held.released_at or lease.ended_at or now
+        key = (lease.pool, lease.team)
+        seconds[key] = seconds.get(key, 0.0) + (end - lease.granted_at).total_seconds()
+    assert seconds == pytest.approx(family(found, "gpubot_lease_gpu_seconds_total"))
+    assert 90 * 60 == pytest.approx(seconds["l40s", "platform"])  # Erin's 1 GPU, 9:00-10:30
+
+
+def test_backlog_pause_rules_and_audit_figures_equal_the_rows(
+    timeline: Services, clock: Clock
+) -> None:
+    """Outbox messages by state and the oldest still owed, the inbox, the kill switch and
+    since when, the rules in force and the audit chain."""
+    found = figures(timeline)
+    with timeline.db.read() as session:
+        states = Counter(session.exec(select(OutboxRow.state)).all())
+        owed = session.exec(
+            select(sa.func.min(OutboxRow.created_at)).where(
+                col(OutboxRow.state).in_(("pending", "sending"))
+            )
+        ).one()
+        inbox = len(session.exec(select(InboxRow)).all())
+        paused = session.get(SettingRow, keyvalue.PAUSED)
+    assert {(s,): float(states.get(s, 0)) for s in outbox_states()} == family(
+        found, "gpubot_outbox_messages"
+    )
+    assert states["pending"] > 0  # what the drain and the pause owe, not delivered yet
+    oldest = 0.0 if owed is None else (clock.now - as_utc(owed)).total_seconds()
+    assert oldest == family(found, "gpubot_outbox_oldest_age_seconds")[()]
+    assert float(inbox) == family(found, "gpubot_inbox_pending")[()]
+    assert 1.0 == family(found, "gpubot_automation_paused")[()]
+    since = family(found, "gpubot_automation_paused_since_timestamp_seconds")[()]
+    assert paused is not None
+    assert paused.updated_at.timestamp() == since == (clock.now - timedelta(minutes=3)).timestamp()
+    revision = timeline.policy.revision
+    assert {(timeline.engine_name, revision): 1.0} == family(found, "gpubot_rules_info")
+    assert 1.0 == family(found, "gpubot_audit_chain_ok")[()]
+    assert 1.0 == family(found, "gpubot_database_up")[()]
+    assert 1.0 == family(found, "gpubot_healthy")[()]
+
+
+def outbox_states() -> tuple[str, ...]:
+    return ("pending", "sending", "delivered", "dropped", "failed")
+
+
+def as_utc(value: Any) -> datetime:
+    """A bare aggregate's time (SQLite hands back text) as an aware UTC datetime."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def test_no_label_names_a_person(timeline: Services) -> None:
+    """Only pools, teams, nodes, states, reasons, outcomes and kinds label the figures; no
+    value is a Slack user id or a Unix user seen on a GPU."""
+    found = figures(timeline)
+    names = {name for _, labels in found for name, _ in labels}
+    assert names <= LABELS | {"le", "revision", "engine"}
+    values = {value for _, labels in found for _, value in labels}
+    assert set() == values & PEOPLE
+    assert [] == [v for v in values if re.fullmatch(r"[UW][A-Z0-9]{6,}", v)]
+
+
+def test_an_edited_audit_tail_reads_as_a_broken_chain(services: Services) -> None:
+    """Rewriting the last audit row, or dropping it, turns gpubot_audit_chain_ok to 0."""
+    assert 1.0 == family(figures(services), "gpubot_audit_chain_ok")[()]  # nothing yet
+    asked(services, ALICE, BorrowAsk("l40s", 1))
+    asked(services, CAROL, BorrowAsk("l40s", 1))
+    assert 1.0 == family(figures(services), "gpubot_audit_chain_ok")[()]
+    with services.db.write() as session:
+        last = session.exec(select(AuditRow).order_by(col(AuditRow.id).desc())).first()
+        assert last is not None
+        last_id = last.id
+        session.execute(
+            sa.update(AuditRow).where(col(AuditRow.id) == last_id).values(outcome="edited")
+        )
+    assert 0.0 == family(figures(services), "gpubot_audit_chain_ok")[()]
+    with services.db.write() as session:
+        session.execute(sa.delete(AuditRow).where(col(AuditRow.id) == last_id))
+    assert 0.0 == family(figures(services), "gpubot_audit_chain_ok")[()]
+
+
+def test_a_request_decision_is_timed(services: Services) -> None:
+    """Each borrow's decision lands in gpubot_decision_seconds."""
+    before = family(figures(services), "gpubot_decision_seconds_count")[()]
+    asked(services, ALICE, BorrowAsk("l40s", 1))
+    assert before + 1 <= family(figures(services), "gpubot_decision_seconds_count")[()]
+    assert ["gpubot_decision_seconds"] == [m.name for m in DECISION_SECONDS.describe()]
+
+
+class Many:
+    """A family big enough for scrape's quick way, with every awkward label and value."""
+
+    def __init__(self, kind: type[GaugeMetricFamily] | type[CounterMetricFamily]) -> None:
+        self.kind = kind
+
+    def collect(self) -> list[Any]:
+        family = self.kind("gpubot_many", 'help with \\ and\na "quote"', labels=["node", "pool"])
+        values = [0, 1, 2.5, 1796219605.3034394, 1e21, -3.0, math.inf, -math.inf, math.nan]
+        names = ["plain", 'qu"ote', "back\\slash", "new\nline", "ünïcode", ""]
+        for i in range(300):
+            family.add_metric([f"{names[i % len(names)]}-{i}", "a100"], values[i % len(values)])
+        return [family]
+
+
+@pytest.mark.parametrize("kind", [GaugeMetricFamily, CounterMetricFamily])
+def test_a_big_family_is_written_as_prometheus_client_writes_it(
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily],
+) -> None:
+    """scrape's quick way for a family of many samples writes the same bytes."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Many(kind))
+    assert generate_latest(registry) == scrape(registry)
+
+
+@pytest.mark.parametrize(
+    ("authorization", "token", "ok"),
+    [
+        (None, None, True),
+        ("Bearer s3cret", "s3cret", True),
+        ("bearer  s3cret ", "s3cret", True),
+        (None, "s3cret", False),
+        ("Bearer wrong", "s3cret", False),
+        ("Basic s3cret", "s3cret", False),
+        ("s3cret", "s3cret", False),
+    ],
+)
+def test_the_bearer_token_guards_metrics(
+    authorization: str | None, token: str | None, ok: bool
+) -> None:
+    """No token: open; a token: only `Authorization: Bearer <token>` reads."""
+    assert ok == allowed(authorization, token)
+
+
+# ---- what deploy/ ships --------------------------------------------------------------------
+
+METRIC = re.compile(r"\bgpubot_[a-z0-9_]+\b")
+
+
+@pytest.fixture
+def exposed(timeline: Services) -> set[str]:
+    """The sample names a scrape of the timeline carries."""
+    return {name for name, _ in figures(timeline)}
+
+
+# What deploy/ ships is read once; the database it is checked against does not change it.
+ON_SQLITE = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+
+
+@ON_SQLITE
+def test_alert_rules_parse_and_name_only_exposed_metrics(exposed: set[str]) -> None:
+    """deploy/prometheus/alerts.yaml: rule groups with the five alerts the issue asks for,
+    each with an expression over metrics /metrics has, a severity and a summary."""
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yaml").read_text())
+    alerts = {r["alert"]: r for group in rules["groups"] for r in group["rules"]}
+    assert {
+        "GpubotTelemetryStale",
+        "GpubotOutboxBacklog",
+        "GpubotInboxBacklog",
+        "GpubotAutomationPausedLong",
+        "GpubotAuditChainBroken",
+        "GpubotQueueWaitHigh",
+    } <= set(alerts)
+    for name, rule in alerts.items():
+        named = set(METRIC.findall(rule["expr"]))
+        assert named, name
+        assert named <= exposed, f"{name}: {named - exposed}"
+        assert rule["labels"]["severity"] in {"warning", "critical"}, name
+        assert rule["annotations"]["summary"], name
+
+
+@ON_SQLITE
+def test_the_dashboard_is_grafana_json_over_exposed_metrics(exposed: set[str]) -> None:
+    """deploy/grafana/gpubot-dashboard.json: panels whose every expression names metrics
+    /metrics has, covering the fleet, quotas, the queue, reclaims, telemetry, the backlog and
+    latency."""
+    dashboard = json.loads((DEPLOY / "grafana" / "gpubot-dashboard.json").read_text())
+    assert dashboard["title"]
+    assert dashboard["panels"]
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    named = {m for e in exprs for m in METRIC.findall(e)}
+    assert named <= exposed, named - exposed
+    assert {
+        "gpubot_gpus",
+        "gpubot_quota_used_gpus",
+        "gpubot_queue_length",
+        "gpubot_queue_oldest_wait_seconds",
+        "gpubot_reclaims_total",
+        "gpubot_node_telemetry_age_seconds",
+        "gpubot_outbox_messages",
+        "gpubot_decision_seconds_bucket",
+        "gpubot_sweep_seconds_bucket",
+    } <= named
