@@ -83,8 +83,8 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         le=65535,
-        description="in Socket Mode, the port /metrics (and /healthz) listen on (serve "
-        "--metrics-port); HTTP mode serves /metrics on its own port",
+        description="the port /metrics, /healthz, /readyz and /livez also listen on (serve "
+        "--metrics-port): Socket Mode's only HTTP port; in HTTP mode /metrics is on --port too",
     )
     leader_lock: Literal["advisory", "table"] = Field(
         default="advisory",

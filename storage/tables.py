@@ -116,6 +116,10 @@ class RequestRow(SQLModel, table=True):
     """A borrow or extend request as a person asked for it, and how it was settled."""
 
     __tablename__ = "request"
+    # /metrics counts requests by these, read from the index alone (storage.metrics).
+    __table_args__ = (
+        sa.Index("ix_request_pool_team_kind_outcome", "pool", "team", "kind", "outcome"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     kind: str = Field(max_length=16)  # borrow | extend

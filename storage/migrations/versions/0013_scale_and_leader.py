@@ -1,7 +1,8 @@
 """Indexes the scale measurements asked for, and the leader row of the replicas.
 
 `request.lease_id` (`/gpu why L` finds the request of a lease) and `lease (end_reason,
-ended_at)` (the recall cooldown: leases preempted since a time) were scans. `leader` records
+ended_at)` (the recall cooldown: leases preempted since a time) were scans; /metrics counts
+requests by `(pool, team, kind, outcome)` from an index that holds just those. `leader` records
 which replica runs the periodic jobs and its fencing epoch (see storage.tables.LeaderRow).
 
 Revision ID: 0013
@@ -23,6 +24,9 @@ depends_on: str | None = None
 def upgrade() -> None:
     op.create_index("ix_request_lease_id", "request", ["lease_id"])
     op.create_index("ix_lease_end_reason_ended_at", "lease", ["end_reason", "ended_at"])
+    op.create_index(
+        "ix_request_pool_team_kind_outcome", "request", ["pool", "team", "kind", "outcome"]
+    )
     op.create_table(
         "leader",
         sa.Column("name", sa.String(length=32), primary_key=True),
@@ -35,5 +39,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("leader")
+    op.drop_index("ix_request_pool_team_kind_outcome", table_name="request")
     op.drop_index("ix_lease_end_reason_ended_at", table_name="lease")
     op.drop_index("ix_request_lease_id", table_name="request")
