@@ -18,7 +18,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -114,6 +114,9 @@ class Inbox:
         self._stopping = False
         self._running = 0
         self._accepted: dict[int, InboxRow] = {}  # rows this process recorded, until taken
+        #: With replicas: a row another one acknowledged less than this ago is left to it
+        #: (it is carrying it out); None when this process is alone.
+        self.handoff: timedelta | None = None
 
     # the ack path
 
@@ -160,8 +163,10 @@ class Inbox:
         """Queue every pending row whose attempt has come (start-up, and the periodic job that
         retries what the database refused); how many were queued."""
         try:
+            now = self.clock()
+            before = now - self.handoff if self.handoff is not None else None
             with self.db.read() as session:
-                due = inbox.due(session, self.clock())
+                due = inbox.due(session, now, received_before=before)
         except SQLAlchemyError as exc:
             log.warning("the inbox cannot be read (%s); the next pass retries", one_line(exc))
             return 0
