@@ -42,6 +42,7 @@ from bot.telemetry.sources import Feed, choose
 from bot.telemetry.window import TelemetryWindow
 from storage import gpus, inbox, keyvalue, migrate, outbox
 from storage.db import Database, normalise_url, one_line
+from storage.leader import starting
 
 log = logging.getLogger(__name__)
 OUTBOX_EVERY = timedelta(seconds=2)
@@ -240,13 +241,14 @@ def assemble(
         migrate.upgrade(settings.database_url)
     db = Database(settings.database_url)
     try:
-        services = Services.open(
-            db,
-            read_rules_dir(settings.rules_dir),
-            engine=settings.rules_engine,
-            clock=clock,
-            enforcer=settings.enforcer,
-        )
+        with starting(db):  # replicas starting together write the rules one at a time
+            services = Services.open(
+                db,
+                read_rules_dir(settings.rules_dir),
+                engine=settings.rules_engine,
+                clock=clock,
+                enforcer=settings.enforcer,
+            )
     except BaseException:
         db.dispose()
         raise

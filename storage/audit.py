@@ -183,6 +183,14 @@ def _plain(value: object) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default))
 
 
+def hold_head(session: Session) -> None:
+    """Lock the chain's head now (PostgreSQL), before anything else the transaction locks: it
+    would lock it at its first append anyway, and taken first everywhere it puts every writer
+    in one lock order (head, then pools and leases), so concurrent decisions never deadlock."""
+    if session.get_bind().dialect.name == "postgresql":
+        _locked_head(session)
+
+
 def _locked_head(session: Session) -> tuple[int, str]:
     query = lock_for_update(session, _HEAD_QUERY)
     head = session.execute(query).first()

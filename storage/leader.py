@@ -18,6 +18,8 @@ Callers own the session (and so the transaction).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,13 +29,17 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlmodel import Session
 
+from storage.db import Database
 from storage.tables import LeaderRow
 
 JOBS = "jobs"
 _JOB = "job:"
 _REPLICA = "replica:"
-#: A key no other program is likely to take for its advisory locks ("gpub" in ASCII).
-ADVISORY_KEY = 0x67707562
+#: The leader's advisory lock ("gpld" in ASCII): not the migrations' ("gpub"), which a new
+#: replica takes while the leader holds this one.
+ADVISORY_KEY = 0x67706C64
+#: Held while a replica starts (it writes the rules' teams and pools): one at a time ("gpst").
+STARTUP_KEY = 0x67707374
 _NEVER = datetime(2000, 1, 1, tzinfo=UTC)
 _TABLE = LeaderRow.__table__  # type: ignore[attr-defined]
 
@@ -188,3 +194,19 @@ def forget_stopped(session: Session, *, before: datetime) -> int:
         sa.delete(_TABLE).where(_TABLE.c.name.like(f"{_REPLICA}%"), _TABLE.c.expires_at < before)
     )
     return _rowcount(result)
+
+
+@contextmanager
+def starting(db: Database) -> Iterator[None]:
+    """Replicas starting together write what they load (the rules' teams and pools) one at a
+    time, under a PostgreSQL advisory lock; SQLite has one process."""
+    if db.dialect != "postgresql":
+        yield
+        return
+    with db.engine.connect() as connection:
+        locking = connection.execution_options(isolation_level="AUTOCOMMIT")
+        locking.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": STARTUP_KEY})
+        try:
+            yield
+        finally:
+            locking.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": STARTUP_KEY})

@@ -26,7 +26,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlmodel import Session
 
 from bot.slack.blocks.kit import Message
-from storage import homes, inbox, outbox
+from storage import audit, homes, inbox, outbox
 from storage.db import Database, one_line
 from storage.outbox import OutboxKind, Owed
 from storage.tables import InboxRow
@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 #: Attempts at a request the database keeps failing before the person is told it failed.
 MAX_ATTEMPTS = 20
+#: Immediate reruns of a request whose transaction lost a deadlock or a serialization
+#: conflict (nothing of it was kept), before it waits a backoff like any database failure.
+CONFLICT_RETRIES = 3
+_CONFLICTS = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 FAILED_TEXT = (
     ":warning: Something went wrong on our side (reference `{reference}`). Nothing of this "
     "request was carried out; an admin can look the reference up in the bot's log."
@@ -62,6 +66,12 @@ class Answer:
 
 # (the row, what `prepare` looked up outside any transaction) -> the answer
 Handler = Callable[[InboxRow, Any], Answer]
+
+
+def _conflict(exc: OperationalError) -> bool:
+    """Did PostgreSQL roll the transaction back to break a deadlock or a serialization
+    conflict? (Running it again then usually succeeds.)"""
+    return getattr(exc.orig, "sqlstate", None) in _CONFLICTS
 
 
 def request_key(body: Mapping[str, Any]) -> str:
@@ -237,13 +247,10 @@ class Inbox:
                 return
             looked_up = self.prepare(found)
             row = found
-            with self.db.unit() as session:
-                if not inbox.take(session, row_id, at=self.clock()):
-                    return  # carried out meanwhile
-                answer = self.handlers[row.kind](row, looked_up)
-                self._owe(session, row, answer)
-                owed = self._claim(session)
-                trigger = row.payload.get("trigger_id")
+            done = self._unit(row, looked_up)
+            if done is None:
+                return  # carried out meanwhile
+            answer, owed, trigger = done
         except (OperationalError, InterfaceError) as exc:  # the database failed: try again
             self._retry_or_give_up(row_id, exc)
             return
@@ -253,6 +260,26 @@ class Inbox:
         if answer.view is not None and self.open_view is not None and trigger:
             self._open(row_id, str(trigger), answer.view)
         self.delivered(owed)
+
+    def _unit(self, row: InboxRow, looked_up: Any) -> tuple[Answer, list[int], Any] | None:
+        """Carry the row out in one unit of work: (answer, rows owed, trigger), None when it
+        was carried out meanwhile. A deadlock or serialization failure (PostgreSQL, several
+        workers or replicas deciding at once) rolled everything back: it runs again at once."""
+        assert row.id is not None
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                with self.db.unit() as session:
+                    audit.hold_head(session)  # one lock order for every decision
+                    if not inbox.take(session, row.id, at=self.clock()):
+                        return None
+                    answer = self.handlers[row.kind](row, looked_up)
+                    self._owe(session, row, answer)
+                    return answer, self._claim(session), row.payload.get("trigger_id")
+            except OperationalError as exc:
+                if attempt == CONFLICT_RETRIES or not _conflict(exc):
+                    raise
+                log.info("inbox row %s: %s; running it again", row.id, one_line(exc))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _owe(self, session: Session, row: InboxRow, answer: Answer) -> None:
         subject, at = f"inbox:{row.id}", self.clock()
