@@ -26,7 +26,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 from sqlmodel import Session
 
-from storage import audit
 from storage import leader as rows
 from storage.db import Database, one_line
 
@@ -296,5 +295,3 @@ class Leader:
         if not rows.fence(runner, epoch):
             self.lost("another replica took over (its epoch fenced this one's write)")
             raise DeposedError(f"epoch {epoch} was taken over; the write was rolled back")
-        if isinstance(runner, Session):
-            audit.hold_head(runner)  # the lock order every decision keeps (see audit.hold_head)

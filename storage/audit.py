@@ -184,9 +184,8 @@ def _plain(value: object) -> Any:
 
 
 def hold_head(session: Session) -> None:
-    """Lock the chain's head now (PostgreSQL), before anything else the transaction locks: it
-    would lock it at its first append anyway, and taken first everywhere it puts every writer
-    in one lock order (head, then pools and leases), so concurrent decisions never deadlock."""
+    """Lock the chain's head now (PostgreSQL), as a transaction that will append would anyway,
+    for a caller that must lock it before its own rows to keep one lock order (storage.pools)."""
     if session.get_bind().dialect.name == "postgresql":
         _locked_head(session)
 

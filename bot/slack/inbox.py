@@ -26,7 +26,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlmodel import Session
 
 from bot.slack.blocks.kit import Message
-from storage import audit, homes, inbox, outbox
+from storage import homes, inbox, outbox
 from storage.db import Database, one_line
 from storage.outbox import OutboxKind, Owed
 from storage.tables import InboxRow
@@ -269,7 +269,6 @@ class Inbox:
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
                 with self.db.unit() as session:
-                    audit.hold_head(session)  # one lock order for every decision
                     if not inbox.take(session, row.id, at=self.clock()):
                         return None
                     answer = self.handlers[row.kind](row, looked_up)
