@@ -211,12 +211,10 @@ class Leader:
     def stop(self) -> None:
         """A clean stop: hand the lead over at once (the lease ends now, the lock goes)."""
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(10)
-        epoch = self._epoch
-        self._epoch = None if self.replicated else self._epoch
-        if not self.replicated:
+        if self._thread is None:  # never started (SQLite, or a bot assembled but not served)
             return
+        self._thread.join(10)
+        epoch, self._epoch = self._epoch, None
         try:
             with self.db.write() as session:
                 if epoch is not None:

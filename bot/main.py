@@ -23,7 +23,7 @@ from slack_bolt import App
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.jobs import INBOX, OUTBOX, POLL, RETENTION, ROLLUP, SWEEP, Jobs
+from bot.jobs import INBOX, OUTBOX, OUTCOMES, POLL, RETENTION, ROLLUP, SWEEP, Jobs
 from bot.leader import Leader
 from bot.services import Services, rollups
 from bot.services.context import utcnow
@@ -334,6 +334,8 @@ def _schedule(bot: Bot) -> None:
     else:
         sweep_every = SWEEP_EVERY
     jobs.every(INBOX, INBOX_EVERY, leader.job(INBOX, inbox_.run_due, fenced=False))
+    if leader.replicated:  # every replica records its own sends; the pass is the leader's
+        jobs.every(OUTCOMES, OUTBOX_EVERY * 5, deliverer.record_kept)
     jobs.every(OUTBOX, OUTBOX_EVERY, leader.job(OUTBOX, deliverer.run, fenced=False))
     jobs.every(POLL, POLL_EVERY, leader.job(POLL, bot.poll))
     jobs.every(SWEEP, sweep_every, leader.job(SWEEP, bot.sweep, every=SWEEP_EVERY))

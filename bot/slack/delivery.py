@@ -155,6 +155,24 @@ class Deliverer:
             if not self._wanted.is_set():
                 return
 
+    def record_kept(self) -> Report:
+        """Record the outcomes the database did not take when they came in. Every replica runs
+        this for its own sends: no other replica touches a row while this one's claim on it
+        is live, and the delivery pass runs on the leader only."""
+        report = Report()
+        ids = self.recorder.kept_ids()
+        if not ids:
+            return report
+        try:
+            with self.db.read() as session:
+                rows = [r for r in (session.get(OutboxRow, i) for i in ids) if r is not None]
+        except SQLAlchemyError as exc:
+            report.errors.append(f"reading the outbox: {one_line(exc)}")
+            return report
+        kept = [(row, self.recorder.kept(row.id or 0)) for row in rows]
+        self._record_all([(row, o) for row, o in kept if o is not None], report)
+        return report
+
     def want(self) -> bool:
         """A decision owes something: True when no pass is running (so start one now);
         a running pass sees the wish and goes round once more."""
