@@ -36,6 +36,8 @@ Mode = Literal["sole", "advisory", "table"]
 EVERY = timedelta(seconds=2)
 #: How long a table lease, and a replica's liveness, last without a renewal.
 TTL = timedelta(seconds=15)
+#: A stopped replica's liveness row is dropped this long after it expired.
+FORGOTTEN_AFTER = timedelta(hours=1)
 #: After losing the lock, a replica waits this long before trying again, so another takes it.
 STAND_DOWN = 3 * EVERY
 
@@ -231,7 +233,10 @@ class Leader:
     def _here(self) -> None:
         try:
             with self.db.write() as session:
-                rows.here(session, self.token, at=self.clock(), ttl=self.ttl)
+                at = self.clock()
+                rows.here(session, self.token, at=at, ttl=self.ttl)
+                if self.is_leader:  # the rows of replicas stopped long ago go
+                    rows.forget_stopped(session, before=at - FORGOTTEN_AFTER)
         except SQLAlchemyError as exc:
             log.debug("leader: cannot record this replica as alive (%s)", one_line(exc))
 
