@@ -21,12 +21,17 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from slack_sdk import WebClient
 from sqlmodel import col, select
 
 from bot.leader import Leader
 from bot.localslack import HttpTransport, LocalSlack, SlackDriver
+from bot.slack.delivery import Deliverer
+from bot.slack.recording import Report
+from bot.slack.sending import Sent as SentOutcome
 from storage import audit, leader, migrate, outbox
 from storage.db import Database
+from storage.outbox import OutboxKind, Owed
 from storage.tables import (
     AuditRow,
     InboxRow,
@@ -373,3 +378,32 @@ def test_the_table_lease_moves_when_it_expires(postgres_url: str) -> None:
         a.stop()
         b.stop()
         db.dispose()
+
+
+def test_a_replica_records_the_outcomes_its_database_refused(postgres_url: str) -> None:
+    """A follower sent a message but could not record it: its own `record_kept` job records
+    it later (the delivery pass, which would otherwise, runs on the leader only)."""
+    db = _election_db(postgres_url)
+    down = Database("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")
+    deliverer = Deliverer(db, WebClient(base_url="http://127.0.0.1:1/"), lambda row: None, _now)
+    try:
+        with db.write() as session:
+            owed = outbox.owe(session, Owed(OutboxKind.NOTICE, "n:1", "U1", {}), at=_now())
+            assert outbox.claim(session, owed, at=_now(), by=deliverer.token)
+        refused = deliverer.recorder.record_all(
+            down, [(owed, SentOutcome("D1", "1.000001"))], Report(), at=_now()
+        )
+        assert [True] == refused  # sent, and kept until the database takes it
+        assert 1 == deliverer.record_kept().delivered
+        with db.read() as session:
+            row = outbox.get(session, owed.id or 0)
+        assert row is not None
+        assert (outbox.DELIVERED, "1.000001") == (row.state, row.ts)
+        assert [] == deliverer.recorder.kept_ids()
+    finally:
+        down.dispose()
+        db.dispose()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
