@@ -75,6 +75,7 @@ class Leader:
         self._connection: Connection | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stepped = False
 
     @classmethod
     def for_database(
@@ -113,14 +114,17 @@ class Leader:
 
     def step(self) -> None:
         """One round: the leader checks that it still leads; the others try to take over."""
+        self._stepped = True
         try:
             if self.mode == "advisory":
                 self._step_advisory()
             elif self.mode == "table":
                 self._step_table()
         except SQLAlchemyError as exc:
+            # A connection that failed once (cut by the server, say) is not tried again: the
+            # next round opens a new one.
+            self._close_connection()
             if self.is_leader:
-                self._close_connection()
                 self.lost(f"the database failed ({one_line(exc)})")
             else:
                 log.debug("leader: cannot try to lead (%s)", one_line(exc))
@@ -213,9 +217,10 @@ class Leader:
     def stop(self) -> None:
         """A clean stop: hand the lead over at once (the lease ends now, the lock goes)."""
         self._stopping.set()
-        if self._thread is None:  # never started (SQLite, or a bot assembled but not served)
+        if not self._stepped:  # never took part (SQLite, or a bot assembled but not served)
             return
-        self._thread.join(10)
+        if self._thread is not None:
+            self._thread.join(10)
         epoch, self._epoch = self._epoch, None
         try:
             with self.db.write() as session:

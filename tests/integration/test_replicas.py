@@ -407,3 +407,33 @@ def test_a_replica_records_the_outcomes_its_database_refused(postgres_url: str) 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def test_a_leader_fenced_off_leads_again_on_a_new_connection(postgres_url: str) -> None:
+    """The fence, not its own check, told a leader that it was deposed (its lock connection had
+    been cut): once the lock is free again it takes it on a fresh connection."""
+    db = _election_db(postgres_url)
+    a = Leader(db, "advisory", token="aaaa", stand_down=timedelta(0))
+    b = Leader(db, "advisory", token="bbbb")
+    job = a.job("probe", lambda: _write_probe(db))
+    try:
+        a.step()
+        _terminate_lock_connection(postgres_url)
+        b.step()
+        assert (True, True) == (a.is_leader, b.is_leader)  # a has not looked yet
+        job()  # its first write is fenced off: a steps down
+        assert not a.is_leader
+        b.stop()  # the lock is free again
+        a.step()  # the cut connection fails and is dropped
+        a.step()
+        assert a.is_leader
+        assert 3 == a.epoch
+    finally:
+        a.stop()
+        b.stop()
+        db.dispose()
+
+
+def _write_probe(db: Database) -> None:
+    with db.write() as session:
+        session.add(SettingRow(key="probe", value="1", updated_at=_now(), updated_by="test"))
