@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 INBOX = "inbox"
 OUTBOX = "outbox"
+OUTCOMES = "outcomes"  # delivery outcomes the database did not take at once (every replica)
 POLL = "poll"
 SWEEP = "sweep"
 RETENTION = "retention"

@@ -5,21 +5,26 @@
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import logging
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from slack_bolt import App
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.jobs import INBOX, OUTBOX, POLL, RETENTION, ROLLUP, SWEEP, Jobs
+from bot.jobs import INBOX, OUTBOX, OUTCOMES, POLL, RETENTION, ROLLUP, SWEEP, Jobs
+from bot.leader import Leader
 from bot.metrics import SWEEP_SECONDS, build_registry
 from bot.server import MetricsAccess, MetricsPort
 from bot.services import Services, rollups
@@ -36,7 +41,8 @@ from bot.telemetry.errors import TelemetryUnavailable
 from bot.telemetry.sources import Feed, Source, choose
 from bot.telemetry.window import TelemetryWindow
 from storage import gpus, inbox, keyvalue, migrate, outbox
-from storage.db import Database, one_line
+from storage.db import Database, normalise_url, one_line
+from storage.leader import starting
 
 log = logging.getLogger(__name__)
 OUTBOX_EVERY = timedelta(seconds=2)
@@ -46,6 +52,12 @@ SWEEP_EVERY = timedelta(minutes=1)
 RETENTION_EVERY = timedelta(hours=1)
 ROLLUP_EVERY = timedelta(minutes=10)  # it only works when another hour has completed
 HISTORY_KEPT = rollups.MINUTES_KEPT
+#: With replicas the sweep job looks this often whether a minute has passed since the last
+#: sweep by any leader, so a new leader sweeps on time and never twice in one minute.
+SWEEP_LOOK_EVERY = timedelta(seconds=5)
+#: With replicas, an acknowledged request is its replica's to carry out for this long before
+#: the leader's retry pass takes it (that replica may have stopped).
+INBOX_HANDOFF = timedelta(seconds=10)
 
 
 class SetupError(RuntimeError):
@@ -71,6 +83,7 @@ class Bot:
     # When this process began to expect samples; None when no telemetry is configured at all.
     watching_since: datetime | None = None
     telemetry_problem: str = ""  # why the source cannot be read right now ("" when it can)
+    leader: Leader | None = None  # which replica runs the periodic jobs (None: not elected)
 
     def poll(self) -> int:
         """The `poll` job: read the local (or simulated) GPUs, keep per-minute history, and
@@ -177,6 +190,18 @@ class Bot:
             "telemetry": self.feed.kind if self.feed else "none",
             "telemetry_note": self.telemetry_problem or (self.feed.note if self.feed else ""),
             "telemetry_ok": not self.telemetry_problem,
+            **self._leadership(),
+        }
+
+    def _leadership(self) -> dict[str, Any]:
+        """/healthz: does this process run the periodic jobs, under which fencing epoch?"""
+        leader = self.leader
+        if leader is None:
+            return {"leader": True, "leader_epoch": None, "leader_lock": "none"}
+        return {
+            "leader": leader.is_leader,
+            "leader_epoch": leader.epoch,
+            "leader_lock": leader.mode,
         }
 
     def ready(self) -> dict[str, Any]:
@@ -190,6 +215,8 @@ class Bot:
             return
         self.closed = True
         self.jobs.shutdown()
+        if self.leader is not None:
+            self.leader.stop()  # after the jobs: a successor takes over at once
         self.identity.stop()
         self.inbox.stop()
         self.deliverer.close()
@@ -216,13 +243,14 @@ def assemble(
         migrate.upgrade(settings.database_url)
     db = Database(settings.database_url)
     try:
-        services = Services.open(
-            db,
-            read_rules_dir(settings.rules_dir),
-            engine=settings.rules_engine,
-            clock=clock,
-            enforcer=settings.enforcer,
-        )
+        with starting(db):  # replicas starting together write the rules one at a time
+            services = Services.open(
+                db,
+                read_rules_dir(settings.rules_dir),
+                engine=settings.rules_engine,
+                clock=clock,
+                enforcer=settings.enforcer,
+            )
     except BaseException:
         db.dispose()
         raise
@@ -291,14 +319,33 @@ def _wire(settings: Settings, db: Database, services: Services, client: WebClien
         ingest,
         feed=feed,
         watching_since=None if feed.kind == "none" else services.now(),
+        leader=Leader.for_database(db, settings.leader_lock, token=deliverer.token),
     )
-    jobs.every(INBOX, INBOX_EVERY, inbox_.run_due)
-    jobs.every(OUTBOX, OUTBOX_EVERY, deliverer.run)
-    jobs.every(POLL, POLL_EVERY, bot.poll)
-    jobs.every(SWEEP, SWEEP_EVERY, bot.sweep)
-    jobs.every(RETENTION, RETENTION_EVERY, bot.retain)
-    jobs.every(ROLLUP, ROLLUP_EVERY, bot.rollup)
+    _schedule(bot)
     return bot
+
+
+def _schedule(bot: Bot) -> None:
+    """The periodic jobs, each run only by the leader. The delivery and retry passes are not
+    fenced: their claims already keep two replicas from sending or running one row twice, and
+    an outcome already sent must be recorded."""
+    leader = bot.leader
+    assert leader is not None
+    jobs, deliverer, inbox_ = bot.jobs, bot.deliverer, bot.inbox
+    deliverer.alive = leader.alive
+    if leader.replicated:
+        inbox_.handoff = INBOX_HANDOFF
+        sweep_every = SWEEP_LOOK_EVERY
+    else:
+        sweep_every = SWEEP_EVERY
+    jobs.every(INBOX, INBOX_EVERY, leader.job(INBOX, inbox_.run_due, fenced=False))
+    if leader.replicated:  # every replica records its own sends; the pass is the leader's
+        jobs.every(OUTCOMES, OUTBOX_EVERY * 5, deliverer.record_kept)
+    jobs.every(OUTBOX, OUTBOX_EVERY, leader.job(OUTBOX, deliverer.run, fenced=False))
+    jobs.every(POLL, POLL_EVERY, leader.job(POLL, bot.poll))
+    jobs.every(SWEEP, sweep_every, leader.job(SWEEP, bot.sweep, every=SWEEP_EVERY))
+    jobs.every(RETENTION, RETENTION_EVERY, leader.job(RETENTION, bot.retain))
+    jobs.every(ROLLUP, ROLLUP_EVERY, leader.job(ROLLUP, bot.rollup))
 
 
 def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
@@ -311,6 +358,11 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             "HTTP mode needs SLACK_SIGNING_SECRET (Slack signs every request with it); "
             "or set SLACK_APP_TOKEN (xapp-...) for Socket Mode."
         )
+    with _alone(settings.database_url):
+        _serve(settings, socket_mode=socket_mode, host=host, port=port)
+
+
+def _serve(settings: Settings, *, socket_mode: bool, host: str, port: int) -> None:
     listening = _listen(host, port) if not socket_mode else None
     try:
         bot = assemble(settings)
@@ -337,6 +389,8 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
     drained = bot.inbox.run_due()  # what an earlier run acknowledged and did not finish
     if drained:
         log.info("carrying out %d acknowledged requests left by the last run", drained)
+    if bot.leader is not None:
+        bot.leader.start()  # the first try is made now, so the first ticks know who leads
     bot.jobs.start()
     metrics = MetricsAccess(build_registry(bot.services, health=bot.health), settings.metrics_token)
     side = MetricsPort(metrics, bot.health, bot.ready)  # Socket Mode's, or beside the HTTP port
@@ -367,6 +421,50 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
     finally:
         side.stop()
         bot.close()
+
+
+@contextmanager
+def _alone(url: str) -> Iterator[None]:
+    """SQLite serves one process: an exclusive lock on a file beside the database, held while
+    this one serves, stops a second `gpubot serve` with the reason. `gpubot demo` and the
+    admin commands open the database without it; PostgreSQL takes replicas."""
+    parsed = normalise_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        yield
+        return
+    held = _lock_file(parsed.database or "")
+    try:
+        yield
+    finally:
+        held.close()  # the lock goes with the file
+
+
+def _lock_file(database: str) -> IO[str]:
+    """The lock file beside `database`, locked and holding this pid; SetupError when taken."""
+    path = Path(f"{database}.serve.lock")
+    try:
+        held = path.open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise SetupError(
+            f"cannot open {path} ({exc.strerror or exc}): serve keeps a lock file beside the "
+            "SQLite database; let it write in that folder."
+        ) from None
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held.seek(0)
+        pid = held.read().strip() or "unknown"
+        held.close()
+        raise SetupError(
+            f"another gpubot serve (pid {pid}) is running on the SQLite database "
+            f"{database} (it holds {path}). SQLite takes one bot process; to run "
+            "replicas, point GPUBOT_DATABASE_URL of every one at the same PostgreSQL."
+        ) from None
+    held.seek(0)
+    held.truncate()
+    held.write(f"{os.getpid()}\n")
+    held.flush()
+    return held
 
 
 def _listen(host: str, port: int) -> socket.socket:

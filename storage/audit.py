@@ -183,6 +183,13 @@ def _plain(value: object) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default))
 
 
+def hold_head(session: Session) -> None:
+    """Lock the chain's head now (PostgreSQL), as a transaction that will append would anyway,
+    for a caller that must lock it before its own rows to keep one lock order (storage.pools)."""
+    if session.get_bind().dialect.name == "postgresql":
+        _locked_head(session)
+
+
 def _locked_head(session: Session) -> tuple[int, str]:
     query = lock_for_update(session, _HEAD_QUERY)
     head = session.execute(query).first()

@@ -21,10 +21,13 @@ from sqlmodel import Session, SQLModel
 import storage.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 _S = TypeVar("_S", bound=sa.Select[Any])
+_G = TypeVar("_G", bound=sa.GenerativeSelect)
 
 #: Execution option carried by the write engine; the SQLite `begin` hook reads it.
 _WRITE_OPTION = "gpubot_write"
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: A fence: run first in a write transaction; raises to refuse the transaction.
+Fence = Callable[[Session | Connection], None]
 #: The most a brief write (`Database.brief`) waits for the database, all waits together,
 #: before it gives up: well inside the 3 s Slack gives an ack.
 BRIEF_WAIT = timedelta(seconds=2)
@@ -125,6 +128,7 @@ class Database:
         self._turns: threading.RLock | None = None
         self._writers: _Writers | None = None
         self._ambient = threading.local()
+        self._fences = threading.local()
         self._brief_engine: Engine | None = None
         if self.url.get_backend_name() == "sqlite" and not _is_memory(self.url):
             self._writers = _Writers()
@@ -212,8 +216,25 @@ class Database:
             Session(self._writer, expire_on_commit=False) as session,
             session.begin(),
         ):
+            self._check_fence(session)
             yield session
             self.settle(session)
+
+    @contextmanager
+    def fenced(self, fence: Fence) -> Iterator[None]:
+        """Every write transaction this thread opens inside the block runs `fence` first, which
+        raises to refuse it (the leader's jobs: a deposed leader's writes never commit)."""
+        before = getattr(self._fences, "fence", None)
+        self._fences.fence = fence
+        try:
+            yield
+        finally:
+            self._fences.fence = before
+
+    def _check_fence(self, runner: Session | Connection) -> None:
+        fence: Fence | None = getattr(self._fences, "fence", None)
+        if fence is not None:
+            fence(runner)
 
     def settle(self, session: Session) -> None:
         """Run the before-commit hooks now, for a caller that hands on what they owe before
@@ -295,6 +316,7 @@ class Database:
     def begin(self) -> Iterator[Connection]:
         """A Core connection in one write transaction (migrations, bulk maintenance)."""
         with self._write_turn(), self._writer.begin() as connection:
+            self._check_fence(connection)
             yield connection
 
     def create_all(self) -> None:
@@ -316,6 +338,14 @@ def lock_for_update(session: Session, stmt: _S) -> _S:
     """Add FOR UPDATE where it means something: PostgreSQL. SQLite writers are already serial."""
     if session.get_bind().dialect.name == "postgresql":
         return stmt.with_for_update()
+    return stmt
+
+
+def skip_locked(session: Session, stmt: _G) -> _G:
+    """FOR UPDATE SKIP LOCKED on PostgreSQL: rows another replica's transaction holds are passed
+    over, never waited for. SQLite has one writer, and one process (`serve` locks the file)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return stmt.with_for_update(skip_locked=True)
     return stmt
 
 

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
+from storage.db import skip_locked
 from storage.tables import InboxRow
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
@@ -29,6 +30,15 @@ _TAKE = (
     sa.update(_TABLE)
     .where(_TABLE.c.id == sa.bindparam("row_id"), _TABLE.c.state == PENDING)
     .values(state=DONE, done_at=sa.bindparam("at"), attempts=_TABLE.c.attempts + 1)
+)
+# PostgreSQL: a row another replica's worker is carrying out (locked by its unit of work) is
+# passed over at once instead of waited for; that worker commits it or leaves it for a retry.
+_TAKE_UNLOCKED = _TAKE.where(
+    _TABLE.c.id.in_(
+        sa.select(_TABLE.c.id)
+        .where(_TABLE.c.id == sa.bindparam("row_id"))
+        .with_for_update(skip_locked=True)
+    )
 )
 
 
@@ -69,8 +79,10 @@ def accept(
 def take(session: Session, row_id: int, *, at: datetime) -> bool:
     """Mark the row done in the caller's unit of work, which carries it out: the mark commits
     with the request's effects or not at all. False when it no longer waits (an earlier run
-    finished it); on PostgreSQL the row stays locked until the unit of work ends."""
-    result = session.execute(_TAKE, {"row_id": row_id, "at": at})
+    finished it, or another replica is carrying it out right now); on PostgreSQL the row stays
+    locked until the unit of work ends."""
+    postgres = session.get_bind().dialect.name == "postgresql"
+    result = session.execute(_TAKE_UNLOCKED if postgres else _TAKE, {"row_id": row_id, "at": at})
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -95,15 +107,22 @@ def retry_later(session: Session, row_id: int, *, at: datetime, error: str) -> d
     return row.next_attempt_at
 
 
-def due(session: Session, now: datetime, limit: int = 500) -> list[tuple[int, str]]:
-    """(id, actor) of the waiting rows whose next attempt has come, in arrival order."""
+def due(
+    session: Session, now: datetime, limit: int = 500, *, received_before: datetime | None = None
+) -> list[tuple[int, str]]:
+    """(id, actor) of the waiting rows whose next attempt has come, in arrival order.
+    `received_before`: only rows that arrived before then (a replica leaves the rows another
+    one acknowledged just now to it). On PostgreSQL a row being carried out is passed over."""
     stmt = (
         select(InboxRow.id, InboxRow.actor)
         .where(InboxRow.state == PENDING, col(InboxRow.next_attempt_at) <= now)
         .order_by(col(InboxRow.id))
         .limit(limit)
     )
-    return [(int(i), str(a)) for i, a in session.exec(stmt).all() if i is not None]
+    if received_before is not None:
+        stmt = stmt.where(col(InboxRow.received_at) < received_before)
+    rows = session.exec(skip_locked(session, stmt)).all()
+    return [(int(i), str(a)) for i, a in rows if i is not None]
 
 
 def backlog(session: Session) -> int:

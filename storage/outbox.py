@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
+from storage.db import skip_locked
 from storage.tables import OutboxRow
 
 PENDING, SENDING, DELIVERED, DROPPED, FAILED = (
@@ -268,19 +269,22 @@ def claim_owed(session: Session, row_ids: list[int], *, at: datetime, by: str) -
 
 def due(session: Session, now: datetime, limit: int = 50) -> list[OutboxRow]:
     """Rows to send whose next attempt has come, in the order they were owed: pending ones,
-    and claimed ones whose outcome was never recorded."""
+    and claimed ones whose outcome was never recorded. On PostgreSQL a row some transaction
+    holds (being owed, or claimed by another replica) is passed over, not waited for."""
     stmt = (
         select(OutboxRow)
         .where(col(OutboxRow.state).in_([PENDING, SENDING]), col(OutboxRow.next_attempt_at) <= now)
         .order_by(col(OutboxRow.id))
         .limit(limit)
     )
-    return list(session.exec(stmt).all())
+    return list(session.exec(skip_locked(session, stmt)).all())
 
 
 def claim(session: Session, row: OutboxRow, *, at: datetime, by: str) -> bool:
     """Take `row` for one attempt: count it and push its next attempt back before it is sent.
-    False when someone else took it first (its state or schedule moved since it was read)."""
+    False when someone else took it first (its state or schedule moved since it was read).
+    A claim racing another replica's waits only for that one's short claim transaction (or
+    for a digest's growing line to commit), then finds the row taken, or drawn complete."""
     assert row.id is not None
     attempts = row.attempts + 1
     result = session.execute(

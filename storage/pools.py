@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlmodel import Session, select
 
 from rules.facts import PoolUsage
+from storage import audit
 from storage.db import lock_for_update
 from storage.gpus import free_gpus
 from storage.leases import held_by_team
@@ -22,9 +23,13 @@ def every_pool(session: Session) -> list[PoolRow]:
 def lock(session: Session, pool: str) -> None:
     """Serialise decisions in one pool: quota and free GPUs are read, then changed.
 
-    On SQLite every write transaction already holds the database's one write lock."""
+    On SQLite every write transaction already holds the database's one write lock. On
+    PostgreSQL the audit chain's head is locked first: a decision appends to the chain after it
+    locks its pool, and a release locks the pool (to serve the queue) after it appended, so
+    taking the head first keeps every such pair of transactions in one lock order."""
     if session.get_bind().dialect.name == "sqlite":
         return
+    audit.hold_head(session)
     session.exec(lock_for_update(session, select(PoolRow).where(PoolRow.name == pool))).one()
 
 

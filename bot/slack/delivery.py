@@ -80,6 +80,9 @@ class Deliverer:
         self.clock = clock
         self.recorder = Recorder(max_attempts)
         self.token = uuid.uuid4().hex[:12]  # this process's claims
+        #: Is the deliverer with this token still serving? A replica's claim is left to it
+        #: while it is; one process alone never meets a live claim but its own.
+        self.alive: Callable[[str], bool] = lambda token: token == self.token
         self._inflight: set[int] = set()  # handed to the express thread, not done with yet
         self._inflight_lock = threading.Lock()
         self._pass = threading.Lock()  # one pass at a time, whoever asks
@@ -152,6 +155,24 @@ class Deliverer:
             if not self._wanted.is_set():
                 return
 
+    def record_kept(self) -> Report:
+        """Record the outcomes the database did not take when they came in. Every replica runs
+        this for its own sends: no other replica touches a row while this one's claim on it
+        is live, and the delivery pass runs on the leader only."""
+        report = Report()
+        ids = self.recorder.kept_ids()
+        if not ids:
+            return report
+        try:
+            with self.db.read() as session:
+                rows = [r for r in (session.get(OutboxRow, i) for i in ids) if r is not None]
+        except SQLAlchemyError as exc:
+            report.errors.append(f"reading the outbox: {one_line(exc)}")
+            return report
+        kept = [(row, self.recorder.kept(row.id or 0)) for row in rows]
+        self._record_all([(row, o) for row, o in kept if o is not None], report)
+        return report
+
     def want(self) -> bool:
         """A decision owes something: True when no pass is running (so start one now);
         a running pass sees the wish and goes round once more."""
@@ -222,8 +243,8 @@ class Deliverer:
             if report.database_down:  # every claim would wait out the database, one by one
                 report.deferred += 1
                 continue
-            if row.recipient in blocked:
-                report.deferred += 1
+            if row.recipient in blocked or self._claimed_elsewhere(row):
+                report.deferred += 1  # (another replica is sending it; it records the outcome)
                 continue
             if row.kind == OutboxKind.HOME and newest_home.get(row.recipient) != row.id:
                 self._record(row, Dropped("a newer Home tab replaces it"), report)
@@ -300,6 +321,14 @@ class Deliverer:
         except Exception as exc:  # a rendering bug: the row waits its backoff, the rest goes on
             log.exception("rendering outbox row %s (%s) failed", row.id, row.kind)
             return NotSent(f"rendering failed: {type(exc).__name__}: {exc}")
+
+    def _claimed_elsewhere(self, row: OutboxRow) -> bool:
+        """Is the row claimed by another replica that is still serving? Only a claim by one
+        that stopped is in doubt (and looked for in Slack before it is sent again)."""
+        by = row.claimed_by
+        if row.state != outbox.SENDING or by in ("", self.token, outbox.IN_DOUBT):
+            return False
+        return self.alive(by)
 
     def _in_doubt(self, row: OutboxRow, *, claimed: bool) -> bool:
         """Was the row claimed by a process that is gone, or sent without an answer? It may

@@ -18,7 +18,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 #: Attempts at a request the database keeps failing before the person is told it failed.
 MAX_ATTEMPTS = 20
+#: Immediate reruns of a request whose transaction lost a deadlock or a serialization
+#: conflict (nothing of it was kept), before it waits a backoff like any database failure.
+CONFLICT_RETRIES = 3
+_CONFLICTS = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 FAILED_TEXT = (
     ":warning: Something went wrong on our side (reference `{reference}`). Nothing of this "
     "request was carried out; an admin can look the reference up in the bot's log."
@@ -62,6 +66,12 @@ class Answer:
 
 # (the row, what `prepare` looked up outside any transaction) -> the answer
 Handler = Callable[[InboxRow, Any], Answer]
+
+
+def _conflict(exc: OperationalError) -> bool:
+    """Did PostgreSQL roll the transaction back to break a deadlock or a serialization
+    conflict? (Running it again then usually succeeds.)"""
+    return getattr(exc.orig, "sqlstate", None) in _CONFLICTS
 
 
 def request_key(body: Mapping[str, Any]) -> str:
@@ -114,6 +124,9 @@ class Inbox:
         self._stopping = False
         self._running = 0
         self._accepted: dict[int, InboxRow] = {}  # rows this process recorded, until taken
+        #: With replicas: a row another one acknowledged less than this ago is left to it
+        #: (it is carrying it out); None when this process is alone.
+        self.handoff: timedelta | None = None
 
     # the ack path
 
@@ -160,8 +173,10 @@ class Inbox:
         """Queue every pending row whose attempt has come (start-up, and the periodic job that
         retries what the database refused); how many were queued."""
         try:
+            now = self.clock()
+            before = now - self.handoff if self.handoff is not None else None
             with self.db.read() as session:
-                due = inbox.due(session, self.clock())
+                due = inbox.due(session, now, received_before=before)
         except SQLAlchemyError as exc:
             log.warning("the inbox cannot be read (%s); the next pass retries", one_line(exc))
             return 0
@@ -232,13 +247,10 @@ class Inbox:
                 return
             looked_up = self.prepare(found)
             row = found
-            with self.db.unit() as session:
-                if not inbox.take(session, row_id, at=self.clock()):
-                    return  # carried out meanwhile
-                answer = self.handlers[row.kind](row, looked_up)
-                self._owe(session, row, answer)
-                owed = self._claim(session)
-                trigger = row.payload.get("trigger_id")
+            done = self._unit(row, looked_up)
+            if done is None:
+                return  # carried out meanwhile
+            answer, owed, trigger = done
         except (OperationalError, InterfaceError) as exc:  # the database failed: try again
             self._retry_or_give_up(row_id, exc)
             return
@@ -248,6 +260,25 @@ class Inbox:
         if answer.view is not None and self.open_view is not None and trigger:
             self._open(row_id, str(trigger), answer.view)
         self.delivered(owed)
+
+    def _unit(self, row: InboxRow, looked_up: Any) -> tuple[Answer, list[int], Any] | None:
+        """Carry the row out in one unit of work: (answer, rows owed, trigger), None when it
+        was carried out meanwhile. A deadlock or serialization failure (PostgreSQL, several
+        workers or replicas deciding at once) rolled everything back: it runs again at once."""
+        assert row.id is not None
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                with self.db.unit() as session:
+                    if not inbox.take(session, row.id, at=self.clock()):
+                        return None
+                    answer = self.handlers[row.kind](row, looked_up)
+                    self._owe(session, row, answer)
+                    return answer, self._claim(session), row.payload.get("trigger_id")
+            except OperationalError as exc:
+                if attempt == CONFLICT_RETRIES or not _conflict(exc):
+                    raise
+                log.info("inbox row %s: %s; running it again", row.id, one_line(exc))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _owe(self, session: Session, row: InboxRow, answer: Answer) -> None:
         subject, at = f"inbox:{row.id}", self.clock()

@@ -41,6 +41,11 @@ class Recorder:
         self._kept: dict[int, Outcome] = {}  # outcomes not recorded yet
         self._lock = threading.Lock()
 
+    def kept_ids(self) -> list[int]:
+        """The rows whose outcome waits to be recorded."""
+        with self._lock:
+            return sorted(self._kept)
+
     def kept(self, row_id: int) -> Outcome | None:
         """The outcome of a row sent (or not) earlier in this process whose record is late."""
         with self._lock:

@@ -179,6 +179,16 @@ def test_compose_runs_the_bot_on_postgres_16_after_a_one_shot_upgrade() -> None:
     assert "service_completed_successfully" == depends["migrate"]["condition"]
 
 
+def test_compose_can_scale_the_bot() -> None:
+    """`docker compose up --scale gpubot=2`: no fixed container name, and a range of host
+    ports, one for each replica, instead of one port two replicas would both ask for."""
+    bot = compose()["services"]["gpubot"]
+    assert "container_name" not in bot
+    (published,) = bot["ports"]
+    low, high = published.split(":")[1].split("-")
+    assert int(high) - int(low) >= 1
+
+
 def kubernetes() -> dict[tuple[str, str], dict[str, Any]]:
     """Every Kubernetes object in deploy/kubernetes by (kind, name)."""
     objects = {}
@@ -189,12 +199,20 @@ def kubernetes() -> dict[tuple[str, str], dict[str, Any]]:
     return objects
 
 
-def test_kubernetes_deployment_runs_one_gpubot_with_health_probes() -> None:
-    """One replica, never two at once; ready when the database takes writes, alive while the
-    process answers (a database outage never restarts it); containers run real commands."""
-    spec = kubernetes()[("Deployment", "gpubot")]["spec"]
-    assert 1 == spec["replicas"]
-    assert "Recreate" == spec["strategy"]["type"]
+def test_kubernetes_deployment_runs_two_gpubots_with_health_probes() -> None:
+    """Two replicas, rolled without ever having none ready, one kept through drains by the
+    PodDisruptionBudget; ready when the database takes writes, alive while the process answers
+    (a database outage never restarts it); containers run real commands."""
+    objects = kubernetes()
+    spec = objects[("Deployment", "gpubot")]["spec"]
+    assert 2 == spec["replicas"]
+    assert "RollingUpdate" == spec["strategy"]["type"]
+    assert 0 == spec["strategy"]["rollingUpdate"]["maxUnavailable"]
+    budget = objects[("PodDisruptionBudget", "gpubot")]["spec"]
+    assert 1 == budget["minAvailable"]
+    assert spec["selector"] == budget["selector"]
+    kustomized = yaml.safe_load((DEPLOY / "kubernetes" / "kustomization.yaml").read_text())
+    assert "pdb.yaml" in kustomized["resources"]
     pod = spec["template"]["spec"]
     (main,) = pod["containers"]
     assert_real_command(main["command"])
