@@ -1,6 +1,7 @@
 """Forwarding the node agents' requests from a follower replica to the leader: when it is done,
 what goes on the wire, what comes back, and what happens when the leader does not answer.
-The leader is a loopback HTTP server that records what it received."""
+The leader is a loopback HTTP server that records what it received; the address it is reached
+at is kept in the leader table (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -18,6 +20,9 @@ from slack_bolt import App
 
 from bot.forward import FORWARDED, AdvertiseError, Answer, Forwarder, advertise_url
 from bot.server import SlackAsgi, free_port
+from storage import leader as rows
+from storage.db import Database
+from storage.tables import LeaderRow
 
 BODY = b'{"samples": []}'
 SIGNED = {
@@ -266,3 +271,32 @@ def test_listening_everywhere_advertises_this_hosts_address() -> None:
     """The pod's IP in Kubernetes: what this host's name resolves to."""
     expected = f"http://{socket.gethostbyname(socket.gethostname())}:3000"
     assert expected == advertise_url(None, EVERYWHERE, 3000)
+
+
+# ---- where the leader's address is kept ------------------------------------------------------
+
+
+def test_the_leader_row_carries_the_address_until_the_lead_is_given_up(
+    database: Database,
+) -> None:
+    """Taking the lead records where the leader is reached; a clean hand-over clears it."""
+    at = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+    with database.write() as session:
+        epoch = rows.take(
+            session, "host:1:aaaa", at=at, ttl=timedelta(seconds=15), address="http://a:3000"
+        )
+        rows.here(session, "aaaa", at=at, ttl=timedelta(seconds=15), address="http://a:3000")
+    with database.read() as session:
+        held = rows.held(session)
+        replica = session.get(LeaderRow, "replica:aaaa")
+    assert held is not None
+    assert replica is not None
+    assert ("host:1:aaaa", "http://a:3000") == (held.holder, held.address)
+    assert "http://a:3000" == replica.address
+    with database.write() as session:
+        rows.give_up(session, epoch, at=at)
+    with database.read() as session:
+        assert rows.held(session) is None
+        row = session.get(LeaderRow, rows.JOBS)
+        assert row is not None
+        assert "" == row.address
