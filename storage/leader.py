@@ -62,9 +62,7 @@ def _insert_missing(runner: Runner, name: str, at: datetime, expires_at: datetim
     insert = postgresql.insert if runner_dialect(runner) == "postgresql" else sqlite.insert
     runner.execute(
         insert(_TABLE)
-        .values(
-            name=name, holder="", epoch=0, expires_at=expires_at, renewed_at=at, address=""
-        )
+        .values(name=name, holder="", epoch=0, expires_at=expires_at, renewed_at=at, address="")
         .on_conflict_do_nothing(index_elements=["name"])
     )
 
@@ -81,9 +79,7 @@ def held(session: Session) -> Held | None:
     return Held(row.holder, row.epoch, row.expires_at, row.renewed_at, row.address)
 
 
-def take(
-    session: Session, holder: str, *, at: datetime, ttl: timedelta, address: str = ""
-) -> int:
+def take(session: Session, holder: str, *, at: datetime, ttl: timedelta, address: str = "") -> int:
     """Become the leader (the advisory lock is won already): the epoch goes up by one, so
     whatever an earlier leader still has in flight is refused by its fence. `address`: where
     the other replicas reach this one. The new epoch."""
@@ -187,9 +183,7 @@ def runs(session: Session, job: str) -> tuple[int, datetime | None]:
     return row.epoch, row.renewed_at
 
 
-def here(
-    session: Session, token: str, *, at: datetime, ttl: timedelta, address: str = ""
-) -> None:
+def here(session: Session, token: str, *, at: datetime, ttl: timedelta, address: str = "") -> None:
     """This replica (`token`, reached at `address`) is alive until `at + ttl`."""
     name = f"{_REPLICA}{token}"
     _insert_missing(session, name, at, at + ttl)
