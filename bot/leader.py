@@ -6,7 +6,9 @@ on the leader only. `advisory` (the default): a session advisory lock held on a 
 own, checked every few seconds; `table`: the `leader` row is a lease renewed every few seconds
 (for poolers that break session locks). Winning either bumps the epoch; the leader's job
 transactions first check it (storage.leader.fence), so a deposed leader's writes are refused.
-On SQLite there is one process (serve locks the file) and it always leads.
+On SQLite there is one process (serve locks the file) and it always leads. Each replica
+records the `address` its HTTP server is reached at; the others read the leader's
+(`leader_url`) to forward the node agents' pushes to it (bot.forward).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class Leader:
         self.db, self.mode, self.token, self.clock = db, mode, token, clock
         self.every, self.ttl, self.stand_down = every, ttl, stand_down
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{token}"[:128]
+        #: Where the other replicas reach this one's HTTP server ("" when it serves none);
+        #: set before `start`.
+        self.address = ""
+        self._leader_url: str | None = None
         self._epoch: int | None = 0 if mode == "sole" else None
         self._lock = threading.Lock()
         self._rest_until = 0.0
@@ -156,7 +162,9 @@ class Leader:
             return
         try:
             with self.db.write() as session:
-                epoch = rows.take(session, self.holder, at=self.clock(), ttl=self.ttl)
+                epoch = rows.take(
+                    session, self.holder, at=self.clock(), ttl=self.ttl, address=self.address
+                )
         except BaseException:
             self._close_connection()  # the lock goes with the connection
             raise
@@ -173,7 +181,9 @@ class Leader:
         if time.monotonic() < self._rest_until:
             return
         with self.db.write() as session:
-            taken = rows.take_expired(session, self.holder, at=self.clock(), ttl=self.ttl)
+            taken = rows.take_expired(
+                session, self.holder, at=self.clock(), ttl=self.ttl, address=self.address
+            )
         if taken is not None:
             self._gained(taken)
 
@@ -239,11 +249,42 @@ class Leader:
         try:
             with self.db.write() as session:
                 at = self.clock()
-                rows.here(session, self.token, at=at, ttl=self.ttl)
+                rows.here(session, self.token, at=at, ttl=self.ttl, address=self.address)
                 if self.is_leader:  # the rows of replicas stopped long ago go
                     rows.forget_stopped(session, before=at - FORGOTTEN_AFTER)
         except SQLAlchemyError as exc:
             log.debug("leader: cannot record this replica as alive (%s)", one_line(exc))
+        self._look_for_leader()
+
+    # where the leader is reached
+
+    @property
+    def leader_url(self) -> str | None:
+        """The leader's HTTP address as last read (every round), None while this replica
+        leads, none leads, or the leader's record has lapsed (it stopped renewing it)."""
+        return None if self.is_leader else self._leader_url
+
+    def _look_for_leader(self) -> None:
+        if not self.replicated or self.is_leader:
+            self._leader_url = None
+            return
+        try:
+            with self.db.read() as session:
+                found = rows.held(session)
+        except SQLAlchemyError as exc:
+            log.debug("leader: cannot read who leads (%s)", one_line(exc))
+            self._leader_url = None
+            return
+        # An advisory leader renews its row every round too, so a lapsed row is a dead leader.
+        if (
+            found is None
+            or found.holder == self.holder
+            or found.expires_at <= self.clock()
+            or found.address in ("", self.address)
+        ):
+            self._leader_url = None
+        else:
+            self._leader_url = found.address
 
     def alive(self, token: str) -> bool:
         """Is the replica whose claims carry `token` still serving? (Yes when it cannot be

@@ -23,6 +23,7 @@ from slack_bolt import App
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
+from bot.forward import AdvertiseError, Forwarder, advertise_url
 from bot.jobs import INBOX, OUTBOX, OUTCOMES, POLL, RETENTION, ROLLUP, SWEEP, Jobs
 from bot.leader import Leader
 from bot.metrics import SWEEP_SECONDS, build_registry
@@ -389,6 +390,7 @@ def _serve(settings: Settings, *, socket_mode: bool, host: str, port: int) -> No
     drained = bot.inbox.run_due()  # what an earlier run acknowledged and did not finish
     if drained:
         log.info("carrying out %d acknowledged requests left by the last run", drained)
+    forward = _forwarder(bot, settings, host, port) if listening is not None else None
     if bot.leader is not None:
         bot.leader.start()  # the first try is made now, so the first ticks know who leads
     bot.jobs.start()
@@ -415,12 +417,30 @@ def _serve(settings: Settings, *, socket_mode: bool, host: str, port: int) -> No
                 ready=bot.ready,
                 on_shutdown=bot.close,
                 metrics=metrics,
+                forward=forward,
             )
             server = uvicorn.Server(uvicorn.Config(asgi, log_level="info"))
             server.run(sockets=[listening])
     finally:
         side.stop()
+        if forward is not None:
+            forward.close()
         bot.close()
+
+
+def _forwarder(bot: Bot, settings: Settings, host: str, port: int) -> Forwarder | None:
+    """Replicas taking node agents' pushes: this one's address is recorded for the others,
+    and while it follows, the pushes it takes go on to the leader's."""
+    leader = bot.leader
+    if leader is None or not leader.replicated or bot.ingest is None:
+        return None
+    try:
+        leader.address = advertise_url(settings.advertise_url, host, port)
+    except AdvertiseError as exc:
+        bot.close()
+        raise SetupError(str(exc)) from None
+    log.info("replicas: the others reach this one at %s", leader.address or "(unknown)")
+    return Forwarder(leader, own=leader.address)
 
 
 @contextmanager

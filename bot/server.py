@@ -1,7 +1,8 @@
 """The HTTP front in HTTP mode: Slack's /slack/events for commands, interactivity and events,
 /livez, /readyz and /healthz, GET /metrics (with `metrics`), and (with an `ingest`) the node
 agents' POST /agent/samples and /agent/results, as one small ASGI app. In Socket Mode, which has
-no HTTP server, `MetricsPort` serves /metrics and the probes on a port of their own.
+no HTTP server, `MetricsPort` serves /metrics and the probes on a port of their own. On a
+follower replica the agents' requests go on to the leader (`forward`: bot.forward).
 
 Every request to /slack/events is checked on its raw bytes before it is parsed (signature and
 timestamp, then encoding and shape: bot.slack.wire); what fails is refused with 400/401 and
@@ -37,6 +38,7 @@ from bot.telemetry.refusals import Refusals
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from bot.forward import Forwarder
     from bot.telemetry.agent_push import Ingest
 
 log = logging.getLogger(__name__)
@@ -89,8 +91,10 @@ class SlackAsgi:
         ready: Health | None = None,
         on_shutdown: Callable[[], None] | None = None,
         metrics: MetricsAccess | None = None,
+        forward: Forwarder | None = None,
     ) -> None:
         self.app = app
+        self.forward = forward
         self.metrics = metrics
         self.on_shutdown = on_shutdown
         self.health = health
@@ -139,6 +143,8 @@ class SlackAsgi:
                 report["refused"] = self.refused.totals()
                 if self.ingest is not None:
                     report["agent_refused"] = self.ingest.refusals.totals()
+                if self.forward is not None:
+                    report["agent_forwarding"] = self.forward.totals()
         status = 200 if report.get("ok") else 503
         await _answer(send, status, JSON_TYPE, json.dumps(report).encode())
 
@@ -201,6 +207,17 @@ class SlackAsgi:
             self.refused.refused("agent-too-large", "", 413, "agent-too-large", "body too large")
             await _answer(send, 413, TEXT, b"payload too large")
             return
+        leader = self.forward.target(headers) if self.forward is not None else None
+        if self.forward is not None and leader is not None:
+            loop = asyncio.get_running_loop()
+            answer = await loop.run_in_executor(
+                self.forward.pool, self.forward.send, leader, scope["path"], headers, body
+            )
+            if answer is not None:
+                await _answer(
+                    send, answer.status, {"content-type": answer.content_type}, answer.body
+                )
+                return
         try:
             status, message = await asyncio.to_thread(handle, headers, body)
         except Exception:  # the ingest answers every refusal itself; this is a bug, said once

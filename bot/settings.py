@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         "advisory (a session advisory lock, default) or table (a lease row renewed every few "
         "seconds, for connection poolers that break session locks); both fence with an epoch",
     )
+    advertise_url: str | None = Field(
+        default=None,
+        description="replicas: the URL the other replicas reach this one's HTTP server at, to "
+        "forward node agents' pushes to the leader (default: http://<this host's address>:<port>)",
+    )
     workers: int = Field(
         default=4,
         ge=1,

@@ -1,13 +1,14 @@
 """The leader row of the replicas, its fencing epoch, and the replicas' own liveness rows.
 
 Table `leader`, keyed by `name`:
-    jobs               which replica runs the periodic jobs (`holder`) and its `epoch`, one more
-                       with each new leader; with the table lease, also until when it holds it
+    jobs               which replica runs the periodic jobs (`holder`), where it is reached
+                       (`address`) and its `epoch`, one more with each new leader; with the
+                       table lease, also until when it holds it
     job:<id>           the last run of a job the leader runs at most once per period (`epoch`
                        counts its runs, `renewed_at` is when the last began, `expires_at` when
                        the next may begin): a new leader does not run it again early
-    replica:<token>    one serving process, renewed every few seconds: a claim by a live one
-                       is left to it
+    replica:<token>    one serving process (and its `address`), renewed every few seconds: a
+                       claim by a live one is left to it
 
 A replica takes `jobs` by bumping the epoch (after winning the advisory lock, or when the lease
 expired), and every write transaction of the leader's jobs first `fence`s: it reads the row
@@ -54,13 +55,14 @@ class Held:
     epoch: int
     expires_at: datetime
     renewed_at: datetime
+    address: str = ""  # where the other replicas reach its HTTP server ("" when unknown)
 
 
 def _insert_missing(runner: Runner, name: str, at: datetime, expires_at: datetime) -> None:
     insert = postgresql.insert if runner_dialect(runner) == "postgresql" else sqlite.insert
     runner.execute(
         insert(_TABLE)
-        .values(name=name, holder="", epoch=0, expires_at=expires_at, renewed_at=at)
+        .values(name=name, holder="", epoch=0, expires_at=expires_at, renewed_at=at, address="")
         .on_conflict_do_nothing(index_elements=["name"])
     )
 
@@ -74,30 +76,45 @@ def held(session: Session) -> Held | None:
     row = session.get(LeaderRow, JOBS)
     if row is None or not row.holder:
         return None
-    return Held(row.holder, row.epoch, row.expires_at, row.renewed_at)
+    return Held(row.holder, row.epoch, row.expires_at, row.renewed_at, row.address)
 
 
-def take(session: Session, holder: str, *, at: datetime, ttl: timedelta) -> int:
+def take(session: Session, holder: str, *, at: datetime, ttl: timedelta, address: str = "") -> int:
     """Become the leader (the advisory lock is won already): the epoch goes up by one, so
-    whatever an earlier leader still has in flight is refused by its fence. The new epoch."""
+    whatever an earlier leader still has in flight is refused by its fence. `address`: where
+    the other replicas reach this one. The new epoch."""
     _insert_missing(session, JOBS, at, _NEVER)
     epoch = session.execute(
         sa.update(_TABLE)
         .where(_TABLE.c.name == JOBS)
-        .values(epoch=_TABLE.c.epoch + 1, holder=holder, renewed_at=at, expires_at=at + ttl)
+        .values(
+            epoch=_TABLE.c.epoch + 1,
+            holder=holder,
+            renewed_at=at,
+            expires_at=at + ttl,
+            address=address,
+        )
         .returning(_TABLE.c.epoch)
     ).scalar_one()
     return int(epoch)
 
 
-def take_expired(session: Session, holder: str, *, at: datetime, ttl: timedelta) -> int | None:
+def take_expired(
+    session: Session, holder: str, *, at: datetime, ttl: timedelta, address: str = ""
+) -> int | None:
     """The table lease: become the leader if nobody holds an unexpired lease (compare and set:
     of two replicas trying at once, one gets it). The new epoch, None when it is held."""
     _insert_missing(session, JOBS, at, _NEVER)
     epoch = session.execute(
         sa.update(_TABLE)
         .where(_TABLE.c.name == JOBS, _TABLE.c.expires_at < at)
-        .values(epoch=_TABLE.c.epoch + 1, holder=holder, renewed_at=at, expires_at=at + ttl)
+        .values(
+            epoch=_TABLE.c.epoch + 1,
+            holder=holder,
+            renewed_at=at,
+            expires_at=at + ttl,
+            address=address,
+        )
         .returning(_TABLE.c.epoch)
     ).scalar_one_or_none()
     return None if epoch is None else int(epoch)
@@ -120,7 +137,7 @@ def give_up(session: Session, epoch: int, *, at: datetime) -> None:
     session.execute(
         sa.update(_TABLE)
         .where(_TABLE.c.name == JOBS, _TABLE.c.epoch == epoch)
-        .values(expires_at=at, holder="")
+        .values(expires_at=at, holder="", address="")
     )
 
 
@@ -166,14 +183,14 @@ def runs(session: Session, job: str) -> tuple[int, datetime | None]:
     return row.epoch, row.renewed_at
 
 
-def here(session: Session, token: str, *, at: datetime, ttl: timedelta) -> None:
-    """This replica (`token`) is alive until `at + ttl`."""
+def here(session: Session, token: str, *, at: datetime, ttl: timedelta, address: str = "") -> None:
+    """This replica (`token`, reached at `address`) is alive until `at + ttl`."""
     name = f"{_REPLICA}{token}"
     _insert_missing(session, name, at, at + ttl)
     session.execute(
         sa.update(_TABLE)
         .where(_TABLE.c.name == name)
-        .values(renewed_at=at, expires_at=at + ttl, holder=token)
+        .values(renewed_at=at, expires_at=at + ttl, holder=token, address=address)
     )
 
 

@@ -261,6 +261,9 @@ class LeaderRow(SQLModel, table=True):
     epoch: int = 0
     expires_at: datetime = _ts()
     renewed_at: datetime = _ts()
+    # Where the other replicas reach this one's HTTP server (GPUBOT_ADVERTISE_URL): a follower
+    # forwards the node agents' pushes to the leader's. "" when it serves no HTTP.
+    address: str = Field(default="", max_length=256)
 
 
 class SettingRow(SQLModel, table=True):

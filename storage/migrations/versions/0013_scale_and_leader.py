@@ -3,7 +3,8 @@
 `request.lease_id` (`/gpu why L` finds the request of a lease) and `lease (end_reason,
 ended_at)` (the recall cooldown: leases preempted since a time) were scans; /metrics counts
 requests by `(pool, team, kind, outcome)` from an index that holds just those. `leader` records
-which replica runs the periodic jobs and its fencing epoch (see storage.tables.LeaderRow).
+which replica runs the periodic jobs, its fencing epoch and the address the other replicas
+forward the node agents' pushes to (see storage.tables.LeaderRow).
 
 Revision ID: 0013
 Revises: 0012
@@ -34,6 +35,7 @@ def upgrade() -> None:
         sa.Column("epoch", sa.Integer(), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("renewed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("address", sa.String(length=256), nullable=False),
     )
 
 
