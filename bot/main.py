@@ -23,6 +23,7 @@ from slack_bolt import App
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
+from bot import memory
 from bot.jobs import INBOX, OUTBOX, OUTCOMES, POLL, RETENTION, ROLLUP, SWEEP, Jobs
 from bot.leader import Leader
 from bot.metrics import SWEEP_SECONDS, build_registry
@@ -358,6 +359,7 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             "HTTP mode needs SLACK_SIGNING_SECRET (Slack signs every request with it); "
             "or set SLACK_APP_TOKEN (xapp-...) for Socket Mode."
         )
+    memory.tame()  # before the threads: glibc's arenas capped, the heap trimmed after bursts
     with _alone(settings.database_url):
         _serve(settings, socket_mode=socket_mode, host=host, port=port)
 
