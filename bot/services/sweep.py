@@ -40,9 +40,9 @@ from rules.reclaim import Do, lease_steps, to_shrink
 from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
-from storage.gpus import gpu_snapshots
 from storage.outbox import OutboxKind, Owed
 from storage.requests import pools_with_queue
+from storage.sweep_reads import gpu_snapshots
 from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"

@@ -399,7 +399,7 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "snapshot reads",
         (
             ("storage/leases.py", "active_snapshots"),
-            ("storage/gpus.py", "gpu_snapshots"),
+            ("storage/sweep_reads.py", "gpu_snapshots"),
             ("services/sweep.py", "read_snapshot"),
             ("storage/keyvalue.py", "told_unreserved"),
             ("services/admin.py", "is_paused"),
