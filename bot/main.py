@@ -41,7 +41,7 @@ from bot.telemetry.agent_push import Ingest, load_tokens
 from bot.telemetry.errors import TelemetryUnavailable
 from bot.telemetry.sources import Feed, Source, choose
 from bot.telemetry.window import TelemetryWindow
-from storage import gpus, inbox, keyvalue, migrate, outbox
+from storage import agent_reads, gpus, inbox, keyvalue, migrate, outbox
 from storage.db import Database, normalise_url, one_line
 from storage.leader import starting
 
@@ -304,6 +304,7 @@ def _wire(settings: Settings, db: Database, services: Services, client: WebClien
             orders=services.take_orders,
             results=services.record_results,
             spend=services.spend_nonce,
+            pending=lambda: agent_reads.nodes_with_orders(db),
         )
     bot = Bot(
         settings,
