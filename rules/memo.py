@@ -2,8 +2,9 @@
 once: at 100,000 GPUs a sweep decides 150,000 subjects, but their conditions read a handful of
 facts whose values repeat (a busy GPU looks like every other busy GPU to the rules).
 
-The memo keeps only which rules matched; every decision is still made by `rules.engine.decide`
-over the subject's own facts, so its facts, reasons and rule ids are the subject's. A memo lives
+The memo keeps only which rules matched (and which shapes of facts passed the type check);
+every decision is still assembled as `rules.engine.decide` assembles it, from the subject's own
+facts, so its facts, reasons and rule ids are the subject's. A memo lives
 for one pass and for one revision: a rules reload during the pass starts a fresh one.
 """
 
@@ -16,7 +17,12 @@ from typing import Any
 from rules import expr
 from rules.decision import Decision
 from rules.domain import Subject
-from rules.engine import RevisionRetiredError, RuleEngine, decide
+from rules.engine import (
+    RevisionRetiredError,
+    RuleEngine,
+    _decision,  # where rules.engine.decide assembles every Decision
+    check_facts,
+)
 from rules.policy import Policy
 
 Current = Callable[[], tuple[Policy, RuleEngine]]  # the revision in force, read atomically
@@ -44,6 +50,9 @@ class MemoEngine:
             names = facts_read(policy, subject)
             self._keys[subject] = _key_of(names)
         self._seen: dict[tuple[Any, ...], Sequence[int]] = {}
+        # The shapes (names in order, and the type of each value) of facts check_facts passed:
+        # its verdict depends on nothing else, so a fact of a shape seen is not checked again.
+        self.checked: set[tuple[Any, ...]] = set()
         self.asked = 0  # subjects the engine evaluated
         self.answered = 0  # subjects answered from the memo
 
@@ -54,13 +63,14 @@ class MemoEngine:
         if found is not None:
             self.answered += 1
             return found
-        found = self._seen[key] = tuple(self.engine.match(subject, facts))
+        found = self._seen[key] = tuple(sorted(self.engine.match(subject, facts)))
         self.asked += 1
         return found
 
     def close(self) -> None:
         """Forget the memo; the wrapped engine belongs to the live policy, which closes it."""
         self._seen.clear()
+        self.checked.clear()
 
 
 def _key_of(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
@@ -102,10 +112,17 @@ class PassDecisions:
                     memo.close()
                 memo = MemoEngine(policy, engine)
                 self._memos.append(memo)
+            shape = (subject, tuple(facts), tuple(map(type, facts.values())))
+            if shape not in memo.checked:
+                check_facts(subject, facts)
+                memo.checked.add(shape)
             try:
-                return decide(policy, memo, subject, facts)
+                found = memo.match(subject, facts)
             except RevisionRetiredError:
                 continue  # raced with a reload: the new revision answers, from a new memo
+            rules = policy.rules_for(subject)
+            # As rules.engine.decide makes it, from the subject's own facts.
+            return _decision(policy, memo.name, subject, facts, [rules[i] for i in found])
 
     def close(self) -> None:
         for memo in self._memos:

@@ -153,6 +153,8 @@ class Fleet:
     telemetry: TelemetryWindow
     build_s: float
     url: str
+    tmp: Path  # its SQLite file (gpubot.db) when it has one
+    rules: Path
 
 
 @contextmanager
@@ -182,9 +184,8 @@ def fleet(
         slots = insert_leases(db, nodes, rng) if leases else []
         telemetry = TelemetryWindow(services.policy.timing.stale_after, expected_interval=INTERVAL)
         feed(telemetry, slots, rng)
-        yield Fleet(
-            kind, gpus, nodes, slots, services, telemetry, time.perf_counter() - started, url
-        )
+        took = time.perf_counter() - started
+        yield Fleet(kind, gpus, nodes, slots, services, telemetry, took, url, tmp, rules)
 
 
 # ---- the sweep --------------------------------------------------------------------------

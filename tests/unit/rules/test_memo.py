@@ -49,7 +49,7 @@ def a_pass(draw: st.DrawFn, subject: Subject) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("engine", [DURABLE, REFERENCE], ids=["durable", "reference"])
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(subject=st.sampled_from(SUBJECTS), data=st.data())
 def test_the_memo_decides_exactly_as_the_engine(
     engine: RuleEngine, subject: Subject, data: st.DataObject
