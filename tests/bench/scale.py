@@ -2,11 +2,13 @@
 from the same run, on a SQLite file and on PostgreSQL.
 
 Per fleet and database: one steady-state sweep (best of a few, after a first pass that wrote
-the warnings, and their delivery), one `/metrics` scrape (bot.metrics), and agent ingest at one
-push of 8 samples per node per 30 s (~420 pushes/s at 12,500 nodes), open loop, through the
-signed `Ingest` handler on the pool of threads the HTTP server hands it to; then the commands a
-person types (status, borrow, release, mine, why) with 10,000 GPUs against the same commands
-with 100, and the `audit verify` / `audit export` figures (tests.bench.audit_scale).
+the warnings in one transaction, and their delivery), one `/metrics` scrape (bot.metrics), and
+agent ingest at one push of 8 samples per node per 30 s (~420 pushes/s at 12,500 nodes), open
+loop, through the signed `Ingest` handler on a pool of threads as the HTTP server hands it
+pushes; then the commands a person types (status, borrow, mine, why, release) with 10,000 GPUs
+against the same commands with 100; the RSS of a real `gpubot serve` under a burst of commands
+(tests.bench.scale_rss); and the `audit verify` / `audit export` figures
+(tests.bench.audit_scale).
 
 The fleets are tests.bench.sweep's (its nodes, leases and telemetry mix); their pools, nodes and
 GPUs are bulk-inserted before the services open, so the inventory sync finds them in place.
@@ -48,6 +50,7 @@ from bot.telemetry.window import TelemetryWindow
 from storage import agent_reads, migrate
 from storage.db import Database
 from storage.tables import GpuRow, NodeRow, PoolRow
+from tests.bench import scale_rss
 from tests.bench.sweep import (
     INTERVAL,
     NOW,
@@ -76,6 +79,7 @@ COMMAND_BUDGET = 1.5  # a command with 10,000 GPUs against the same with 100
 AUDIT_BUDGET_S = 10.0
 AUDIT_ROWS = 1_000_000
 RSS_BUDGET_MB = 300.0
+RSS_BURST = 200  # commands at serve, one per sender
 RUNS = 3  # steady sweeps and scrapes: the best of this many
 PUSH_EVERY_S = 30.0  # one push per node this often
 INGEST_S = 10.0  # how long ingest is offered
@@ -204,7 +208,11 @@ class Sweep:
 def bench_sweep(f: Fleet, *, profile: bool = False) -> Sweep:
     services, telemetry = f.services, f.telemetry
     t0 = time.perf_counter()
-    services.sweep(telemetry)
+    # The first pass warns a tenth of the leases: at 100,000 GPUs, some 16,000 actions. As one
+    # unit of work (each action a savepoint of one transaction) it builds the steady state in
+    # a fraction of the time a commit per action takes; the steady passes are timed as served.
+    with services.db.unit():
+        services.sweep(telemetry)
     first_s = time.perf_counter() - t0
     delivered = deliver_all(services.db)
     services.sweep(telemetry)  # the warnings now stand delivered: settle once more
@@ -407,6 +415,7 @@ class Row:
     scrape: tuple[float, float] | str
     ingest: Ingested
     commands: dict[str, float] | None = None  # median seconds per command
+    rss: scale_rss.Rss | None = None  # a serve process on this fleet's database
 
 
 def measure_fleet(
@@ -418,6 +427,7 @@ def measure_fleet(
     commands: bool = False,
     ingest_s: float = INGEST_S,
     command_runs: int = COMMAND_RUNS,
+    rss_burst: int = 0,
 ) -> Row:
     print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
     with fleet(kind, gpus, server) as f:
@@ -429,7 +439,11 @@ def measure_fleet(
         if commands:
             print("    commands ...", file=sys.stderr, flush=True)
         typed = bench_commands(f, command_runs) if commands else None
-    return Row(kind, gpus, len(f.nodes), f.build_s, sweep, scrape, ingest, typed)
+        rss = None
+        if rss_burst and kind == "sqlite":
+            print(f"    serve, {rss_burst} commands ...", file=sys.stderr, flush=True)
+            rss = scale_rss.measure(f.tmp / "gpubot.db", f.rules, burst=rss_burst)
+    return Row(kind, gpus, len(f.nodes), f.build_s, sweep, scrape, ingest, typed, rss)
 
 
 def print_rows(rows: list[Row]) -> None:
@@ -526,6 +540,22 @@ def print_audit(kind: str, got: dict[str, float] | str) -> None:
         print(budget_line(f"{kind}: audit {name} RSS", got[f"{name}_rss_mb"], RSS_BUDGET_MB, " MB"))
 
 
+def print_rss(rows: list[Row]) -> None:
+    for r in rows:
+        if r.rss is None:
+            continue
+        got = r.rss
+        print(
+            f"  {r.kind}: gpubot serve on {r.gpus:,} GPUs, {got.sent} commands from "
+            f"{scale_rss.CLIENTS} senders ({got.answered} answered in {scale_rss.ANSWER_S:g} s)"
+        )
+        print(header())
+        print(budget_line("RSS once started", got.started_mb, RSS_BUDGET_MB, " MB"))
+        print(budget_line("RSS at the burst's peak", got.peak_mb, RSS_BUDGET_MB, " MB"))
+        quiet = f"RSS {scale_rss.QUIET_S:g} s after the burst"
+        print(budget_line(quiet, got.after_mb, RSS_BUDGET_MB, " MB"))
+
+
 def print_profile(rows: list[Row]) -> None:
     for r in rows:
         if not r.sweep.profile:
@@ -552,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ingest-s", type=float, default=INGEST_S, help="seconds of pushes")
     parser.add_argument("--command-runs", type=int, default=COMMAND_RUNS)
+    parser.add_argument(
+        "--rss-burst", type=int, default=RSS_BURST, help="commands to serve (0: not measured)"
+    )
     parser.add_argument("--audit-rows", type=int, default=AUDIT_ROWS)
     parser.add_argument("--no-audit", action="store_true")
     args = parser.parse_args(argv)
@@ -581,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
                         commands=gpus == args.compared,
                         ingest_s=args.ingest_s,
                         command_runs=args.command_runs,
+                        rss_burst=args.rss_burst if gpus == args.compared else 0,
                     )
                 )
             big = next((r.commands for r in rows if r.kind == kind and r.commands), None)
@@ -602,6 +636,9 @@ def main(argv: list[str] | None = None) -> int:
     for kind, (small, big) in commands.items():
         print()
         print_commands(kind, small, big, gpus=args.compared, few=args.small, runs=args.command_runs)
+    if any(r.rss for r in rows):
+        print()
+        print_rss(rows)
     for kind, got in audits.items():
         print()
         print_audit(kind, got)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.server import free_port
+from bot.settings import DEFAULT_RULES_DIR
 from tests.bench.load import Sender, TimedSlack, run_load
 from tests.bench.servers import Child, server_env, spawned
 
@@ -26,10 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 GPUBOT = Path(sys.executable).parent / "gpubot"
 SECRET = "bench-signing-secret"  # noqa: S105  (shared with the local workspace only)
 CLIENTS = 200  # senders, each with its own connection
-RATE = 50.0  # commands per second in the burst
-BURST = 400  # commands
+RATE = 100.0  # commands per second in the burst
+BURST = 1000  # commands
 QUIET_S = 25.0  # left alone after the burst (the heap is looked at every 10 s)
-ANSWER_S = 30.0  # longest wait for the burst's answers
+ANSWER_S = 90.0  # longest wait for the burst's answers
 PEOPLE = ("U0ALICE01", "U0BOB0001", "U0CAROL01", "U0DAVE001", "U0ERIN001")
 COMMANDS = ("status", "borrow 1 l40s for 1h because bench", "mine", "release all", "why L1")
 
@@ -76,9 +77,11 @@ class Watch:
             self.peak = max(self.peak, rss_mb(self.pid))
 
 
-def measure(database: Path, rules: Path, *, repo: Path = REPO, burst: int = BURST) -> Rss:
-    """Serve `database` with `rules`, the code of `repo`; RSS before, at the peak of, and
-    after a burst of commands."""
+def measure(
+    database: Path, rules: Path = DEFAULT_RULES_DIR, *, repo: Path = REPO, burst: int = BURST
+) -> Rss:
+    """Serve `database` (a SQLite file, made when missing) with `rules`, the code of `repo`;
+    RSS before, at the peak of, and after a burst of commands."""
     with tempfile.TemporaryDirectory(prefix="gpubot-bench-rss-") as tmp, TimedSlack() as local:
         directory = Path(tmp)
         env = server_env(
@@ -129,13 +132,20 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tests.bench.scale_rss")
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose code serves")
-    parser.add_argument("--gpus", type=int, default=10_000)
+    parser.add_argument(
+        "--gpus", type=int, default=0, help="a fleet of this many (0: the shipped rules' own)"
+    )
     parser.add_argument("--burst", type=int, default=BURST)
     args = parser.parse_args(argv)
-    with scale.fleet("sqlite", args.gpus, None) as f:
-        got = measure(f.tmp / "gpubot.db", f.rules, repo=args.repo, burst=args.burst)
+    if args.gpus:
+        with scale.fleet("sqlite", args.gpus, None) as f:
+            got = measure(f.tmp / "gpubot.db", f.rules, repo=args.repo, burst=args.burst)
+    else:
+        with tempfile.TemporaryDirectory(prefix="gpubot-bench-rss-") as tmp:
+            got = measure(Path(tmp) / "gpubot.db", repo=args.repo, burst=args.burst)
     print(
-        f"gpubot serve ({args.repo}), {args.gpus:,} GPUs, {got.sent} commands from {CLIENTS} "
+        f"gpubot serve ({args.repo}), {args.gpus or 'the shipped rules'} GPUs, "
+        f"{got.sent} commands from {CLIENTS} "
         f"senders at {RATE:g}/s ({got.answered} answered): RSS {got.started_mb:.0f} MB started, "
         f"{got.peak_mb:.0f} MB at the peak, {got.after_mb:.0f} MB {QUIET_S:g} s after"
     )

@@ -13,7 +13,8 @@ def test_a_tiny_run_prints_every_figure_and_budget_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["--fleets", "100", "200", "--small", "100", "--compared", "200", "--sqlite-only"]
-    assert 0 == scale.main([*argv, "--ingest-s", "1", "--command-runs", "1", "--no-audit"])
+    quick = ["--ingest-s", "1", "--command-runs", "1", "--rss-burst", "0", "--no-audit"]
+    assert 0 == scale.main([*argv, *quick])
     out = capsys.readouterr().out
     assert "one sweep of 200 GPUs" in out
     assert "sweep, 2x the fleet" in out
