@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -365,8 +366,8 @@ def bench_commands(f: Fleet, runs: int = COMMAND_RUNS) -> dict[str, float]:
         mine = timed("mine", lambda: services.leases(TYPIST))
         assert got.lease is not None, got  # approved at once: inside the team's nominal
         lease = got.lease.id
-        timed("why", lambda lease=lease: services.why(TYPIST, f"L{lease}"))
-        timed("release", lambda lease=lease: services.release(TYPIST, lease))
+        timed("why", partial(services.why, TYPIST, f"L{lease}"))
+        timed("release", partial(services.release, TYPIST, lease))
         assert len(mine) == 1, mine
     return {name: statistics.median(ts) if ts else math.nan for name, ts in times.items()}
 

@@ -30,12 +30,12 @@ SUBJECTS = [Subject.LEASE, Subject.GPU, Subject.REQUEST]
 @st.composite
 def a_pass(draw: st.DrawFn, subject: Subject) -> list[dict[str, Any]]:
     """Facts of one pass: some drawn afresh, others sharing what the conditions read with an
-    earlier subject (with 1 and 1.0 and True mixed in where a number may be either)."""
+    earlier subject (with 1 and 1.0 swapped where a number may be either)."""
     read = facts_read(POLICY, subject)
     out: list[dict[str, Any]] = []
     for _ in range(draw(st.integers(2, 12))):
         fresh = draw(facts_for(subject))
-        if out and draw(st.booleans()):
+        if draw(st.booleans()) and out:
             twin = draw(st.sampled_from(out))
             fresh.update({n: twin[n] for n in read})
             if draw(st.booleans()):  # the same number, as the other numeric type
