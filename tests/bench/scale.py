@@ -74,8 +74,10 @@ QUICK = (1_000, 10_000)
 SMALL = 100  # the commands with this many GPUs ...
 COMPARED = 10_000  # ... against the same with this many
 SWEEP_BUDGET_S = 3.0  # one sweep of 100,000 GPUs
+SWEEP_10K_BUDGET_S = 1.0  # and of 10,000 (the design's table)
 SCRAPE_BUDGET_S = 1.0
 INGEST_P99_BUDGET_S = 0.2
+KEPT_UP = 0.97  # ingest sustained: pushes answered per second over those offered, at least
 SCALING_BUDGET = 12.0  # 10x the fleet costs at most this many times the time
 COMMAND_BUDGET = 1.5  # a command with 10,000 GPUs against the same with 100
 AUDIT_BUDGET_S = 10.0
@@ -394,10 +396,18 @@ def verdict(ok: bool) -> str:
 
 
 def budget_line(
-    what: str, ours: float, budget: float, unit: str = "s", *, below: bool = True
+    what: str,
+    ours: float,
+    budget: float,
+    unit: str = "s",
+    *,
+    below: bool = True,
+    floor: bool = False,
 ) -> str:
-    """One figure: ours, the budget and their ratio (under 1 is inside a ceiling)."""
-    ok = ours < budget if below else ours <= budget
+    """One figure: ours, the budget and their ratio (under 1 is inside a ceiling; with
+    `floor`, the budget is a least and a ratio of 1 or more meets it)."""
+    ceiling = ours < budget if below else ours <= budget
+    ok = ours >= budget if floor else ceiling
     shown = f"{ours:.3f} {unit}" if unit == "s" else f"{ours:.2f}{unit}"
     limit = f"{budget:g} {unit}" if unit == "s" else f"{budget:g}{unit}"
     ratio = ours / budget if budget else math.nan
@@ -478,7 +488,11 @@ def print_budgets(rows: list[Row]) -> None:
             continue
         small, big = mine[0], mine[-1]
         print(
-            budget_line(f"{kind}: one sweep of {big.gpus:,} GPUs", big.sweep.best_s, SWEEP_BUDGET_S)
+            budget_line(
+                f"{kind}: one sweep of {big.gpus:,} GPUs",
+                big.sweep.best_s,
+                SWEEP_BUDGET_S if big.gpus > COMPARED else SWEEP_10K_BUDGET_S,
+            )
         )
         if isinstance(big.scrape, tuple):
             print(
@@ -493,11 +507,8 @@ def print_budgets(rows: list[Row]) -> None:
             )
         )
         kept = big.ingest.achieved / big.ingest.rate
-        print(
-            budget_line(
-                f"{kind}: ingest kept up (achieved / offered)", kept, 1.0, "x", below=False
-            ).replace("MISS", "PASS" if kept > 0.97 else "MISS")
-        )
+        what = f"{kind}: ingest sustained (achieved / offered rate)"
+        print(budget_line(what, kept, KEPT_UP, "x", floor=True))
         if big.gpus > small.gpus:
             scale = big.gpus // small.gpus
             for what, a, b in (
