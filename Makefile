@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.fairness
 	$(BIN)/python -m tests.bench.reports
 	$(BIN)/python -m tests.bench.simulate
+	$(BIN)/python -m tests.bench.scale
 
 # The package-level import graph, every cycle and each module's size (tests/imports.py);
 # tests/unit/test_architecture.py guards the same graph.

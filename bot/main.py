@@ -23,6 +23,7 @@ from slack_bolt import App
 from slack_sdk import WebClient
 from sqlalchemy.exc import SQLAlchemyError
 
+from bot import memory
 from bot.forward import AdvertiseError, Forwarder, advertise_url
 from bot.jobs import INBOX, OUTBOX, OUTCOMES, POLL, RETENTION, ROLLUP, SWEEP, Jobs
 from bot.leader import Leader
@@ -41,7 +42,7 @@ from bot.telemetry.agent_push import Ingest, load_tokens
 from bot.telemetry.errors import TelemetryUnavailable
 from bot.telemetry.sources import Feed, Source, choose
 from bot.telemetry.window import TelemetryWindow
-from storage import gpus, inbox, keyvalue, migrate, outbox
+from storage import agent_reads, gpus, inbox, keyvalue, migrate, outbox
 from storage.db import Database, normalise_url, one_line
 from storage.leader import starting
 
@@ -304,6 +305,7 @@ def _wire(settings: Settings, db: Database, services: Services, client: WebClien
             orders=services.take_orders,
             results=services.record_results,
             spend=services.spend_nonce,
+            pending=lambda: agent_reads.nodes_with_orders(db),
         )
     bot = Bot(
         settings,
@@ -359,6 +361,7 @@ def serve(settings: Settings, *, http: bool, host: str, port: int) -> None:
             "HTTP mode needs SLACK_SIGNING_SECRET (Slack signs every request with it); "
             "or set SLACK_APP_TOKEN (xapp-...) for Socket Mode."
         )
+    memory.tame()  # before the threads: glibc's arenas capped, the heap trimmed after bursts
     with _alone(settings.database_url):
         _serve(settings, socket_mode=socket_mode, host=host, port=port)
 

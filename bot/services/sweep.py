@@ -35,13 +35,14 @@ from rules.lease_facts import (
     lease_facts,
 )
 from rules.marks import PARTLY_IDLE, notice_key, would_have_key
+from rules.memo import PassDecisions
 from rules.reclaim import Do, lease_steps, to_shrink
 from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
-from storage.gpus import gpu_snapshots
 from storage.outbox import OutboxKind, Owed
 from storage.requests import pools_with_queue
+from storage.sweep_reads import gpu_snapshots
 from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"
@@ -56,7 +57,9 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
         told = keyvalue.told_unreserved(session)
         waiting = pools_with_queue(session)
     run = Pass(ctx, readings, now, paused, unreserved=told)
-    policy, decide, reading = ctx.policy, ctx.live.decide, run.reading
+    # Subjects whose conditions read the same values share one evaluation (rules.memo).
+    decisions = PassDecisions(ctx.live.current)
+    policy, decide, reading = ctx.policy, decisions.decide, run.reading
 
     def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
         for lease in on:
@@ -78,6 +81,8 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
             fresh, warned = leases.active_snapshots(session)
         act([s for s in fresh if f"L{s.id}" in recalled.started], warned)
     run.report.chased = approval_lifecycle.chase(ctx).steps()
+    run.report.decided, run.report.evaluated = decisions.answered + decisions.asked, decisions.asked
+    decisions.close()
     return run.report
 
 

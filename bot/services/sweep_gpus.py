@@ -25,9 +25,10 @@ def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
             _unreserved(run, gpu, users, match, decision.for_action(match))
-    key = keyvalue.unreserved_key(gpu.node, gpu.index)
-    if not decision.facts["gpu.unreserved"] and key in run.unreserved:
-        _clear(run.ctx, key)
+    if run.unreserved and not decision.facts["gpu.unreserved"]:  # most passes: none told
+        key = keyvalue.unreserved_key(gpu.node, gpu.index)
+        if key in run.unreserved:
+            _clear(run.ctx, key)
 
 
 def _unhealthy(run: Pass, gpu: GpuSnapshot, match: Match, decision: Decision) -> None:

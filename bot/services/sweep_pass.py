@@ -21,6 +21,8 @@ class SweepReport:
     recalled: list[str] = field(default_factory=list)  # leases chosen for a lender recall
     recall_withdrawn: list[str] = field(default_factory=list)
     chased: list[str] = field(default_factory=list)  # "R4 remind": the approval lifecycle
+    decided: int = 0  # subjects decided in the pass
+    evaluated: int = 0  # of them, those the engine evaluated (the others: rules.memo)
 
     @property
     def changed(self) -> bool:

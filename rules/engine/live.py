@@ -71,6 +71,10 @@ class LivePolicy:
     def engine_name(self) -> str:
         return self._current[1].name
 
+    def current(self) -> tuple[Policy, RuleEngine]:
+        """The revision in force and its engine, as one atomic view (for rules.memo)."""
+        return self._current
+
     def decide(self, subject: Subject, facts: Mapping[str, Any]) -> Decision:
         while True:
             policy, engine = self._current  # one attribute read: an atomic view of the swap

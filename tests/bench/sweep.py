@@ -39,6 +39,7 @@ from bot.telemetry.window import TelemetryWindow
 from rules import expr
 from rules.decision import Decision
 from rules.domain import LeaseState, Subject
+from rules.memo import PassDecisions
 from storage import migrate, outbox
 from storage.db import Database
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
@@ -313,17 +314,17 @@ def distinct_facts(
     keyed by every fact could save), facts the conditions read, and distinct values of those."""
     live = services.ctx.live
     seen: dict[Subject, list[Mapping[str, Any]]] = {Subject.LEASE: [], Subject.GPU: []}
-    decide = live.decide
+    decide = PassDecisions.decide  # the sweep decides through its pass's memo
 
-    def recording(subject: Subject, facts: Mapping[str, Any]) -> Decision:
+    def recording(self: PassDecisions, subject: Subject, facts: Mapping[str, Any]) -> Decision:
         seen[subject].append(dict(facts))
-        return decide(subject, facts)
+        return decide(self, subject, facts)
 
-    live.decide = recording  # type: ignore[method-assign]
+    PassDecisions.decide = recording  # type: ignore[method-assign]
     try:
         services.sweep(telemetry)
     finally:
-        del live.decide
+        PassDecisions.decide = decide  # type: ignore[method-assign]
     out = {}
     for subject, facts in seen.items():
         read = set().union(*(expr.facts_used(r.condition) for r in live.policy.rules_for(subject)))
@@ -398,7 +399,7 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "snapshot reads",
         (
             ("storage/leases.py", "active_snapshots"),
-            ("storage/gpus.py", "gpu_snapshots"),
+            ("storage/sweep_reads.py", "gpu_snapshots"),
             ("services/sweep.py", "read_snapshot"),
             ("storage/keyvalue.py", "told_unreserved"),
             ("services/admin.py", "is_paused"),

@@ -1,0 +1,100 @@
+"""The serving process's memory after bursts: glibc's malloc keeps what a burst of requests
+took (one arena per thread that allocated, each holding its peak), so RSS stays at the burst's
+high-water mark long after the objects are gone.
+
+`tame()` caps the arenas and starts a thread that hands freed memory back to the system once
+RSS has grown since it last did. glibc only: elsewhere both are no-ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+ARENAS = 2  # the main arena and one for every other thread: a 200-thread burst no longer
+# leaves 200 arenas each holding its peak, at the cost of some lock contention in malloc
+EVERY_S = 10.0  # how often RSS is looked at (a read of /proc/self/statm)
+GROWTH_MIB = 16.0  # trimmed when RSS grew by this much since the last trim
+
+_PAGE_MIB = (os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096) / (1 << 20)
+_started = threading.Lock()
+_running: list[threading.Thread] = []
+
+
+def _glibc() -> Any | None:
+    """glibc's libc, or None (musl, macOS, Windows: their malloc has neither call)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - present in glibc only
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def limit_arenas(arenas: int = ARENAS) -> bool:
+    """Cap malloc's arenas; best before the process starts its threads. True when glibc took it."""
+    libc = _glibc()
+    return bool(libc is not None and libc.mallopt(M_ARENA_MAX, arenas) == 1)
+
+
+def trim() -> bool:
+    """Return the free memory at the top of every arena's heap to the system (malloc_trim(0));
+    True when some was."""
+    libc = _glibc()
+    return bool(libc is not None and libc.malloc_trim(0) == 1)
+
+
+def rss_mib() -> float | None:
+    """This process's resident set, or None where /proc is not there."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * _PAGE_MIB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def trim_after_growth(floor_mib: float | None, growth_mib: float = GROWTH_MIB) -> float | None:
+    """Trim when RSS rose `growth_mib` over `floor_mib`; the floor to compare with next time."""
+    now = rss_mib()
+    if now is None:
+        return None
+    if floor_mib is None or now - floor_mib >= growth_mib:
+        trim()
+        return rss_mib()
+    return min(floor_mib, now)
+
+
+def tame(every_s: float = EVERY_S) -> bool:
+    """Cap the arenas and keep trimming after bursts, for the life of the process (once; a
+    second call does nothing). False where this is not glibc."""
+    if _glibc() is None:
+        return False
+    with _started:
+        if _running:
+            return True
+        limit_arenas()
+        thread = threading.Thread(target=_keep_trimmed, args=(every_s,), daemon=True)
+        thread.name = "gpubot-malloc-trim"
+        _running.append(thread)
+        thread.start()
+    return True
+
+
+def _keep_trimmed(every_s: float) -> None:
+    floor = None
+    wait = threading.Event()
+    while not wait.wait(every_s):
+        try:
+            floor = trim_after_growth(floor)
+        except Exception:  # never let the housekeeping thread take the process down with it
+            log.exception("trimming the heap failed")
+            return

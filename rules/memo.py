@@ -1,0 +1,129 @@
+"""One pass's decisions, each distinct combination of the facts the conditions read evaluated
+once: at 100,000 GPUs a sweep decides 150,000 subjects, but their conditions read a handful of
+facts whose values repeat (a busy GPU looks like every other busy GPU to the rules).
+
+The memo keeps only which rules matched (and which shapes of facts passed the type check);
+every decision is still assembled as `rules.engine.decide` assembles it, from the subject's own
+facts, so its facts, reasons and rule ids are the subject's. A memo lives
+for one pass and for one revision: a rules reload during the pass starts a fresh one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any
+
+from rules import expr
+from rules.decision import Decision
+from rules.domain import Subject
+from rules.engine import (
+    RevisionRetiredError,
+    RuleEngine,
+    _decision,  # where rules.engine.decide assembles every Decision
+    check_facts,
+)
+from rules.policy import Policy
+
+Current = Callable[[], tuple[Policy, RuleEngine]]  # the revision in force, read atomically
+
+
+def facts_read(policy: Policy, subject: Subject) -> tuple[str, ...]:
+    """The fact names the subject's conditions read, sorted."""
+    rules = policy.rules_for(subject)
+    return tuple(sorted(set().union(*(expr.facts_used(r.condition) for r in rules))))
+
+
+class MemoEngine:
+    """A `RuleEngine` that asks `engine` once per distinct combination of the values of the
+    facts the conditions read, and answers every later subject with the same values from memo.
+
+    A value's type is part of the key: `1`, `1.0` and `True` are equal in Python, and the
+    memo must not assume an engine treats them alike."""
+
+    def __init__(self, policy: Policy, engine: RuleEngine) -> None:
+        self.name = engine.name
+        self.engine = engine
+        self.revision = policy.revision
+        self._keys: dict[Subject, Callable[[Mapping[str, Any]], tuple[Any, ...]]] = {}
+        for subject in Subject:
+            names = facts_read(policy, subject)
+            self._keys[subject] = _key_of(names)
+        self._seen: dict[tuple[Any, ...], Sequence[int]] = {}
+        # The shapes (names in order, and the type of each value) of facts check_facts passed:
+        # its verdict depends on nothing else, so a fact of a shape seen is not checked again.
+        self.checked: set[tuple[Any, ...]] = set()
+        self.asked = 0  # subjects the engine evaluated
+        self.answered = 0  # subjects answered from the memo
+
+    def match(self, subject: Subject, facts: Mapping[str, Any]) -> Sequence[int]:
+        values = self._keys[subject](facts)
+        key = (subject, values, tuple(map(type, values)))
+        found = self._seen.get(key)
+        if found is not None:
+            self.answered += 1
+            return found
+        found = self._seen[key] = tuple(sorted(self.engine.match(subject, facts)))
+        self.asked += 1
+        return found
+
+    def close(self) -> None:
+        """Forget the memo; the wrapped engine belongs to the live policy, which closes it."""
+        self._seen.clear()
+        self.checked.clear()
+
+
+def _key_of(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    if not names:
+        return lambda _facts: ()
+    if len(names) == 1:
+        one = names[0]
+        return lambda facts: (facts[one],)
+    getter = itemgetter(*names)
+    return getter  # a tuple, as more than one name was given
+
+
+class PassDecisions:
+    """`decide(subject, facts)` for one sweep pass, through a memo of the revision in force.
+
+    Made anew for every pass, so no pass sees the memo of another (nor of an older revision);
+    within the pass, a reload swaps in a fresh memo for the new revision."""
+
+    def __init__(self, current: Current) -> None:
+        self._current = current
+        self._memos: list[MemoEngine] = []  # the last one answers; one per revision seen
+
+    @property
+    def asked(self) -> int:
+        """Subjects the engine evaluated in this pass."""
+        return sum(m.asked for m in self._memos)
+
+    @property
+    def answered(self) -> int:
+        """Subjects answered from the memo in this pass."""
+        return sum(m.answered for m in self._memos)
+
+    def decide(self, subject: Subject, facts: Mapping[str, Any]) -> Decision:
+        while True:
+            policy, engine = self._current()
+            memo = self._memos[-1] if self._memos else None
+            if memo is None or memo.engine is not engine:
+                if memo is not None:
+                    memo.close()
+                memo = MemoEngine(policy, engine)
+                self._memos.append(memo)
+            shape = (subject, tuple(facts), tuple(map(type, facts.values())))
+            if shape not in memo.checked:
+                check_facts(subject, facts)
+                memo.checked.add(shape)
+            try:
+                found = memo.match(subject, facts)
+            except RevisionRetiredError:
+                continue  # raced with a reload: the new revision answers, from a new memo
+            rules = policy.rules_for(subject)
+            # As rules.engine.decide makes it, from the subject's own facts.
+            return _decision(policy, memo.name, subject, facts, [rules[i] for i in found])
+
+    def close(self) -> None:
+        for memo in self._memos:
+            memo.close()
