@@ -66,14 +66,17 @@ def audit_export(
         database.read() as session,
         closing(audit.export(session, fmt.value, start)) as lines,  # closed before the session
     ):
-        if output is None:
-            _write(lines, sys.stdout)
-            return
         try:
-            with output.open("w", encoding="utf-8", newline="") as stream:
-                rows = _write(lines, stream)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}")
+            if output is None:
+                _write(lines, sys.stdout)  # a closed pipe is the command group's to handle
+                return
+            try:
+                with output.open("w", encoding="utf-8", newline="") as stream:
+                    rows = _write(lines, stream)
+            except OSError as exc:
+                fail(f"cannot write {output}: {exc.strerror or exc}")
+        except ValueError as exc:  # a row that cannot be read: named, with what to run next
+            fail(str(exc))
     header = 1 if fmt == ExportFormat.CSV else 0
     typer.echo(f"wrote {plural(rows - header, 'audit row')} to {output}", err=True)
 

@@ -7,17 +7,21 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 import tracemalloc
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from storage import audit, audit_text
+from storage import audit, audit_text, migrate
 from storage.db import Database
 from storage.tables import AuditHeadRow, AuditRow
 from tests.bench.audit_scale import insert_chain
+from tests.unit.bot.cli.builders import gpubot
 
 NOW = datetime(2025, 3, 14, 9, 30, tzinfo=UTC)
 _table = AuditRow.__table__  # type: ignore[attr-defined]
@@ -398,3 +402,31 @@ def test_verify_and_export_of_a_big_log_keep_memory_flat(shared_db: Database) ->
     assert exported > 15_000_000
     assert verify_peak < 5_000_000
     assert export_peak < 5_000_000
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def test_the_commands_verify_in_workers_and_name_an_unreadable_row(tmp_path: Path) -> None:
+    """`gpubot audit verify` over more than one range of ids (checked in worker processes
+    where the command can fork them); an export that meets a row it cannot read says which,
+    and exits 2, no traceback."""
+    url = f"sqlite:///{tmp_path / 'gpubot.db'}"
+    migrate.upgrade(url)
+    insert_chain(url, audit.CHUNK_ROWS + 10)
+    ok = gpubot("audit", "verify", "--database-url", url)
+    assert (0, f"OK: {audit.CHUNK_ROWS + 10} audit rows, hash chain intact\n") == (
+        ok.exit_code,
+        ok.stdout,
+    )
+    with closing(sqlite3.connect(tmp_path / "gpubot.db")) as raw, raw:
+        raw.execute("UPDATE audit SET facts = '{oops' WHERE id = 7")
+    failed = gpubot("audit", "verify", "--database-url", url)
+    assert 1 == failed.exit_code
+    assert failed.stderr.startswith("FAILED: audit row 7 was altered (first bad row id 7;")
+    output = tmp_path / "audit.jsonl"
+    refused = gpubot(
+        "audit", "export", "--format", "jsonl", "-o", str(output), "--database-url", url
+    )
+    assert 2 == refused.exit_code
+    assert refused.stderr.startswith("error: audit row 7 cannot be exported: its time or JSON")
