@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,24 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-#: A read of the stored text, in this order: id, at (as "YYYY-MM-DD HH:MM:SS.ffffff", UTC),
-#: the text columns and the JSON columns as text, then whether the JSON texts are well formed.
-#: PostgreSQL's json type refuses malformed text on the way in; SQLite stores any text, and
-#: malformed pieces could be shifted between columns without changing what they add up to.
-_COLUMNS = {
-    "sqlite": (
-        "id, at, actor, tag, subject, outcome, deciding_rule, matching_rules, facts, detail, "
-        "revision, engine, prev_hash, hash, "
-        "json_valid(matching_rules) AND json_valid(facts) AND json_valid(detail)"
-    ),
-    "postgresql": (
-        "id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), actor, tag, subject, "
-        "outcome, deciding_rule, matching_rules::text, facts::text, detail::text, revision, "
-        "engine, prev_hash, hash, true"
-    ),
-}
-_MARK = {"sqlite": "?", "postgresql": "%s"}
-_BATCH = 1_000  # rows fetched at a time: memory stays flat whatever the size of the log
+_JSON = ("matching_rules", "facts", "detail")
 HEADER = (
     "id",
     "at",
@@ -57,6 +41,36 @@ HEADER = (
     "prev_hash",
     "hash",
 )
+#: A read of the stored bytes (UTF-8, nothing decoded), in `HEADER` order: the id, the time as
+#: "YYYY-MM-DD HH:MM:SS.ffffff" (UTC), the text and JSON columns.
+_COLUMNS = {
+    "sqlite": ", ".join(
+        [
+            "id",
+            *(f"CAST({name} AS BLOB)" for name in HEADER[1:]),
+        ]
+    ),
+    "postgresql": ", ".join(
+        [
+            "id",
+            "convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), 'UTF8')",
+            *(
+                f"convert_to({name}{'::text' if name in _JSON else ''}, 'UTF8')"
+                for name in HEADER[2:]
+            ),
+        ]
+    ),
+}
+_MARK = {"sqlite": "?", "postgresql": "%s"}
+#: What JSON escapes in a string; the rest of UTF-8 canonical JSON keeps as it is.
+_ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
+#: The stored JSON texts are not parsed, so nothing in them says where one ends: text moved from
+#: one JSON column into the next, over the columns between them, would add up to the same body.
+#: Every such move leaves a JSON text holding the separator before the column after it (the
+#: strings between hold no quote, and no separator can overlap itself). A row whose JSON texts
+#: hold none is read as stored; the few others are decoded, which finds where each one ends.
+_SEPARATORS = (b',"engine":', b',"id":')
+_BATCH = 1_000  # rows fetched at a time: memory stays flat whatever the size of the log
 
 Row = Sequence[Any]
 
@@ -133,70 +147,81 @@ def _iso(at: str) -> str:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
 
 
-def _stored_parts(row: Row) -> tuple[str, str, str]:
-    """The time in ISO form and the body's head and tail (see `body_parts`) from a row's
-    stored text as it is: what was hashed, if the row was stored canonical. Raises TypeError
-    or ValueError for a value of another type or a time in another spelling."""
-    at = row[1]
-    if len(at) != 26 or at[19] != ".":
-        raise ValueError("a time in another spelling")
-    iso = f"{at[:10]}T{at[11:19]}{'' if at[20:] == '000000' else at[19:]}+00:00"
-    e = encode_basestring  # the time has only digits and -:T+. in it: nothing to escape
-    head = (
-        f'{{"actor":{e(row[2])},"at":"{iso}","deciding_rule":{e(row[6])},"detail":{row[9]},'
-        f'"engine":{e(row[11])},"facts":{row[8]}'
-    )
-    tail = (
-        f',"id":{row[0]:d},"matching_rules":{row[7]},"outcome":{e(row[5])},'
-        f'"prev_hash":{e(row[12])},"revision":{e(row[10])},"subject":{e(row[4])},'
-        f'"tag":{e(row[3])}}}'
-    )
-    return iso, head, tail
-
-
-def _decoded_parts(row: Row) -> tuple[str, str, str] | None:
-    """The same from the row's values decoded and encoded again, as every row once was; None
-    when they cannot be decoded (nothing hashes to what cannot be read)."""
+def _stored_bytes(row: Row) -> tuple[bytes, bytes] | None:
+    """The head and tail (see `body_parts`) of a row's body from its stored bytes as they are:
+    what was hashed if the row was stored canonical. None where that cannot be told from the
+    bytes alone (see `_SEPARATORS`): the row is then decoded."""
+    row_id, at, actor, tag, subject, outcome, rule, rules, facts, detail, *rest = row
+    revision, engine, prev_hash = rest[:3]
     try:
-        iso = _iso(row[1])
-        decoded = [json.loads(row[i]) for i in (7, 8, 9)]
-        values = [row[0], iso, *row[2:7], *decoded, *row[10:13]]
+        plain = b"".join((at, actor, tag, subject, outcome, rule, revision, engine, prev_hash))
+        if type(row_id) is not int or len(at) != 26 or at[19] != 46 or _ESCAPED.search(plain):
+            return None  # 46: "."
+        json_text = rules + facts + detail
+        if _SEPARATORS[0] in json_text or _SEPARATORS[1] in json_text:
+            return None
+        fraction = b"" if at[20:] == b"000000" else at[19:]
+        head = b'{"actor":"%s","at":"%sT%s%s+00:00","deciding_rule":"%s","detail":%s,' % (
+            actor, at[:10], at[11:19], fraction, rule, detail
+        )  # fmt: skip
+        head += b'"engine":"%s","facts":%s' % (engine, facts)
+        tail = b',"id":%d,"matching_rules":%s,"outcome":"%s","prev_hash":"%s",' % (
+            row_id, rules, outcome, prev_hash
+        )  # fmt: skip
+        tail += b'"revision":"%s","subject":"%s","tag":"%s"}' % (revision, subject, tag)
+    except TypeError:  # a value that is not bytes (SQLite keeps whatever was written)
+        return None
+    return head, tail
+
+
+def _hashed(row: Row, head: bytes, tail: bytes) -> bool:
+    return bool(hashlib.sha256(row[12] + head + tail).hexdigest().encode() == row[13])
+
+
+def is_stored_hash(row: Row) -> bool:
+    """Whether a row's stored bytes are what its hash covers, as rows are stored now."""
+    parts = _stored_bytes(row)
+    return parts is not None and _hashed(row, *parts)
+
+
+def _text(row: Row) -> Row | None:
+    """The row with its bytes decoded; None where they are not UTF-8."""
+    try:
+        return [value.decode() if isinstance(value, bytes) else value for value in row]
+    except UnicodeDecodeError:
+        return None
+
+
+def _decoded_parts(text: Row) -> tuple[str, str, str] | None:
+    """The time in ISO form and the head and tail of a row's body from its decoded values,
+    the JSON columns decoded and encoded again, as every row once was; None when they cannot
+    be decoded (nothing hashes to what cannot be read)."""
+    try:
+        iso = _iso(text[1])
+        decoded = [json.loads(text[i]) for i in (7, 8, 9)]
+        values = [text[0], iso, *text[2:7], *decoded, *text[10:13]]
         return iso, *body_parts([canonical_json(value) for value in values])
     except (TypeError, ValueError):
         return None
 
 
-def is_stored_hash(row: Row) -> bool:
-    """Whether the row's stored text is what its hash covers, as written since rows are
-    stored canonical; the JSON texts well formed, so none can hide part of another."""
-    try:
-        return bool(row[14]) and digest(row[12], "".join(_stored_parts(row)[1:])) == row[13]
-    except (TypeError, ValueError):
+def holds(row: Row) -> bool:
+    """Whether a row's hash covers its content, from its previous hash on."""
+    stored = _stored_bytes(row)
+    if stored is not None and _hashed(row, *stored):
+        return True
+    text = _text(row)
+    decoded = _decoded_parts(text) if text is not None else None
+    if text is None or decoded is None:
         return False
+    return bool(digest(text[12], decoded[1] + decoded[2]) == text[13])
 
 
-class _Parts:
-    """One row's time and body for its export line: from its stored text when that is what
-    was hashed (`canonical`), else from its values decoded and encoded again."""
-
-    __slots__ = ("at", "canonical", "head", "row", "tail")
-
-    def __init__(self, row: Row) -> None:
-        self.row = row
-        self.canonical = is_stored_hash(row)
-        parts = _stored_parts(row) if self.canonical else _decoded_parts(row)
-        if parts is None:
-            raise ValueError(
-                f"audit row {row[0]} cannot be exported: its time or JSON columns do not "
-                "parse (`gpubot audit verify` names what was altered)"
-            )
-        self.at, self.head, self.tail = parts
-
-    def json_value(self, index: int) -> str:
-        """A JSON column's canonical text."""
-        if self.canonical:
-            return str(self.row[index])
-        return canonical_json(json.loads(self.row[index]))
+def _unreadable(row: Row) -> ValueError:
+    return ValueError(
+        f"audit row {row[0]} cannot be exported: its time or JSON columns do not parse "
+        "(`gpubot audit verify` names what was altered)"
+    )
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -227,7 +252,7 @@ def rows(
         params.append(stored_at(since) if dialect == "sqlite" else since)
     if dialect == "postgresql":
         # A server-side cursor: PostgreSQL sends the rows a batch at a time.
-        cursor = connection.cursor(name=f"audit_{low}_{high}")
+        cursor = connection.cursor(name=f"audit_{low}_{high}", binary=True)
         cursor.itersize = _BATCH
     else:
         cursor = connection.cursor()
@@ -271,12 +296,12 @@ def check(rows: Iterable[Row]) -> Span:
     """Check the rows of one range: ids without gaps, each row linked to the one before it,
     each row's hash over its content."""
     first: tuple[int, str] | None = None
-    last_id, last_hash = 0, ""
+    last_id, last_hash = 0, b""
     checked = 0
     for row in rows:
         row_id, prev_hash, row_hash = row[0], row[12], row[13]
         if first is None:
-            first = (row_id, prev_hash)
+            first = (row_id, _decoded(prev_hash))
         else:
             if row_id != last_id + 1:
                 return Span(
@@ -285,13 +310,16 @@ def check(rows: Iterable[Row]) -> Span:
             if prev_hash != last_hash:
                 problem = f"audit row {row_id} does not follow row {last_id}"
                 return Span(checked, first, None, (row_id, problem))
-        if not is_stored_hash(row):
-            parts = _decoded_parts(row)
-            if parts is None or digest(prev_hash, parts[1] + parts[2]) != row_hash:
-                return Span(checked, first, None, (row_id, f"audit row {row_id} was altered"))
+        if not holds(row):
+            return Span(checked, first, None, (row_id, f"audit row {row_id} was altered"))
         checked += 1
         last_id, last_hash = row_id, row_hash
-    return Span(checked, first, (last_id, last_hash) if first else None)
+    return Span(checked, first, (last_id, _decoded(last_hash)) if first else None)
+
+
+def _decoded(value: bytes) -> str:
+    # A hash that is not UTF-8 matches no hash; it is still shown for what it is.
+    return value.decode(errors="replace")
 
 
 def check_range(source: Source, span: tuple[int, int]) -> Span:
@@ -309,8 +337,16 @@ def check_range(source: Source, span: tuple[int, int]) -> Span:
 def jsonl_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
     """One canonical JSON object per row, its hash included."""
     for row in rows:
-        parts = _Parts(row)
-        yield f'{parts.head},"hash":{encode_basestring(row[13])}{parts.tail}\n'
+        stored = _stored_bytes(row)
+        if stored is not None and _hashed(row, *stored):
+            head, tail = stored
+            yield (head + b',"hash":"%s"' % row[13] + tail + b"\n").decode()
+            continue
+        text = _text(row)
+        parts = _decoded_parts(text) if text is not None else None
+        if text is None or parts is None:
+            raise _unreadable(row)
+        yield f'{parts[1]},"hash":{encode_basestring(text[13])}{parts[2]}\n'
 
 
 def csv_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
@@ -320,9 +356,18 @@ def csv_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
     writer.writerow(HEADER)
     yield out.pop()
     for row in rows:
-        parts = _Parts(row)
-        json_texts = [parts.json_value(i) for i in (7, 8, 9)]
-        writer.writerow([row[0], parts.at, *row[2:7], *json_texts, *row[10:14]])
+        text = _text(row)
+        try:
+            if text is None:
+                raise ValueError("not UTF-8")
+            at = _iso(text[1])
+            if is_stored_hash(row):
+                json_texts = text[7:10]
+            else:
+                json_texts = [canonical_json(json.loads(text[i])) for i in (7, 8, 9)]
+        except (TypeError, ValueError):
+            raise _unreadable(row) from None
+        writer.writerow([text[0], at, *text[2:7], *json_texts, *text[10:14]])
         yield out.pop()
 
 

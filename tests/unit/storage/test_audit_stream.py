@@ -36,7 +36,8 @@ def an_entry(n: int) -> audit.AuditEntry:
         tag="lease:granted",
         subject=f"lease:{n}",
         outcome="approve",
-        deciding_rule="within-nominal",
+        # every other row has a string JSON escapes: read as text, not as bytes
+        deciding_rule="within-nominal" if n % 2 else 'the "quoted"\trule',
         matching_rules=("within-nominal", "small-request"),
         facts={"request.gpus": n, "team.used_after": 2.5, "z": {"b": [1, 2], "a": None}},
         detail={"note": 'évaluation ✓ "quoted"\n', 7: "int key", "gpus": (0, 1)},  # type: ignore[dict-item]
@@ -181,7 +182,9 @@ def test_rows_are_stored_as_the_canonical_json_their_hash_covers(database: Datab
     with database.read() as session:
         raw = session.connection().connection.driver_connection
         rows = list(audit_text.rows(raw, database.dialect, 0, 3))
-    assert [True, True, True] == [audit_text.is_stored_hash(row) for row in rows]
+    # row 2's deciding rule has a quote JSON escapes: it is decoded to be checked
+    assert [True, False, True] == [audit_text.is_stored_hash(row) for row in rows]
+    assert [True, True, True] == [audit_text.holds(row) for row in rows]
 
 
 def test_a_row_read_through_the_orm_still_holds_its_values(database: Database) -> None:
@@ -307,36 +310,80 @@ def test_a_forged_row_past_the_head_in_a_range_of_its_own_is_caught(
     assert expected == verified(shared_db, 2)
 
 
-def test_json_text_shifted_between_columns_is_caught(database: Database) -> None:
-    """Text moved from one JSON column into the next adds up to the same body; a column that
-    is not JSON on its own still fails the row (SQLite stores any text)."""
-    entry = audit.AuditEntry(
-        actor="U1",
-        tag="t:x",
-        subject="s",
-        detail={"a": 1, "engine": "x", "facts": {"b": 2}},
-        facts={"c": 3},
-        engine="e",
-    )
+SHIFTS = {
+    # detail, engine, facts: the detail ends early, the facts take the rest
+    "detail into facts": (
+        audit.AuditEntry(
+            actor="U1",
+            tag="t:x",
+            subject="s",
+            detail={"a": 1, "engine": "x", "facts": {"b": 2}},
+            facts={"c": 3},
+            engine="e",
+        ),
+        {"detail": '{"a":1', "engine": "x", "facts": '{"b":2}},"engine":"e","facts":{"c":3}'},
+    ),
+    # facts, id, matching rules: the facts end early, the matching rules take the rest
+    "facts into matching rules": (
+        audit.AuditEntry(
+            actor="U1",
+            tag="t:x",
+            subject="s",
+            facts={"a": 1, "id": 1, "matching_rules": []},
+            matching_rules=("r",),
+        ),
+        {"facts": '{"a":1', "matching_rules": '[]},"id":1,"matching_rules":["r"]'},
+    ),
+}
+
+
+@pytest.mark.parametrize("shift", list(SHIFTS))
+def test_json_text_shifted_from_one_column_into_the_next_is_caught(
+    database: Database, shift: str
+) -> None:
+    """Text moved from one JSON column into the next adds up to the same body, and so to the
+    same hash; the row still fails (SQLite stores any text; PostgreSQL refuses it)."""
+    entry, shifted = SHIFTS[shift]
     with database.write() as session:
         audit.append(session, entry, at=NOW)
-    detail, facts = stored_json(database, 1)[2], stored_json(database, 1)[1]
-    assert '{"a":1,"engine":"x","facts":{"b":2}}' == detail
-    shifted_detail = '{"a":1'
-    shifted_facts = '{"b":2}},"engine":"e","facts":{"c":3}'
-    if database.dialect == "postgresql":
-        refused = sa.text("UPDATE audit SET detail = CAST(:d AS json) WHERE id = 1")
-        with pytest.raises(sa.exc.DataError):  # the json type refuses it on the way in
-            tamper(database, refused.bindparams(d=shifted_detail))
-        return
-    tamper(
-        database,
-        sa.text("UPDATE audit SET detail = :d, engine = 'x', facts = :f WHERE id = 1").bindparams(
-            d=shifted_detail, f=shifted_facts
-        ),
+    assert audit.VerifyReport(ok=True, checked=1) == verified(database, 1)
+    assert adds_up_to_its_hash(database)
+    cast = "CAST(:{} AS json)" if database.dialect == "postgresql" else ":{}"
+    assignments = ", ".join(
+        f"{name} = {cast.format(name) if name in JSON_COLUMNS else ':' + name}" for name in shifted
     )
-    assert facts != shifted_facts
+    update = sa.text(f"UPDATE audit SET {assignments} WHERE id = 1").bindparams(**shifted)  # noqa: S608
+    if database.dialect == "postgresql":
+        with pytest.raises(sa.exc.DataError):  # the json type refuses it on the way in
+            tamper(database, update)
+        return
+    tamper(database, update)
+    assert adds_up_to_its_hash(database)  # the stored text put together: the same body
     assert broken(0, 1, "audit row 1 was altered") == verified(database, 1)
+    assert broken(0, 1, "audit row 1 was altered") == walked_or_refused(database)
+
+
+def adds_up_to_its_hash(database: Database) -> bool:
+    """Whether row 1's stored text, put together as it is, hashes to its stored hash."""
+    plain = [column for column in _table.columns if column.name not in JSON_COLUMNS]
+    with database.read() as session:
+        row = session.execute(sa.select(*plain).where(_table.c.id == 1)).mappings().one()
+    json_text = dict(zip(JSON_COLUMNS, stored_json(database, 1), strict=True))
+    values = [
+        json_text[name] if name in JSON_COLUMNS else audit.canonical_json(row[name])
+        for name in audit.HASHED_COLUMNS
+    ]
+    values[1] = audit.canonical_json(row["at"].isoformat())
+    head, tail = audit_text.body_parts(values)
+    return bool(audit_text.digest(row["prev_hash"], head + tail) == row["hash"])
+
+
+def walked_or_refused(database: Database) -> audit.VerifyReport:
+    """The row-by-row walk, which cannot even decode such a row."""
+    try:
+        return walked(database)
+    except json.JSONDecodeError:
+        return broken(0, 1, "audit row 1 was altered")
 
 
 # ---- export ----------------------------------------------------------------------------------
