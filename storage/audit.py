@@ -6,15 +6,14 @@ deleted or inserted row breaks the chain that `verify` walks (invariant 6).
 
 from __future__ import annotations
 
-import functools
-import multiprocessing
+import itertools
 import os
-import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -54,6 +53,8 @@ EXPORT_COLUMNS = (*HASHED_COLUMNS, "hash")
 _JSON_COLUMNS = frozenset({"matching_rules", "facts", "detail"})
 #: Rows per range of ids: the unit a worker process checks, its fetches streamed in batches.
 CHUNK_ROWS = 50_000
+#: Rows per range an export worker writes: it holds the range's lines until they are read.
+EXPORT_CHUNK_ROWS = 10_000
 
 _audit = AuditRow.__table__  # type: ignore[attr-defined]  # SQLModel sets it at class creation
 _head = AuditHeadRow.__table__  # type: ignore[attr-defined]
@@ -294,26 +295,23 @@ def _ranges(bounds: _Bounds, chunk_rows: int) -> list[tuple[int, int]]:
 
 
 def _workers(session: Session, wanted: int | None, ranges: int) -> int:
-    """How many worker processes check the ranges: none (this process does) for a small log,
-    an in-memory database, or where forking is unsafe or unavailable."""
+    """How many worker processes check the ranges: none (this process does) for a log of one
+    range or an in-memory database, which no other process can open."""
     url = session.get_bind().engine.url
-    if ranges < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if ranges < 2 or (url.get_backend_name() == "sqlite" and _is_memory(url)):
         return 0
-    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-        return 0
-    if wanted is None:
-        # A forked child of a threaded process (the bot) could inherit a lock some other
-        # thread held; the command line has one thread.
-        if threading.active_count() > 1:
-            return 0
-        wanted = os.cpu_count() or 1
+    wanted = os.cpu_count() or 1 if wanted is None else wanted
     return min(wanted, ranges) if wanted > 1 else 0
+
+
+def _is_memory(url: sa.URL) -> bool:
+    return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
 
 
 def _source(session: Session, snapshot: str) -> audit_text.Source:
     url = session.get_bind().engine.url
     if url.get_backend_name() == "sqlite":
-        return audit_text.Source("sqlite", url.database or "")
+        return audit_text.Source("sqlite", str(Path(url.database or "").resolve()))
     target = url.set(drivername="postgresql").render_as_string(hide_password=False)
     return audit_text.Source("postgresql", target, snapshot)
 
@@ -338,18 +336,20 @@ def verify(
     # Only ids up to `high` are read: rows are append-only and a newer row gets a higher id,
     # so a range read later, by a worker on SQLite, holds the same rows as this snapshot.
     # On PostgreSQL the workers read inside this very snapshot.
-    probe = _bounds(session, export_snapshot=False)
-    ranges = _ranges(probe, chunk_rows)
+    bounds = _bounds(session, export_snapshot=False)
+    ranges = _ranges(bounds, chunk_rows)
     processes = _workers(session, workers, len(ranges))
-    bounds = probe
     if processes and dialect == "postgresql":
+        # Read again, in the very statement whose snapshot the workers share.
         bounds = _bounds(session, export_snapshot=True)
+        ranges = _ranges(bounds, chunk_rows)
     with ExitStack() as stack:
         spans: Iterator[Span]
         if processes:
-            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(processes))
-            check = functools.partial(audit_text.check_range, _source(session, bounds.snapshot))
-            spans = pool.imap(check, ranges)
+            source = _source(session, bounds.snapshot)
+            pool = audit_text.Workers(source, "verify", ranges, processes)
+            stack.callback(pool.close)  # the workers stop with the first fault
+            spans = audit_text.spans(pool)
         else:
             raw = _driver_connection(session)
             spans = (audit_text.check(audit_text.rows(raw, dialect, *span)) for span in ranges)
@@ -409,6 +409,48 @@ def export(
     # Closed with this generator: a reader that stops early leaves no server-side cursor open.
     with closing(rows), closing(lines):
         yield from lines
+
+
+def export_blocks(
+    session: Session,
+    fmt: ExportFormat,
+    since: datetime | None = None,
+    *,
+    workers: int | None = None,
+    chunk_rows: int = EXPORT_CHUNK_ROWS,
+) -> Generator[tuple[str, int], None, None]:
+    """`export` in blocks of lines, each with the number of rows in it (the CSV header is a
+    block of none). A log of more than one `chunk_rows` range is written by `workers`
+    processes (default: one per CPU), a range each at a time, the blocks in order."""
+    if fmt not in ("csv", "jsonl"):
+        raise ValueError(f"unknown audit export format {fmt!r}; use csv or jsonl")
+    bounds = _bounds(session, export_snapshot=False)
+    ranges = _ranges(bounds, chunk_rows)
+    processes = _workers(session, workers, len(ranges))
+    if not processes:
+        with closing(export(session, fmt, since)) as lines:
+            yield from _blocks(lines, fmt)
+        return
+    if session.get_bind().dialect.name == "postgresql":
+        # The workers read inside the snapshot of the statement that read the ids.
+        bounds = _bounds(session, export_snapshot=True)
+        ranges = _ranges(bounds, chunk_rows)
+    if fmt == "csv":
+        yield next(audit_text.csv_lines([])), 0
+    pool = audit_text.Workers(_source(session, bounds.snapshot), fmt, ranges, processes, since)
+    try:
+        for said, text in pool.answers():
+            if said["rows"]:
+                yield text.decode(), said["rows"]
+    finally:
+        pool.close()
+
+
+def _blocks(lines: Iterator[str], fmt: ExportFormat) -> Generator[tuple[str, int], None, None]:
+    if fmt == "csv":
+        yield next(lines), 0
+    while block := list(itertools.islice(lines, 1_000)):
+        yield "".join(block), len(block)
 
 
 def history(session: Session, subject: str) -> list[AuditRow]:

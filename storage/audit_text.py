@@ -13,12 +13,16 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime
 from json.encoder import encode_basestring  # the C one where the interpreter has it
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -267,7 +271,10 @@ def rows(
 def connect(source: Source) -> Any:
     """A connection of the worker's own, read-only, inside the verify's snapshot."""
     if source.dialect == "sqlite":
-        return sqlite3.connect(f"file:{source.target}?mode=ro", uri=True, timeout=30)
+        uri = f"{Path(source.target).resolve().as_uri()}?mode=ro"
+        lite = sqlite3.connect(uri, uri=True, timeout=30)
+        lite.execute("PRAGMA mmap_size = 1073741824")  # pages read in place, not copied
+        return lite
     connection = psycopg.connect(source.target)
     connection.read_only = True
     if source.snapshot:
@@ -322,11 +329,108 @@ def _decoded(value: bytes) -> str:
     return value.decode(errors="replace")
 
 
-def check_range(source: Source, span: tuple[int, int]) -> Span:
-    """`check` of `low < id <= high` on a connection of this (worker) process's own."""
+# ---- worker processes ----------------------------------------------------------------------
+
+
+class Workers:
+    """`processes` Python processes started afresh (not forked: no connection, lock or thread
+    of this process goes with them), each on a connection of its own, doing one `task`
+    ("verify", "jsonl" or "csv") over range k when k mod `processes` is its number; their
+    answers are read back in range order. A worker works ahead on its next range while the
+    one before is read, holding at most one range's answer."""
+
+    def __init__(
+        self,
+        source: Source,
+        task: str,
+        ranges: Sequence[tuple[int, int]],
+        processes: int,
+        since: datetime | None = None,
+    ) -> None:
+        self._ranges = len(ranges)
+        self._processes: list[subprocess.Popen[bytes]] = []
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)  # where `storage` is imported from
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        for k in range(processes):
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "storage.audit_text"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+            )
+            self._processes.append(worker)
+            request = {
+                "task": task,
+                "source": asdict(source),
+                "ranges": ranges[k::processes],
+                "since": since.isoformat() if since else None,
+            }
+            # On stdin, not the command line: a password in the URL stays out of `ps`.
+            assert worker.stdin is not None  # asked for: PIPE
+            worker.stdin.write(json.dumps(request).encode())
+            worker.stdin.close()
+
+    def answers(self) -> Generator[tuple[dict[str, Any], bytes], None, None]:
+        """Each range's answer in order: what the worker said, and the text it sent."""
+        for k in range(self._ranges):
+            worker = self._processes[k % len(self._processes)]
+            assert worker.stdout is not None  # asked for: PIPE
+            line = worker.stdout.readline()
+            if not line:
+                raise RuntimeError(
+                    f"an audit worker process ended early (exit status {worker.wait()}); "
+                    "what it said is above"
+                )
+            said = json.loads(line)
+            if "error" in said:
+                raise ValueError(said["error"])
+            yield said, worker.stdout.read(said.get("bytes", 0))
+
+    def close(self) -> None:
+        for worker in self._processes:
+            if worker.poll() is None:
+                worker.kill()
+            worker.wait()
+            if worker.stdout is not None:
+                worker.stdout.close()
+
+
+def spans(workers: Workers) -> Generator[Span, None, None]:
+    for said, _ in workers.answers():
+        checked, first, last, fault = said["span"]
+        yield Span(checked, _pair(first), _pair(last), _pair(fault))
+
+
+def _pair(value: list[Any] | None) -> tuple[int, str] | None:
+    return (int(value[0]), str(value[1])) if value is not None else None
+
+
+def _work() -> None:
+    """A worker: do the task on stdin over its ranges, one answer each on stdout, in order."""
+    request = json.loads(sys.stdin.buffer.read())
+    source, task = Source(**request["source"]), request["task"]
+    since = datetime.fromisoformat(request["since"]) if request["since"] else None
+    out = sys.stdout.buffer
     connection = connect(source)
     try:
-        return check(rows(connection, source.dialect, *span))
+        for low, high in request["ranges"]:
+            found = rows(connection, source.dialect, low, high, since)
+            if task == "verify":
+                span = check(found)
+                said = {"span": [span.checked, span.first, span.last, span.fault]}
+                out.write(json.dumps(said).encode() + b"\n")
+            else:
+                lines = jsonl_lines(found) if task == "jsonl" else csv_lines(found, header=False)
+                try:
+                    text = [line.encode() for line in lines]
+                except ValueError as problem:
+                    out.write(json.dumps({"error": str(problem)}).encode() + b"\n")
+                    break
+                data = b"".join(text)
+                out.write(json.dumps({"rows": len(text), "bytes": len(data)}).encode() + b"\n")
+                out.write(data)
+            out.flush()
     finally:
         connection.close()
 
@@ -349,12 +453,13 @@ def jsonl_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
         yield f'{parts[1]},"hash":{encode_basestring(text[13])}{parts[2]}\n'
 
 
-def csv_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
+def csv_lines(rows: Iterable[Row], *, header: bool = True) -> Generator[str, None, None]:
     """The header, then one CSV record per row, its JSON columns as canonical JSON text."""
     out: list[str] = []
     writer = csv.writer(_Sink(out.append), lineterminator="\n")
-    writer.writerow(HEADER)
-    yield out.pop()
+    if header:
+        writer.writerow(HEADER)
+        yield out.pop()
     for row in rows:
         text = _text(row)
         try:
@@ -376,3 +481,7 @@ class _Sink:
 
     def __init__(self, write: Callable[[str], object]) -> None:
         self.write = write
+
+
+if __name__ == "__main__":
+    _work()

@@ -64,26 +64,26 @@ def audit_export(
     with (
         migrated(url) as database,
         database.read() as session,
-        closing(audit.export(session, fmt.value, start)) as lines,  # closed before the session
+        # Closed before the session; a big log is written by worker processes, in order.
+        closing(audit.export_blocks(session, fmt.value, start)) as blocks,
     ):
         try:
             if output is None:
-                _write(lines, sys.stdout)  # a closed pipe is the command group's to handle
+                _write(blocks, sys.stdout)  # a closed pipe is the command group's to handle
                 return
             try:
                 with output.open("w", encoding="utf-8", newline="") as stream:
-                    rows = _write(lines, stream)
+                    rows = _write(blocks, stream)
             except OSError as exc:
                 fail(f"cannot write {output}: {exc.strerror or exc}")
         except ValueError as exc:  # a row that cannot be read: named, with what to run next
             fail(str(exc))
-    header = 1 if fmt == ExportFormat.CSV else 0
-    typer.echo(f"wrote {plural(rows - header, 'audit row')} to {output}", err=True)
+    typer.echo(f"wrote {plural(rows, 'audit row')} to {output}", err=True)
 
 
-def _write(lines: Iterable[str], stream: TextIO) -> int:
+def _write(blocks: Iterable[tuple[str, int]], stream: TextIO) -> int:
     count = 0
-    for line in lines:
-        stream.write(line)
-        count += 1
+    for text, rows in blocks:
+        stream.write(text)
+        count += rows
     return count

@@ -213,6 +213,23 @@ def test_a_chain_of_new_and_old_rows_verifies(shared_db: Database, workers: int)
     assert expected == verified(shared_db, workers)
 
 
+def test_rows_appended_while_workers_read_do_not_look_like_tampering(
+    shared_db: Database,
+) -> None:
+    """Rows appended after the verify's snapshot was taken: the workers, reading later on
+    connections of their own, read only up to the ids and head that snapshot holds (SQLite),
+    or inside that very snapshot (PostgreSQL, REPEATABLE READ)."""
+    append_rows(shared_db, 1, ROWS)
+    with shared_db.read() as session:
+        if shared_db.dialect == "postgresql":
+            session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        session.execute(sa.select(_head.c.last_id)).one()  # the snapshot starts here
+        append_rows(shared_db, ROWS + 1, 6)  # committed by another connection
+        report = audit.verify(session, workers=2, chunk_rows=CHUNK)
+    assert audit.VerifyReport(ok=True, checked=ROWS) == report
+    assert audit.VerifyReport(ok=True, checked=ROWS + 6) == verified(shared_db, 2)
+
+
 def test_verify_passes_on_an_empty_log_in_workers(shared_db: Database) -> None:
     assert audit.VerifyReport(ok=True, checked=0) == verified(shared_db, 2)
 
@@ -258,13 +275,21 @@ TAMPERING: dict[str, sa.Executable] = {
 }
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
-@pytest.mark.parametrize("case", list(TAMPERING))
+#: The cases checked by worker processes too (each starts two Python processes).
+IN_WORKERS = ("facts of row 5", "row 8 deleted", "row 9 follows row 7", "the head's hash")
+
+
+@pytest.mark.parametrize(
+    ("case", "workers"),
+    [(case, 1) for case in TAMPERING] + [(case, 2) for case in IN_WORKERS],
+    ids=[f"{case}-one-process" for case in TAMPERING]
+    + [f"{case}-two-workers" for case in IN_WORKERS],
+)
 def test_tampering_is_reported_as_walking_every_row_reports_it(
     shared_db: Database, case: str, workers: int
 ) -> None:
     """The same first bad id, message and count of intact rows as the row-by-row walk, inside
-    a range and at its edges, in this process or in workers."""
+    a range and at its edges, ranges checked in this process or in workers."""
     append_old_rows(shared_db, 2)
     append_rows(shared_db, 3, ROWS - 2)
     tamper(shared_db, TAMPERING[case])
@@ -404,6 +429,23 @@ def test_export_writes_what_decoding_every_row_writes(
         assert exported_by_decoding(database, fmt, since) == lines
     with database.read() as session:
         assert 10 == len(list(audit.export(session, "jsonl")))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_export_in_workers_writes_the_same_blocks_in_order(
+    shared_db: Database, fmt: audit.ExportFormat
+) -> None:
+    """Ranges of 8 rows written by two worker processes, old rows and new, all of them and
+    since a time: the same text as one process writes, each block with its count of rows."""
+    append_old_rows(shared_db, 5)
+    append_rows(shared_db, 6, ROWS - 5)
+    for since in (None, NOW + timedelta(seconds=11)):
+        with shared_db.read() as session:
+            blocks = list(audit.export_blocks(session, fmt, since, workers=2, chunk_rows=CHUNK))
+        expected = exported_by_decoding(shared_db, fmt, since)
+        assert "".join(expected) == "".join(text for text, _ in blocks)
+        assert len(expected) - (1 if fmt == "csv" else 0) == sum(rows for _, rows in blocks)
+    assert 2 == len(blocks) - (1 if fmt == "csv" else 0)  # the ranges (8, 16] and (16, 24]
 
 
 def test_export_stops_early_without_leaving_a_cursor_open(database: Database) -> None:
