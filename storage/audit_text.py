@@ -272,9 +272,7 @@ def connect(source: Source) -> Any:
     """A connection of the worker's own, read-only, inside the verify's snapshot."""
     if source.dialect == "sqlite":
         uri = f"{Path(source.target).resolve().as_uri()}?mode=ro"
-        lite = sqlite3.connect(uri, uri=True, timeout=30)
-        lite.execute("PRAGMA mmap_size = 1073741824")  # pages read in place, not copied
-        return lite
+        return sqlite3.connect(uri, uri=True, timeout=30)
     connection = psycopg.connect(source.target)
     connection.read_only = True
     if source.snapshot:
@@ -421,9 +419,11 @@ def _work() -> None:
                 said = {"span": [span.checked, span.first, span.last, span.fault]}
                 out.write(json.dumps(said).encode() + b"\n")
             else:
-                lines = jsonl_lines(found) if task == "jsonl" else csv_lines(found, header=False)
                 try:
-                    text = [line.encode() for line in lines]
+                    if task == "jsonl":
+                        text = list(_jsonl_bytes(found))
+                    else:
+                        text = [line.encode() for line in csv_lines(found, header=False)]
                 except ValueError as problem:
                     out.write(json.dumps({"error": str(problem)}).encode() + b"\n")
                     break
@@ -440,17 +440,22 @@ def _work() -> None:
 
 def jsonl_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
     """One canonical JSON object per row, its hash included."""
+    for line in _jsonl_bytes(rows):
+        yield line.decode()
+
+
+def _jsonl_bytes(rows: Iterable[Row]) -> Generator[bytes, None, None]:
     for row in rows:
         stored = _stored_bytes(row)
         if stored is not None and _hashed(row, *stored):
             head, tail = stored
-            yield (head + b',"hash":"%s"' % row[13] + tail + b"\n").decode()
+            yield b'%s,"hash":"%s"%s\n' % (head, row[13], tail)
             continue
         text = _text(row)
         parts = _decoded_parts(text) if text is not None else None
         if text is None or parts is None:
             raise _unreadable(row)
-        yield f'{parts[1]},"hash":{encode_basestring(text[13])}{parts[2]}\n'
+        yield f'{parts[1]},"hash":{encode_basestring(text[13])}{parts[2]}\n'.encode()
 
 
 def csv_lines(rows: Iterable[Row], *, header: bool = True) -> Generator[str, None, None]:

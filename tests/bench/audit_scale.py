@@ -4,8 +4,9 @@ memory flat whatever the size of the log).
 
 The log is made fast: chained rows computed here (bodies of about 850 bytes, like a year of a
 busy lab's decisions) and bulk inserted, not appended one by one. Each command then runs in a
-fresh Python process, as the CLI runs it, which reports its time and its peak memory (its own
-and its worker processes'). One run; figures only, it never fails.
+fresh Python process, as the CLI runs it, which reports its time, the CPU time it and its
+worker processes used (on a busy machine wall time stretches; CPU time much less), and its peak
+memory. One run; figures only, it never fails.
 Run with `python -m tests.bench.audit_scale [--rows N]`.
 
 `measure(database_url, rows)` is the same measurement for another benchmark to call.
@@ -180,8 +181,8 @@ def _batches(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[
 
 
 def _command(args: list[str]) -> dict[str, float]:
-    """Run `gpubot <args>` in a fresh process (the CLI in-process there); its seconds and its
-    peak memory, and its workers'."""
+    """Run `gpubot <args>` in a fresh process (the CLI in-process there): its seconds, the CPU
+    seconds it and its workers used, and its peak memory."""
     code = (
         "import json, resource, sys, time\n"
         "from bot.cli.app import app\n"
@@ -190,17 +191,22 @@ def _command(args: list[str]) -> dict[str, float]:
         f"    app({args!r}, standalone_mode=False)\n"
         "finally:\n"
         "    seconds = time.perf_counter() - started\n"
-        "    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-        "    sys.stderr.write(json.dumps([seconds, own, workers]) + '\\n')\n"
+        "    own = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "    workers = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "    cpu = sum(u.ru_utime + u.ru_stime for u in (own, workers))\n"
+        # The peak of this process since it started (ru_maxrss would count what its parent
+        # held when it was forked; a worker's would count this process).
+        "    status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
+        "    figures = [seconds, int(status.split()[0]), cpu]\n"
+        "    sys.stderr.write(json.dumps(figures) + '\\n')\n"
     )
     done = subprocess.run(  # noqa: S603  (our own interpreter and code)
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         raise RuntimeError(f"gpubot {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-    seconds, own_kib, workers_kib = json.loads(done.stderr.strip().splitlines()[-1])
-    return {"seconds": seconds, "rss_mb": own_kib / 1024, "workers_rss_mb": workers_kib / 1024}
+    seconds, own_kib, cpu_s = json.loads(done.stderr.strip().splitlines()[-1])
+    return {"seconds": seconds, "cpu_s": cpu_s, "rss_mb": own_kib / 1024}
 
 
 def measure(database_url: str, rows: int = ROWS) -> dict[str, float]:
@@ -219,8 +225,9 @@ def measure(database_url: str, rows: int = ROWS) -> dict[str, float]:
         "fill_s": fill_s,
         "verify_s": verify["seconds"],
         "export_s": export["seconds"],
+        "verify_cpu_s": verify["cpu_s"],
+        "export_cpu_s": export["cpu_s"],
         "verify_rss_mb": verify["rss_mb"],
-        "verify_workers_rss_mb": verify["workers_rss_mb"],
         "export_rss_mb": export["rss_mb"],
         "export_mb": export_mb,
     }
@@ -236,14 +243,11 @@ def _report(kind: str, figures: dict[str, float]) -> None:
     for name in ("verify", "export"):
         seconds = figures[f"{name}_s"]
         print(
-            f"    gpubot audit {name:<7}{seconds:>8.2f} s  {rows / seconds:>12,.0f} rows/s  "
+            f"    gpubot audit {name:<7}{seconds:>8.2f} s  {rows / seconds:>10,.0f} rows/s  "
+            f"CPU {figures[f'{name}_cpu_s']:.1f} s, workers included  "
             f"peak RSS {figures[f'{name}_rss_mb']:.0f} MB"
-            + (
-                f" (each worker at most {figures['verify_workers_rss_mb']:.0f} MB)"
-                if name == "verify"
-                else f" ({figures['export_mb']:.0f} MB written)"
-            )
         )
+    print(f"    ({figures['export_mb']:.0f} MB of JSON lines written)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(
         f"gpubot audit benchmark: Python {platform.python_version()} on {platform.machine()}, "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start"
     )
     print()
     results: dict[str, dict[str, float]] = {}
@@ -267,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.drop_database(name)
         _report("PostgreSQL", results["PostgreSQL"])
+    print(
+        f"  load average {os.getloadavg()[0]:.1f} at the end (a busy machine stretches wall time)"
+    )
     print()
     print(f"  {'budget':<52}{'figure':>10}{'ratio':>8}  result")
     for kind, figures in results.items():
