@@ -418,9 +418,9 @@ def export_blocks(
     *,
     workers: int | None = None,
     chunk_rows: int = EXPORT_CHUNK_ROWS,
-) -> Generator[tuple[str, int], None, None]:
-    """`export` in blocks of lines, each with the number of rows in it (the CSV header is a
-    block of none). A log of more than one `chunk_rows` range is written by `workers`
+) -> Generator[tuple[bytes, int], None, None]:
+    """`export` in blocks of lines, UTF-8, each with the number of rows in it (the CSV header
+    is a block of none). A log of more than one `chunk_rows` range is written by `workers`
     processes (default: one per CPU), a range each at a time, the blocks in order."""
     if fmt not in ("csv", "jsonl"):
         raise ValueError(f"unknown audit export format {fmt!r}; use csv or jsonl")
@@ -436,21 +436,21 @@ def export_blocks(
         bounds = _bounds(session, export_snapshot=True)
         ranges = _ranges(bounds, chunk_rows)
     if fmt == "csv":
-        yield next(audit_text.csv_lines([])), 0
+        yield next(audit_text.csv_lines([])).encode(), 0
     pool = audit_text.Workers(_source(session, bounds.snapshot), fmt, ranges, processes, since)
     try:
         for said, text in pool.answers():
             if said["rows"]:
-                yield text.decode(), said["rows"]
+                yield text, said["rows"]  # as the worker wrote it: nothing decoded here
     finally:
         pool.close()
 
 
-def _blocks(lines: Iterator[str], fmt: ExportFormat) -> Generator[tuple[str, int], None, None]:
+def _blocks(lines: Iterator[str], fmt: ExportFormat) -> Generator[tuple[bytes, int], None, None]:
     if fmt == "csv":
-        yield next(lines), 0
+        yield next(lines).encode(), 0
     while block := list(itertools.islice(lines, 1_000)):
-        yield "".join(block), len(block)
+        yield "".join(block).encode(), len(block)
 
 
 def history(session: Session, subject: str) -> list[AuditRow]:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from contextlib import closing
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated, BinaryIO
 
 import typer
 
@@ -69,10 +69,11 @@ def audit_export(
     ):
         try:
             if output is None:
-                _write(blocks, sys.stdout)  # a closed pipe is the command group's to handle
+                sys.stdout.flush()  # what was written as text goes first
+                _write(blocks, sys.stdout.buffer)  # a closed pipe: the command group's to handle
                 return
             try:
-                with output.open("w", encoding="utf-8", newline="") as stream:
+                with output.open("wb") as stream:
                     rows = _write(blocks, stream)
             except OSError as exc:
                 fail(f"cannot write {output}: {exc.strerror or exc}")
@@ -81,7 +82,8 @@ def audit_export(
     typer.echo(f"wrote {plural(rows, 'audit row')} to {output}", err=True)
 
 
-def _write(blocks: Iterable[tuple[str, int]], stream: TextIO) -> int:
+def _write(blocks: Iterable[tuple[bytes, int]], stream: BinaryIO) -> int:
+    """Write the blocks of UTF-8 lines as they come (no decoding); the rows written."""
     count = 0
     for text, rows in blocks:
         stream.write(text)

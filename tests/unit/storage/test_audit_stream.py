@@ -443,7 +443,7 @@ def test_export_in_workers_writes_the_same_blocks_in_order(
         with shared_db.read() as session:
             blocks = list(audit.export_blocks(session, fmt, since, workers=2, chunk_rows=CHUNK))
         expected = exported_by_decoding(shared_db, fmt, since)
-        assert "".join(expected) == "".join(text for text, _ in blocks)
+        assert "".join(expected).encode() == b"".join(text for text, _ in blocks)
         assert len(expected) - (1 if fmt == "csv" else 0) == sum(rows for _, rows in blocks)
     assert 2 == len(blocks) - (1 if fmt == "csv" else 0)  # the ranges (8, 16] and (16, 24]
 
