@@ -53,6 +53,8 @@ EXPORT_COLUMNS = (*HASHED_COLUMNS, "hash")
 _JSON_COLUMNS = frozenset({"matching_rules", "facts", "detail"})
 #: Rows per range of ids: the unit a worker process checks, its fetches streamed in batches.
 CHUNK_ROWS = 50_000
+#: The most worker processes a verify or export starts unless told (`workers=`).
+MAX_WORKERS = 8
 #: Rows per range an export worker writes: it holds the range's lines until they are read.
 EXPORT_CHUNK_ROWS = 10_000
 
@@ -300,7 +302,9 @@ def _workers(session: Session, wanted: int | None, ranges: int) -> int:
     url = session.get_bind().engine.url
     if ranges < 2 or (url.get_backend_name() == "sqlite" and _is_memory(url)):
         return 0
-    wanted = os.cpu_count() or 1 if wanted is None else wanted
+    if wanted is None:
+        # One per CPU, up to a few: each holds a database connection of its own.
+        wanted = min(os.cpu_count() or 1, MAX_WORKERS)
     return min(wanted, ranges) if wanted > 1 else 0
 
 
@@ -326,7 +330,8 @@ def verify(
     """Walk the chain in id order and report the first row that does not hold up.
 
     A log of more than one `chunk_rows` range is checked by `workers` processes (default: one
-    per CPU), a range each at a time, and the ranges linked here in order.
+    per CPU, up to `MAX_WORKERS`), a range each at a time, and the ranges linked here in
+    order.
     """
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql" and not session.in_transaction():
@@ -421,7 +426,8 @@ def export_blocks(
 ) -> Generator[tuple[bytes, int], None, None]:
     """`export` in blocks of lines, UTF-8, each with the number of rows in it (the CSV header
     is a block of none). A log of more than one `chunk_rows` range is written by `workers`
-    processes (default: one per CPU), a range each at a time, the blocks in order."""
+    processes (default: one per CPU, up to `MAX_WORKERS`), a range each at a time, the blocks
+    in order."""
     if fmt not in ("csv", "jsonl"):
         raise ValueError(f"unknown audit export format {fmt!r}; use csv or jsonl")
     bounds = _bounds(session, export_snapshot=False)
