@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session, col, select
 
-from storage import audit_text
+from storage import audit_text, audit_workers
 from storage.audit_text import Span, digest, plain
 from storage.db import lock_for_update
 from storage.tables import AuditHeadRow, AuditRow
@@ -352,9 +352,9 @@ def verify(
         spans: Iterator[Span]
         if processes:
             source = _source(session, bounds.snapshot)
-            pool = audit_text.Workers(source, "verify", ranges, processes)
+            pool = audit_workers.Workers(source, "verify", ranges, processes)
             stack.callback(pool.close)  # the workers stop with the first fault
-            spans = audit_text.spans(pool)
+            spans = audit_workers.spans(pool)
         else:
             raw = _driver_connection(session)
             spans = (audit_text.check(audit_text.rows(raw, dialect, *span)) for span in ranges)
@@ -443,7 +443,7 @@ def export_blocks(
         ranges = _ranges(bounds, chunk_rows)
     if fmt == "csv":
         yield next(audit_text.csv_lines([])).encode(), 0
-    pool = audit_text.Workers(_source(session, bounds.snapshot), fmt, ranges, processes, since)
+    pool = audit_workers.Workers(_source(session, bounds.snapshot), fmt, ranges, processes, since)
     try:
         for said, text in pool.answers():
             if said["rows"]:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from storage import audit, audit_text, migrate
 from storage.db import Database
 from storage.tables import AuditHeadRow, AuditRow
-from tests.bench.audit_scale import insert_chain
+from tests.bench.audit_scale import insert_chain, measure
 from tests.unit.bot.cli.builders import gpubot
 
 NOW = datetime(2025, 3, 14, 9, 30, tzinfo=UTC)
@@ -519,3 +519,21 @@ def test_the_commands_verify_in_workers_and_name_an_unreadable_row(tmp_path: Pat
     )
     assert 2 == refused.exit_code
     assert refused.stderr.startswith("error: audit row 7 cannot be exported: its time or JSON")
+
+
+@pytest.mark.parametrize(
+    "kind", ["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_the_scale_benchmark_measures_a_small_log(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`tests.bench.audit_scale.measure` on an empty database: filled, verified and exported
+    by the commands, its figures named as other benchmarks read them."""
+    if kind == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'gpubot.db'}"
+    figures = measure(url, rows=3_000)
+    assert {"rows", "verify_s", "export_s", "verify_rss_mb", "export_rss_mb"} <= set(figures)
+    assert 3_000 == figures["rows"]
+    assert figures["export_mb"] > 2
