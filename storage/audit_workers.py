@@ -18,6 +18,10 @@ from typing import Any
 from storage.audit_text import Source, Span, check, connect, csv_lines, jsonl_bytes, rows
 
 
+class WorkerError(RuntimeError):
+    """A worker process ended before it answered (what it printed says why)."""
+
+
 class Workers:
     """`processes` Python processes started afresh (not forked: no connection, lock or thread
     of this process goes with them), each on a connection of its own, doing one `task`
@@ -64,9 +68,9 @@ class Workers:
             assert worker.stdout is not None  # asked for: PIPE
             line = worker.stdout.readline()
             if not line:
-                raise RuntimeError(
+                raise WorkerError(
                     f"an audit worker process ended early (exit status {worker.wait()}); "
-                    "what it said is above"
+                    "what it printed above says why"
                 )
             said = json.loads(line)
             if "error" in said:

@@ -21,6 +21,7 @@ from bot.cli.common import (
     since_option,
 )
 from storage import audit
+from storage.audit_workers import WorkerError
 
 app = typer.Typer(help="The hash-chained audit log.", no_args_is_help=True)
 
@@ -35,7 +36,10 @@ def audit_verify(database_url: DatabaseUrl = None) -> None:
     """Walk the hash chain; exit 1 naming the first row that does not hold up."""
     url = resolved_url(database_url)
     with migrated(url) as database, database.read() as session:
-        report = audit.verify(session)
+        try:
+            report = audit.verify(session)
+        except WorkerError as exc:
+            fail(str(exc))
     if not report.ok:
         typer.echo(
             f"FAILED: {report.problem} (first bad row id {report.first_bad_id}; "
@@ -78,6 +82,8 @@ def audit_export(
             except OSError as exc:
                 fail(f"cannot write {output}: {exc.strerror or exc}")
         except ValueError as exc:  # a row that cannot be read: named, with what to run next
+            fail(str(exc))
+        except WorkerError as exc:
             fail(str(exc))
     typer.echo(f"wrote {plural(rows, 'audit row')} to {output}", err=True)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from storage import audit, audit_text, migrate
+from storage import audit, audit_text, audit_workers, migrate
 from storage.db import Database
 from storage.tables import AuditHeadRow, AuditRow
 from tests.bench.audit_scale import insert_chain, measure
@@ -537,3 +537,14 @@ def test_the_scale_benchmark_measures_a_small_log(
     assert {"rows", "verify_s", "export_s", "verify_rss_mb", "export_rss_mb"} <= set(figures)
     assert 3_000 == figures["rows"]
     assert figures["export_mb"] > 2
+
+
+def test_a_worker_that_cannot_start_its_work_is_reported_not_waited_for(tmp_path: Path) -> None:
+    """A worker whose database cannot be opened ends; the reader says so instead of hanging."""
+    source = audit_text.Source("sqlite", str(tmp_path / "missing" / "gpubot.db"))
+    pool = audit_workers.Workers(source, "verify", [(0, 8), (8, 16)], 2)
+    try:
+        with pytest.raises(audit_workers.WorkerError, match="ended early"):
+            list(audit_workers.spans(pool))
+    finally:
+        pool.close()
