@@ -1,7 +1,9 @@
 """The audit log: append-only, hash-chained rows proving every decision and state change.
 
 Each row's hash covers the previous row's hash and all of its own columns, so an edited,
-deleted or inserted row breaks the chain that `verify` walks (invariant 6).
+deleted or inserted row breaks the chain that `verify` walks (invariant 6). The JSON columns are
+stored as the canonical JSON the hash covers, so `verify` and `export` read rows as stored
+(storage/audit_text.py), a big log range by range in worker processes (storage/audit_workers.py).
 """
 
 from __future__ import annotations

@@ -81,9 +81,7 @@ def audit_export(
                     rows = _write(blocks, stream)
             except OSError as exc:
                 fail(f"cannot write {output}: {exc.strerror or exc}")
-        except ValueError as exc:  # a row that cannot be read: named, with what to run next
-            fail(str(exc))
-        except WorkerError as exc:
+        except (ValueError, WorkerError) as exc:  # a row that cannot be read, a worker gone
             fail(str(exc))
     typer.echo(f"wrote {plural(rows, 'audit row')} to {output}", err=True)
 
