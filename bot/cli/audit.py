@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from contextlib import closing
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated, BinaryIO
 
 import typer
 
@@ -21,6 +21,7 @@ from bot.cli.common import (
     since_option,
 )
 from storage import audit
+from storage.audit_workers import WorkerError
 
 app = typer.Typer(help="The hash-chained audit log.", no_args_is_help=True)
 
@@ -35,7 +36,10 @@ def audit_verify(database_url: DatabaseUrl = None) -> None:
     """Walk the hash chain; exit 1 naming the first row that does not hold up."""
     url = resolved_url(database_url)
     with migrated(url) as database, database.read() as session:
-        report = audit.verify(session)
+        try:
+            report = audit.verify(session)
+        except WorkerError as exc:
+            fail(str(exc))
     if not report.ok:
         typer.echo(
             f"FAILED: {report.problem} (first bad row id {report.first_bad_id}; "
@@ -64,23 +68,28 @@ def audit_export(
     with (
         migrated(url) as database,
         database.read() as session,
-        closing(audit.export(session, fmt.value, start)) as lines,  # closed before the session
+        # Closed before the session; a big log is written by worker processes, in order.
+        closing(audit.export_blocks(session, fmt.value, start)) as blocks,
     ):
-        if output is None:
-            _write(lines, sys.stdout)
-            return
         try:
-            with output.open("w", encoding="utf-8", newline="") as stream:
-                rows = _write(lines, stream)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}")
-    header = 1 if fmt == ExportFormat.CSV else 0
-    typer.echo(f"wrote {plural(rows - header, 'audit row')} to {output}", err=True)
+            if output is None:
+                sys.stdout.flush()  # what was written as text goes first
+                _write(blocks, sys.stdout.buffer)  # a closed pipe: the command group's to handle
+                return
+            try:
+                with output.open("wb") as stream:
+                    rows = _write(blocks, stream)
+            except OSError as exc:
+                fail(f"cannot write {output}: {exc.strerror or exc}")
+        except (ValueError, WorkerError) as exc:  # a row that cannot be read, a worker gone
+            fail(str(exc))
+    typer.echo(f"wrote {plural(rows, 'audit row')} to {output}", err=True)
 
 
-def _write(lines: Iterable[str], stream: TextIO) -> int:
+def _write(blocks: Iterable[tuple[bytes, int]], stream: BinaryIO) -> int:
+    """Write the blocks of UTF-8 lines as they come (no decoding); the rows written."""
     count = 0
-    for line in lines:
-        stream.write(line)
-        count += 1
+    for text, rows in blocks:
+        stream.write(text)
+        count += rows
     return count

@@ -1,0 +1,379 @@
+"""The audit table read as stored text, one range of ids at a time: the rows `verify` checks and
+`export` writes, without decoding a JSON column whose stored text is already what was hashed.
+
+A row's hash covers the canonical JSON of its columns. Rows are stored with their JSON columns
+as that canonical text, so the hashed body is the stored text put together; a row whose text is
+not canonical (written before rows were stored that way, or by hand) is decoded and encoded
+again, as every row once was. Each row stores its previous hash, so a range of ids is checked
+on its own (in a worker process for a big log, storage/audit_workers.py) and the ranges are
+linked afterwards, in order.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import sqlite3
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from json.encoder import encode_basestring  # the C one where the interpreter has it
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+_JSON = ("matching_rules", "facts", "detail")
+HEADER = (
+    "id",
+    "at",
+    "actor",
+    "tag",
+    "subject",
+    "outcome",
+    "deciding_rule",
+    "matching_rules",
+    "facts",
+    "detail",
+    "revision",
+    "engine",
+    "prev_hash",
+    "hash",
+)
+#: A read of the stored bytes (UTF-8, nothing decoded), in `HEADER` order: the id, the time as
+#: "YYYY-MM-DD HH:MM:SS.ffffff" (UTC), the text and JSON columns.
+_COLUMNS = {
+    "sqlite": ", ".join(
+        [
+            "id",
+            *(f"CAST({name} AS BLOB)" for name in HEADER[1:]),
+        ]
+    ),
+    "postgresql": ", ".join(
+        [
+            "id",
+            "convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), 'UTF8')",
+            *(
+                f"convert_to({name}{'::text' if name in _JSON else ''}, 'UTF8')"
+                for name in HEADER[2:]
+            ),
+        ]
+    ),
+}
+_MARK = {"sqlite": "?", "postgresql": "%s"}
+#: What JSON escapes in a string; the rest of UTF-8 canonical JSON keeps as it is.
+_ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
+#: The stored JSON texts are not parsed, so nothing in them says where one ends: text moved from
+#: one JSON column into the next, over the columns between them, would add up to the same body.
+#: Every such move leaves a JSON text holding the separator before the column after it (the
+#: strings between hold no quote, and no separator can overlap itself). A row whose JSON texts
+#: hold none is read as stored; the few others are decoded, which finds where each one ends.
+_SEPARATORS = (b',"engine":', b',"id":')
+_BATCH = 1_000  # rows fetched at a time: memory stays flat whatever the size of the log
+
+Row = Sequence[Any]
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    raise TypeError(f"{type(value).__name__} cannot go into the audit log: {value!r}")
+
+
+def canonical_json(value: object) -> str:
+    """The one serialisation hashes are computed over: sorted keys, no spaces, UTF-8 as is."""
+    return json.dumps(
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_json_default,
+    )
+
+
+def plain(value: object) -> Any:
+    """`value` as JSON reads it back: tuples, sets, dates and non-str keys become what JSON
+    makes of them, so the row read from the database hashes the same. (Not sorted here: keys
+    of mixed types cannot be sorted before they are strings.)"""
+    return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default))
+
+
+def body_parts(values: Sequence[str]) -> tuple[str, str]:
+    """A row's hashed body, canonical JSON with its keys in sorted order, split where the
+    export's "hash" key goes (after "facts"). `values` are the hashed columns in `HEADER`
+    order (id to prev_hash), each already encoded as canonical JSON."""
+    (
+        row_id,
+        at,
+        actor,
+        tag,
+        subject,
+        outcome,
+        rule,
+        rules,
+        facts,
+        detail,
+        revision,
+        engine,
+        prev_hash,
+    ) = values
+    head = (
+        f'{{"actor":{actor},"at":{at},"deciding_rule":{rule},"detail":{detail},'
+        f'"engine":{engine},"facts":{facts}'
+    )
+    tail = (
+        f',"id":{row_id},"matching_rules":{rules},"outcome":{outcome},'
+        f'"prev_hash":{prev_hash},"revision":{revision},"subject":{subject},"tag":{tag}}}'
+    )
+    return head, tail
+
+
+def digest(prev_hash: str, body: str) -> str:
+    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+
+
+def stored_at(at: datetime) -> str:
+    """How an aware time reads back from either database through `_COLUMNS`."""
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _iso(at: str) -> str:
+    """The stored time as `datetime.isoformat` writes it in UTC (what the hash covers)."""
+    moment = datetime.fromisoformat(at)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+
+
+def _stored_bytes(row: Row) -> tuple[bytes, bytes] | None:
+    """The head and tail (see `body_parts`) of a row's body from its stored bytes as they are:
+    what was hashed if the row was stored canonical. None where that cannot be told from the
+    bytes alone (see `_SEPARATORS`): the row is then decoded."""
+    row_id, at, actor, tag, subject, outcome, rule, rules, facts, detail, *rest = row
+    revision, engine, prev_hash = rest[:3]
+    try:
+        plain = b"".join((at, actor, tag, subject, outcome, rule, revision, engine, prev_hash))
+        if type(row_id) is not int or len(at) != 26 or at[19] != 46 or _ESCAPED.search(plain):
+            return None  # 46: "."
+        json_text = rules + facts + detail
+        if _SEPARATORS[0] in json_text or _SEPARATORS[1] in json_text:
+            return None
+        fraction = b"" if at[20:] == b"000000" else at[19:]
+        head = b'{"actor":"%s","at":"%sT%s%s+00:00","deciding_rule":"%s","detail":%s,' % (
+            actor, at[:10], at[11:19], fraction, rule, detail
+        )  # fmt: skip
+        head += b'"engine":"%s","facts":%s' % (engine, facts)
+        tail = b',"id":%d,"matching_rules":%s,"outcome":"%s","prev_hash":"%s",' % (
+            row_id, rules, outcome, prev_hash
+        )  # fmt: skip
+        tail += b'"revision":"%s","subject":"%s","tag":"%s"}' % (revision, subject, tag)
+    except TypeError:  # a value that is not bytes (SQLite keeps whatever was written)
+        return None
+    return head, tail
+
+
+def _hashed(row: Row, head: bytes, tail: bytes) -> bool:
+    return bool(hashlib.sha256(row[12] + head + tail).hexdigest().encode() == row[13])
+
+
+def is_stored_hash(row: Row) -> bool:
+    """Whether a row's stored bytes are what its hash covers, as rows are stored now."""
+    parts = _stored_bytes(row)
+    return parts is not None and _hashed(row, *parts)
+
+
+def _text(row: Row) -> Row | None:
+    """The row with its bytes decoded; None where they are not UTF-8."""
+    try:
+        return [value.decode() if isinstance(value, bytes) else value for value in row]
+    except UnicodeDecodeError:
+        return None
+
+
+def _decoded_parts(text: Row) -> tuple[str, str, str] | None:
+    """The time in ISO form and the head and tail of a row's body from its decoded values,
+    the JSON columns decoded and encoded again, as every row once was; None when they cannot
+    be decoded (nothing hashes to what cannot be read)."""
+    try:
+        iso = _iso(text[1])
+        decoded = [json.loads(text[i]) for i in (7, 8, 9)]
+        values = [text[0], iso, *text[2:7], *decoded, *text[10:13]]
+        return iso, *body_parts([canonical_json(value) for value in values])
+    except (TypeError, ValueError):
+        return None
+
+
+def holds(row: Row) -> bool:
+    """Whether a row's hash covers its content, from its previous hash on."""
+    stored = _stored_bytes(row)
+    if stored is not None and _hashed(row, *stored):
+        return True
+    text = _text(row)
+    decoded = _decoded_parts(text) if text is not None else None
+    if text is None or decoded is None:
+        return False
+    return bool(digest(text[12], decoded[1] + decoded[2]) == text[13])
+
+
+def _unreadable(row: Row) -> ValueError:
+    return ValueError(
+        f"audit row {row[0]} cannot be exported: its time or JSON columns do not parse "
+        "(`gpubot audit verify` names what was altered)"
+    )
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a worker process reads from: its own connection to the same database, inside the
+    snapshot the verify took (PostgreSQL), or bounded by the ids read in it (SQLite)."""
+
+    dialect: str
+    target: str  # the SQLite file, or a libpq connection string
+    snapshot: str = ""  # pg_export_snapshot() of the reading transaction
+
+
+def _query(dialect: str, since: bool) -> str:
+    mark = _MARK[dialect]
+    where = f"id > {mark} AND id <= {mark}" + (f" AND at >= {mark}" if since else "")
+    return f"SELECT {_COLUMNS[dialect]} FROM audit WHERE {where} ORDER BY id"  # noqa: S608  (constants only)
+
+
+def rows(
+    connection: Any, dialect: str, low: int, high: int, since: datetime | None = None
+) -> Generator[Row, None, None]:
+    """The stored rows with `low < id <= high` (and `at >= since`) in id order, streamed."""
+    params: list[Any] = [low, high]
+    if since is not None:
+        params.append(stored_at(since) if dialect == "sqlite" else since)
+    if dialect == "postgresql":
+        # A server-side cursor: PostgreSQL sends the rows a batch at a time.
+        cursor = connection.cursor(name=f"audit_{low}_{high}", binary=True)
+        cursor.itersize = _BATCH
+    else:
+        cursor = connection.cursor()
+    try:
+        cursor.execute(_query(dialect, since is not None), params)
+        while batch := cursor.fetchmany(_BATCH):
+            yield from batch
+    finally:
+        cursor.close()
+
+
+def connect(source: Source) -> Any:
+    """A connection of the worker's own, read-only, inside the verify's snapshot."""
+    if source.dialect == "sqlite":
+        uri = f"{Path(source.target).resolve().as_uri()}?mode=ro"
+        return sqlite3.connect(uri, uri=True, timeout=30)
+    connection = psycopg.connect(source.target)
+    connection.read_only = True
+    if source.snapshot:
+        connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        snapshot = sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(source.snapshot))
+        connection.execute(snapshot)
+    return connection
+
+
+# ---- verifying a range ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Span:
+    """What one range of ids holds: its first and last row, how many rows check out before its
+    first fault, and that fault. The first row's id and previous hash are for whoever links
+    this range to the one before; every other row was linked here."""
+
+    checked: int = 0
+    first: tuple[int, str] | None = None  # (id, prev_hash)
+    last: tuple[int, str] | None = None  # (id, hash)
+    fault: tuple[int, str] | None = None  # (first bad id, problem)
+
+
+def check(rows: Iterable[Row]) -> Span:
+    """Check the rows of one range: ids without gaps, each row linked to the one before it,
+    each row's hash over its content."""
+    first: tuple[int, str] | None = None
+    last_id, last_hash = 0, b""
+    checked = 0
+    for row in rows:
+        row_id, prev_hash, row_hash = row[0], row[12], row[13]
+        if first is None:
+            first = (row_id, _decoded(prev_hash))
+        else:
+            if row_id != last_id + 1:
+                return Span(
+                    checked, first, None, (last_id + 1, f"audit row {last_id + 1} is missing")
+                )
+            if prev_hash != last_hash:
+                problem = f"audit row {row_id} does not follow row {last_id}"
+                return Span(checked, first, None, (row_id, problem))
+        if not holds(row):
+            return Span(checked, first, None, (row_id, f"audit row {row_id} was altered"))
+        checked += 1
+        last_id, last_hash = row_id, row_hash
+    return Span(checked, first, (last_id, _decoded(last_hash)) if first else None)
+
+
+def _decoded(value: bytes) -> str:
+    # A hash that is not UTF-8 matches no hash; it is still shown for what it is.
+    return value.decode(errors="replace")
+
+
+# ---- export lines --------------------------------------------------------------------------
+
+
+def jsonl_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
+    """One canonical JSON object per row, its hash included."""
+    for line in jsonl_bytes(rows):
+        yield line.decode()
+
+
+def jsonl_bytes(rows: Iterable[Row]) -> Generator[bytes, None, None]:
+    """The same lines, UTF-8, as the rows stored canonical hold them already."""
+    for row in rows:
+        stored = _stored_bytes(row)
+        if stored is not None and _hashed(row, *stored):
+            head, tail = stored
+            yield b'%s,"hash":"%s"%s\n' % (head, row[13], tail)
+            continue
+        text = _text(row)
+        parts = _decoded_parts(text) if text is not None else None
+        if text is None or parts is None:
+            raise _unreadable(row)
+        yield f'{parts[1]},"hash":{encode_basestring(text[13])}{parts[2]}\n'.encode()
+
+
+def csv_lines(rows: Iterable[Row], *, header: bool = True) -> Generator[str, None, None]:
+    """The header, then one CSV record per row, its JSON columns as canonical JSON text."""
+    out: list[str] = []
+    writer = csv.writer(_Sink(out.append), lineterminator="\n")
+    if header:
+        writer.writerow(HEADER)
+        yield out.pop()
+    for row in rows:
+        text = _text(row)
+        try:
+            if text is None:
+                raise ValueError("not UTF-8")
+            at = _iso(text[1])
+            if is_stored_hash(row):
+                json_texts = text[7:10]
+            else:
+                json_texts = [canonical_json(json.loads(text[i])) for i in (7, 8, 9)]
+        except (TypeError, ValueError):
+            raise _unreadable(row) from None
+        writer.writerow([text[0], at, *text[2:7], *json_texts, *text[10:14]])
+        yield out.pop()
+
+
+class _Sink:
+    """A file for csv.writer that hands each record over instead of buffering it."""
+
+    def __init__(self, write: Callable[[str], object]) -> None:
+        self.write = write
