@@ -4,7 +4,9 @@ and the sweep. Callers own the session (and so the transaction).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select, update
@@ -12,10 +14,15 @@ from sqlmodel import Session, col, select, update
 from rules.domain import GpuState, LeaseState
 from rules.fairshare import Interval
 from rules.lease_facts import LeaseSnapshot, Warned
-from rules.marks import Marks
+from rules.marks import RECALL, Marks
 from storage import outbox
 from storage.db import lock_for_update
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
+
+#: A lease GPU held now, written as ix_lease_gpu_active's own condition (`WHERE active`):
+#: SQLite uses a partial index only for a query that repeats its condition, and SQLAlchemy
+#: writes a boolean column as `active = 1` or `active IS 1` there, which it does not match.
+HELD: sa.ColumnClause[bool] = sa.literal_column(f"{LeaseGpuRow.__tablename__}.active")
 
 
 def get(session: Session, lease_id: int) -> LeaseRow | None:
@@ -42,6 +49,25 @@ def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
         sa.or_(col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.end_reason) == "preempted"),
     )
     return list(session.exec(stmt).all())
+
+
+def recalled_for(session: Session, pool: str, request_id: int, since: datetime) -> list[int]:
+    """The pool's leases whose recall serves request `request_id`: active ones, and those
+    preempted since `since` (when the request was made: none before it could be for it), by
+    id. Two indexed reads, not the pool's history."""
+    marks: Any = sa.type_coerce(col(LeaseRow.warnings), sa.JSON)
+    serves = marks[(RECALL, "request")].as_integer() == request_id
+    active = sa.select(col(LeaseRow.id)).where(
+        col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.pool) == pool, serves
+    )
+    preempted = sa.select(col(LeaseRow.id)).where(
+        col(LeaseRow.end_reason) == "preempted",
+        col(LeaseRow.ended_at) >= since,
+        col(LeaseRow.pool) == pool,
+        serves,
+    )
+    db = session.connection()
+    return sorted({i or 0 for stmt in (active, preempted) for (i,) in db.execute(stmt)})
 
 
 def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
@@ -84,7 +110,7 @@ def held_gpus(session: Session) -> dict[int, tuple[int, str, datetime]]:
     rows = session.exec(
         select(LeaseGpuRow.gpu_id, LeaseRow.id, LeaseRow.holder, LeaseRow.granted_at)
         .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
-        .where(col(LeaseGpuRow.active).is_(True))
+        .where(HELD)
     ).all()
     return {gpu_id: (int(lease_id or 0), holder, at) for gpu_id, lease_id, holder, at in rows}
 
@@ -95,14 +121,99 @@ def active_in(session: Session, pool: str) -> list[LeaseRow]:
     return list(session.exec(stmt).all())
 
 
+def _recalled() -> sa.ColumnElement[bool]:
+    """The lease carries a recall (`Marks.recalled`), asked of its stored JSON in SQL."""
+    marks: Any = sa.type_coerce(col(LeaseRow.warnings), sa.JSON)
+    found: sa.ColumnElement[bool] = marks[RECALL].as_string().is_not(None)
+    return found
+
+
 def any_recalled(session: Session, pool: str) -> bool:
     """Is any active lease of the pool being recalled?"""
-    marks = session.exec(
-        select(col(LeaseRow.warnings)).where(
-            LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE
+    stmt = sa.select(col(LeaseRow.id)).where(
+        col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE, _recalled()
+    )
+    return session.connection().execute(stmt.limit(1)).first() is not None
+
+
+@dataclass(frozen=True)
+class PoolLease:
+    """An active lease of a pool as the queue and recall weigh it: plain columns, its GPUs
+    that would come back free (healthy, on an undrained node), and its marks when it is being
+    recalled (empty otherwise: only a recall's marks are read here)."""
+
+    id: int
+    holder: str
+    team: str
+    gpus: int
+    priority: str
+    protected: bool
+    granted_at: datetime
+    expires_at: datetime
+    usable: int
+    marks: Marks
+
+
+def pool_leases(session: Session, pool: str) -> list[PoolLease]:
+    """The pool's active leases, by id, in two reads of plain columns: no ORM objects, and
+    the stored marks decoded only for the leases being recalled."""
+    usable = (
+        sa.select(sa.func.count())
+        .select_from(LeaseGpuRow)
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(
+            col(LeaseGpuRow.lease_id) == col(LeaseRow.id),
+            HELD,
+            col(GpuRow.state) == GpuState.OK,
+            sa.not_(col(NodeRow.drained)),
         )
-    ).all()
-    return any(m.recalled for m in marks)
+        .scalar_subquery()
+    )
+    here = (col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE)
+    db = session.connection()
+    marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(*here, _recalled())
+    recalled: dict[int | None, Marks] = {row[0]: row[1] for row in db.execute(marked)}
+    rows = db.execute(
+        sa.select(
+            col(LeaseRow.id),
+            col(LeaseRow.holder),
+            col(LeaseRow.team),
+            col(LeaseRow.gpus),
+            col(LeaseRow.priority),
+            col(LeaseRow.protected),
+            col(LeaseRow.granted_at),
+            col(LeaseRow.expires_at),
+            usable,
+        )
+        .where(*here)
+        .order_by(col(LeaseRow.id))
+    )
+    return [
+        PoolLease(
+            lease_id,
+            holder,
+            team,
+            gpus,
+            priority,
+            protected,
+            granted_at,
+            expires_at,
+            int(usable_gpus or 0),
+            recalled.get(lease_id, Marks()),
+        )
+        for (
+            lease_id,
+            holder,
+            team,
+            gpus,
+            priority,
+            protected,
+            granted_at,
+            expires_at,
+            usable_gpus,
+        ) in rows
+    ]
 
 
 def last_preempted_since(session: Session, since: datetime) -> dict[str, datetime]:
@@ -125,7 +236,7 @@ def usable_gpus(session: Session, lease_ids: list[int]) -> dict[int, int]:
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
         .where(
             col(LeaseGpuRow.lease_id).in_(lease_ids),
-            col(LeaseGpuRow.active).is_(True),
+            HELD,
             GpuRow.state == GpuState.OK,
             col(NodeRow.drained).is_(False),
         )
@@ -189,6 +300,30 @@ def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
     return held or [(node, index) for node, index, _, released in rows if released is None]
 
 
+def slots_of_each(session: Session, lease_ids: list[int]) -> dict[int, list[tuple[str, int]]]:
+    """`slots_of` for many leases at once: one read per few thousand leases, not one each."""
+    rows: dict[int, list[tuple[str, int, bool, datetime | None]]] = {}
+    for i in range(0, len(lease_ids), _IN_CHUNK):
+        for lease_id, node, index, active, released in session.connection().execute(
+            sa.select(
+                col(LeaseGpuRow.lease_id),
+                col(NodeRow.name),
+                col(GpuRow.index),
+                col(LeaseGpuRow.active),
+                col(LeaseGpuRow.released_at),
+            )
+            .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+            .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+            .where(col(LeaseGpuRow.lease_id).in_(lease_ids[i : i + _IN_CHUNK]))
+        ):
+            rows.setdefault(lease_id, []).append((node, index, active, released))
+    out = {}
+    for lease_id, gpus in rows.items():
+        held = [(node, index) for node, index, active, _ in gpus if active]
+        out[lease_id] = held or [(node, index) for node, index, _, gone in gpus if gone is None]
+    return out
+
+
 def held_seen(session: Session, lease_id: int) -> list[tuple[str, int, str]]:
     """The GPUs a lease holds now, each with what telemetry last showed on it
     (`rules.domain.Observed`)."""
@@ -196,7 +331,7 @@ def held_seen(session: Session, lease_id: int) -> list[tuple[str, int, str]]:
         select(NodeRow.name, GpuRow.index, GpuRow.observed)
         .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
         .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
-        .where(LeaseGpuRow.lease_id == lease_id, col(LeaseGpuRow.active).is_(True))
+        .where(LeaseGpuRow.lease_id == lease_id, HELD)
     ).all()
     return [(node, index, observed) for node, index, observed in rows]
 
@@ -213,7 +348,7 @@ def give_back(
             select(LeaseGpuRow.gpu_id, NodeRow.name, GpuRow.index)
             .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
             .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-            .where(LeaseGpuRow.lease_id == lease.id, col(LeaseGpuRow.active).is_(True))
+            .where(LeaseGpuRow.lease_id == lease.id, HELD)
         ).all()
         if (node, index) in slots
     ]
@@ -280,7 +415,7 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
         sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(col(LeaseGpuRow.active).is_(True))
+        .where(HELD)
     ):
         slots.setdefault(holding, []).append((node, index))
     outbox_ids = sorted({i for row in rows for i in row.warnings.outboxes().values()})

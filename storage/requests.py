@@ -15,7 +15,7 @@ from rules.policy import Policy
 from rules.queueing import Queued, queue_order
 from storage.db import lock_for_update
 from storage.leases import held_by_team
-from storage.tables import RequestRow
+from storage.tables import OutboxRow, RequestRow
 
 
 def get(session: Session, request_id: int) -> RequestRow | None:
@@ -54,6 +54,37 @@ def pending_with_card(session: Session, pool: str) -> list[RequestRow]:
         RequestRow.approval_route != "",
     )
     return list(session.exec(stmt).all())
+
+
+def cards_to_redraw(
+    session: Session, pool: str, kind: str, states: list[str], besides: int | None
+) -> list[int]:
+    """The pool's pending requests with an approval card, but no outbox row of `kind` about
+    them in one of `states` (a redraw already on its way), by id; `besides` left out. One
+    read, however many requests wait."""
+    subject = sa.literal("request:") + sa.cast(col(RequestRow.id), sa.String)
+    on_its_way = (
+        sa.select(col(OutboxRow.id))
+        .where(
+            col(OutboxRow.subject) == subject,
+            col(OutboxRow.kind) == kind,
+            col(OutboxRow.state).in_(states),
+        )
+        .exists()
+    )
+    stmt = (
+        sa.select(col(RequestRow.id))
+        .where(
+            col(RequestRow.pool) == pool,
+            col(RequestRow.state) == RequestState.PENDING,
+            col(RequestRow.approval_route) != "",
+            sa.not_(on_its_way),
+        )
+        .order_by(col(RequestRow.id))
+    )
+    if besides is not None:
+        stmt = stmt.where(col(RequestRow.id) != besides)
+    return [i or 0 for (i,) in session.connection().execute(stmt)]
 
 
 def queued_since(session: Session, pool: str, at_most: datetime) -> list[RequestRow]:
