@@ -22,7 +22,7 @@ from bot.services.reads import lease_view
 from bot.services.results import LeaseView
 from rules.decision import Decision
 from rules.domain import LeaseState, Priority, RequestKind, Subject
-from rules.facts import lendable, request_facts
+from rules.facts import PoolUsage, lendable, request_facts
 from rules.placement import place
 from rules.policy import Quota
 from rules.quota import enforce, exceeds
@@ -30,7 +30,7 @@ from storage.audit import AuditTag
 from storage.gpus import FreeGpus, claimable, free_for, gpu_ids
 from storage.leases import held_by_team
 from storage.pools import pool_usage
-from storage.requests import ordered_queue
+from storage.requests import ordered_queue, per_transaction
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
 
 
@@ -149,8 +149,13 @@ def facts_now(
     """The request's facts now. `pool.queued` is what waits ahead of it and would be delayed
     by a start now: none for the head of the queue, and none for a request a person approves
     (the card said whom it overtakes). `queue`: the pool's queue, when the caller has read it."""
-    free = free_for(session, ctx.policy, request.requester, request.pool)
-    usage = pool_usage(session, request.pool, free)
+
+    def read() -> PoolUsage:
+        free = free_for(session, ctx.policy, request.requester, request.pool)
+        return pool_usage(session, request.pool, free)
+
+    # `/gpu queue` and a walk of the queue ask this of many requests in one transaction
+    usage = per_transaction(session, ("pool usage", request.pool, request.requester), read)
     return request_facts(
         ctx.policy,
         kind=RequestKind.BORROW,
@@ -211,7 +216,13 @@ def recent_usage(ctx: Context, session: Session, pool: str) -> dict[str, float]:
     fair share is off)."""
     if not ctx.policy.queue.fair_share_half_life:
         return {}
-    return {team: share.usage for team, share in pool_shares(ctx, session, pool).items()}
+
+    def read() -> dict[str, float]:
+        return {team: share.usage for team, share in pool_shares(ctx, session, pool).items()}
+
+    # read once in a transaction that changes nothing: a decision orders the queue
+    # several times, and each read goes over the pool's leases of the last weeks
+    return dict(per_transaction(session, ("usage", pool), read))
 
 
 def guarantees_in(

@@ -29,7 +29,7 @@ from storage.audit import AuditTag
 from storage.gpus import free_gpus
 from storage.outbox import owe
 from storage.pools import lock as lock_pool
-from storage.requests import queued_since
+from storage.requests import per_transaction, queued_since
 from storage.tables import RequestRow
 
 
@@ -127,7 +127,19 @@ def pushed_back(ctx: Context, session: Session, row: RequestRow) -> list[int]:
 
 def timeline(ctx: Context, session: Session, pool: str, now: datetime) -> Timeline:
     """The pool's GPUs over time: free now, and each active lease's usable GPUs back at its
-    end, or sooner when it is being recalled (the delivered warning plus the notice)."""
+    end, or sooner when it is being recalled (the delivered warning plus the notice). What it
+    is built from is read once while the transaction changes nothing (a walk of the queue asks
+    for it for each request it weighs); each caller gets a timeline of its own to reserve on."""
+    free, ending = per_transaction(
+        session, ("timeline", pool, now), lambda: _ends(ctx, session, pool, now)
+    )
+    return Timeline(now, free, ending)
+
+
+def _ends(ctx: Context, session: Session, pool: str, now: datetime) -> tuple[int, list[Ending]]:
+    """The pool's free GPUs, and its leases' usable GPUs with when they come back, in order:
+    each extends the step function at its end (the same function in any order, but built in
+    this one in linear time, not quadratic)."""
     notice = ctx.policy.recall.notice
     ending = []
     for row in storage_leases.pool_leases(session, pool):
@@ -136,9 +148,7 @@ def timeline(ctx: Context, session: Session, pool: str, now: datetime) -> Timeli
             end = min(end, (taken_at(session, row.marks, notice) or now + notice))
         ending.append(Ending(row.usable, end))
     free = sum(len(v) for v in free_gpus(session, pool).values())
-    # In order of their ends, each one extends the step function at its end (the same function
-    # in any order, but in this one it is built in linear time, not quadratic)
-    return Timeline(now, free, sorted(ending, key=lambda e: e.at))
+    return free, sorted(ending, key=lambda e: e.at)
 
 
 def taken_at(session: Session, marks: Marks, notice: timedelta) -> datetime | None:

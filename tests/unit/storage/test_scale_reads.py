@@ -261,3 +261,52 @@ def test_cooldown_recall_and_lease_requests_reads_use_their_index(
     """The recall cooldown, the recalls of a request and the requests of a lease are found
     through their index, whatever the history holds."""
     assert any(index in plan for plan in plans(sqlite_fleet, read))
+
+
+# ---- reads kept for one transaction ---------------------------------------------------------
+
+
+def a_queued_borrow(session: Session) -> RequestRow:
+    row = RequestRow(
+        kind="borrow",
+        requester="U1",
+        team="vision",
+        pool="a100",
+        gpus=1,
+        duration_s=3600,
+        state="queued",
+        outcome="queue",
+        created_at=START,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def test_a_read_is_kept_while_the_transaction_changes_nothing(database: Database) -> None:
+    """Asked again, the read is not made again; a flush, an ORM write statement or a change
+    still pending makes it read afresh, so nothing written in the transaction is missed."""
+    reads: list[int] = []
+
+    def queued(session: Session) -> int:
+        def read() -> int:
+            reads.append(1)
+            return requests.queued_count(session, "a100")
+
+        return requests.per_transaction(session, "queued", read)
+
+    with database.write() as session:
+        assert (0, 0) == (queued(session), queued(session))
+        assert 1 == len(reads)
+        row = a_queued_borrow(session)  # flushed
+        assert 1 == queued(session)
+        row.state = "cancelled"
+        session.add(row)  # pending: read afresh (its autoflush writes it first)
+        assert 0 == queued(session)
+        assert 0 == queued(session)
+        reads.clear()
+        session.exec(sa.update(RequestRow).values(state="queued"))
+        assert (1, 1) == (queued(session), queued(session))
+        assert 1 == len(reads)
+    with database.read() as session:
+        assert 1 == queued(session)
