@@ -80,12 +80,12 @@ def gpu_lines(
     session: Session,
     pool: str | None = None,
     *,
-    place: Place | None = None,
     nodes: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
 ) -> list[GpuLine]:
-    """Every GPU (of one pool; only those in `place`) with where it stands, from one read of
-    the inventory, the leases and what telemetry last showed (written by the device
-    observer)."""
+    """Every GPU (of one pool; only those on `nodes`, or with `ids`) with where it stands, from
+    one read of the inventory, the leases and what telemetry last showed (written by the
+    device observer)."""
     stmt = _placed(
         col(GpuRow.id),
         col(NodeRow.name),
@@ -100,10 +100,10 @@ def gpu_lines(
     ).order_by(col(NodeRow.name), col(GpuRow.index))
     if pool is not None:
         stmt = stmt.where(col(GpuRow.pool) == pool)
-    if place is not None:
-        stmt = stmt.where(_place() == place.value)
     if nodes is not None:
         stmt = stmt.where(col(NodeRow.name).in_(nodes))
+    if ids is not None:
+        stmt = stmt.where(col(GpuRow.id).in_(ids))
     out = []
     for (
         gpu_id,
@@ -203,28 +203,41 @@ class FreeGpus(dict[str, list[int]]):
 def free_gpus(session: Session, pool: str) -> FreeGpus:
     """The pool's free GPUs: healthy, on an undrained node, in no active lease, and telemetry
     shows no process and no memory in use beyond the floor (or has no fresh sample yet)."""
-    stmt = (
-        _placed(col(NodeRow.name), col(GpuRow.index), col(GpuRow.observed))
-        .where(col(GpuRow.pool) == pool, _place() == Place.FREE.value)
-        .order_by(col(NodeRow.name), col(GpuRow.index))
-    )
-    out = FreeGpus()
-    unknown = set()
-    for node, index, observed in session.connection().execute(stmt):
-        out.setdefault(node, []).append(index)
-        if observed != Observed.EMPTY:
-            unknown.add((node, index))
-    out.unknown = frozenset(unknown)
-    return out
+    return _free_and_occupied(session, pool, occupied=False)[0]
 
 
 def free_for(session: Session, policy: Policy, user: str, pool: str) -> FreeGpus:
     """The pool's free GPUs as `user` may take them: the free ones, and those where only the
     user's own processes run (their own work, which their lease would cover)."""
-    occupied = gpu_lines(session, pool, place=Place.OCCUPIED)
-    return free_gpus(session, pool).adding(
-        [(g.node, g.index) for g in occupied if _own(policy, user, g)]
+    free, occupied = _free_and_occupied(session, pool, occupied=True)
+    return free.adding([(g.node, g.index) for g in occupied if _own(policy, user, g)])
+
+
+def _free_and_occupied(
+    session: Session, pool: str, *, occupied: bool
+) -> tuple[FreeGpus, list[GpuLine]]:
+    """The pool's free GPUs and (with `occupied`) the lines of those occupied without a lease,
+    in one read of plain columns: the free ones are most of a large pool, so no line each."""
+    place = _place()
+    places = [Place.FREE.value, Place.OCCUPIED.value] if occupied else [Place.FREE.value]
+    stmt = (
+        _placed(col(NodeRow.name), col(GpuRow.index), col(GpuRow.observed), place, col(GpuRow.id))
+        .where(col(GpuRow.pool) == pool, place.in_(places))
+        .order_by(col(NodeRow.name), col(GpuRow.index))
     )
+    free = FreeGpus()
+    unknown = set()
+    taken: list[int] = []
+    for node, index, observed, where, gpu_id in session.connection().execute(stmt):
+        if where == Place.OCCUPIED:
+            taken.append(gpu_id)
+            continue
+        free.setdefault(node, []).append(index)
+        if observed != Observed.EMPTY:
+            unknown.add((node, index))
+    free.unknown = frozenset(unknown)
+    lines = gpu_lines(session, pool, ids=taken) if taken else []
+    return free, lines
 
 
 def _own(policy: Policy, user: str, line: GpuLine) -> bool:
