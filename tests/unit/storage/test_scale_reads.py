@@ -251,15 +251,17 @@ INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("ix_lease_end_reason_ended_at", lambda s: leases.last_preempted_since(s, START)),
     ("ix_lease_end_reason_ended_at", lambda s: leases.recalled_for(s, "a100", 5, START)),
     ("ix_request_lease_id", lambda s: requests.ids_for_lease(s, 1)),
+    ("ix_lease_holder", lambda s: leases.listed(s, holder="U1")),
+    ("ix_lease_holder", lambda s: leases.lock_active_of(s, "U1")),
 ]
 
 
 @pytest.mark.parametrize(("index", "read"), INDEXED_READS)
-def test_cooldown_recall_and_lease_requests_reads_use_their_index(
+def test_cooldown_recall_lease_requests_and_a_person_s_leases_use_their_index(
     sqlite_fleet: Database, index: str, read: Callable[[Session], object]
 ) -> None:
-    """The recall cooldown, the recalls of a request and the requests of a lease are found
-    through their index, whatever the history holds."""
+    """The recall cooldown, the recalls of a request, the requests of a lease and a person's
+    active leases are found through their index, whatever the history holds."""
     assert any(index in plan for plan in plans(sqlite_fleet, read))
 
 
