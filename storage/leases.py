@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select, update
 
 from rules.domain import GpuState, LeaseState
@@ -23,6 +24,14 @@ from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
 #: SQLite uses a partial index only for a query that repeats its condition, and SQLAlchemy
 #: writes a boolean column as `active = 1` or `active IS 1` there, which it does not match.
 HELD: sa.ColumnClause[bool] = sa.literal_column(f"{LeaseGpuRow.__tablename__}.active")
+
+
+def flushed(session: Session) -> Connection:
+    """The session's connection for a read of plain rows, with the changes pending in the
+    session written first, as an ORM query would (autoflush) before reading."""
+    if session.new or session.dirty or session.deleted:
+        session.flush()
+    return session.connection()
 
 
 def get(session: Session, lease_id: int) -> LeaseRow | None:
@@ -74,7 +83,7 @@ def recalled_for(session: Session, pool: str, request_id: int, since: datetime) 
         col(LeaseRow.pool) == pool,
         serves,
     )
-    db = session.connection()
+    db = flushed(session)
     return sorted({i or 0 for stmt in (active, preempted) for (i,) in db.execute(stmt)})
 
 
@@ -82,9 +91,11 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
     """The pool's leases held at any time since `since`: each team's GPUs from the grant to
     the end (None while the lease is active), oldest grant first."""
     stmt = (
-        select(LeaseRow.team, LeaseRow.gpus, LeaseRow.granted_at, LeaseRow.ended_at)
+        sa.select(
+            col(LeaseRow.team), col(LeaseRow.gpus), col(LeaseRow.granted_at), col(LeaseRow.ended_at)
+        )
         .where(
-            LeaseRow.pool == pool,
+            col(LeaseRow.pool) == pool,
             sa.or_(
                 col(LeaseRow.state) == LeaseState.ACTIVE,
                 col(LeaseRow.ended_at) >= since,
@@ -92,8 +103,9 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
         )
         .order_by(col(LeaseRow.granted_at), col(LeaseRow.id))
     )
-    # an active lease has no ended_at yet: it runs on
-    return [Interval(team, gpus, start, end) for team, gpus, start, end in session.exec(stmt)]
+    # plain rows (fair share reads thousands of them); an active lease has no ended_at yet
+    rows = flushed(session).execute(stmt)
+    return [Interval(team, gpus, start, end) for team, gpus, start, end in rows]
 
 
 def let_go(session: Session, lease_id: int | None) -> None:
@@ -141,7 +153,7 @@ def any_recalled(session: Session, pool: str) -> bool:
     stmt = sa.select(col(LeaseRow.id)).where(
         col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE, _recalled()
     )
-    return session.connection().execute(stmt.limit(1)).first() is not None
+    return flushed(session).execute(stmt.limit(1)).first() is not None
 
 
 @dataclass(frozen=True)
@@ -179,7 +191,7 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
         .scalar_subquery()
     )
     here = (col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE)
-    db = session.connection()
+    db = flushed(session)
     marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(*here, _recalled())
     recalled: dict[int | None, Marks] = {row[0]: row[1] for row in db.execute(marked)}
     rows = db.execute(
@@ -312,7 +324,7 @@ def slots_of_each(session: Session, lease_ids: list[int]) -> dict[int, list[tupl
     """`slots_of` for many leases at once: one read per few thousand leases, not one each."""
     rows: dict[int, list[tuple[str, int, bool, datetime | None]]] = {}
     for i in range(0, len(lease_ids), _IN_CHUNK):
-        for lease_id, node, index, active, released in session.connection().execute(
+        for lease_id, node, index, active, released in flushed(session).execute(
             sa.select(
                 col(LeaseGpuRow.lease_id),
                 col(NodeRow.name),

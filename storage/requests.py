@@ -16,7 +16,7 @@ from rules.domain import RequestKind, RequestState
 from rules.policy import Policy
 from rules.queueing import Queued, queue_order
 from storage.db import lock_for_update
-from storage.leases import held_by_team
+from storage.leases import flushed, held_by_team
 from storage.tables import OutboxRow, RequestRow
 
 _MEMO = "gpubot.requests.memo"
@@ -119,7 +119,7 @@ def cards_to_redraw(
     )
     if besides is not None:
         stmt = stmt.where(col(RequestRow.id) != besides)
-    return [i or 0 for (i,) in session.connection().execute(stmt)]
+    return [i or 0 for (i,) in flushed(session).execute(stmt)]
 
 
 def queued_since(session: Session, pool: str, at_most: datetime) -> list[RequestRow]:
