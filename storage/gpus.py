@@ -116,7 +116,7 @@ def gpu_lines(
         observed,
         occupants,
         lease_id,
-    ) in session.connection().execute(stmt):
+    ) in session.connection().execute(stmt).all():
         if lease_id is not None:
             where = Place.LEASED
         elif drained or state != GpuState.OK:
@@ -228,7 +228,7 @@ def _free_and_occupied(
     free = FreeGpus()
     unknown = set()
     taken: list[int] = []
-    for node, index, observed, where, gpu_id in session.connection().execute(stmt):
+    for node, index, observed, where, gpu_id in session.connection().execute(stmt).all():
         if where == Place.OCCUPIED:
             taken.append(gpu_id)
             continue

@@ -104,7 +104,7 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
         .order_by(col(LeaseRow.granted_at), col(LeaseRow.id))
     )
     # plain rows (fair share reads thousands of them); an active lease has no ended_at yet
-    rows = flushed(session).execute(stmt)
+    rows = flushed(session).execute(stmt).all()
     return [Interval(team, gpus, start, end) for team, gpus, start, end in rows]
 
 
@@ -208,7 +208,7 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
         )
         .where(*here)
         .order_by(col(LeaseRow.id))
-    )
+    ).all()
     return [
         PoolLease(
             lease_id,
