@@ -145,10 +145,13 @@ def facts_now(
     *,
     ahead: int = 0,
     queue: Iterable[tuple[RequestRow, bool]] | None = None,
+    owed: Mapping[str, int] | None = None,
 ) -> dict[str, object]:
     """The request's facts now. `pool.queued` is what waits ahead of it and would be delayed
     by a start now: none for the head of the queue, and none for a request a person approves
-    (the card said whom it overtakes). `queue`: the pool's queue, when the caller has read it."""
+    (the card said whom it overtakes). `queue`: the pool's queue, when the caller has read it;
+    `owed`: `owed_to` of all its guarantees, when the caller added them up once for many
+    requests (the request's own team is left out here, as `guarantees_in` leaves it out)."""
 
     def read() -> PoolUsage:
         free = free_for(session, ctx.policy, request.requester, request.pool)
@@ -169,13 +172,23 @@ def facts_now(
         usage=replace(
             usage,
             queued=ahead,
-            owed=owed_to(
-                _guarantees(ctx, session, request.pool, request.team, request.id)
-                if queue is None
-                else guarantees_in(queue, request.team, request.id)
-            ),
+            owed=_owed(ctx, session, request, queue, owed),
         ),
     )
+
+
+def _owed(
+    ctx: Context,
+    session: Session,
+    request: RequestRow,
+    queue: Iterable[tuple[RequestRow, bool]] | None,
+    owed: Mapping[str, int] | None,
+) -> dict[str, int]:
+    if owed is not None:
+        return {team: gpus for team, gpus in owed.items() if team != request.team}
+    if queue is None:
+        return owed_to(_guarantees(ctx, session, request.pool, request.team, request.id))
+    return owed_to(guarantees_in(queue, request.team, request.id))
 
 
 def waiting_guarantees(ctx: Context, session: Session, request: RequestRow) -> list[RequestRow]:

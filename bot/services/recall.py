@@ -18,7 +18,7 @@ from sqlmodel import Session
 from bot.services import admin, notices, queueing
 from bot.services.context import Context, record
 from bot.services.fair_share import pool_uses
-from bot.services.grants import decide, facts_now, queue_of, waiting_guarantees
+from bot.services.grants import decide, facts_now, owed_to, queue_of, waiting_guarantees
 from bot.services.reads import request_view
 from bot.services.results import ApprovalEffects, HeldFor, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
@@ -362,6 +362,11 @@ def _pool_entries(
         for h in sorted(seen.holdings, key=lambda h: h.lease)
         if h.recalled_at is not None
     )
+    recalls: dict[int, list[Recall]] = {}
+    for r in under_way:
+        recalls.setdefault(r.request, []).append(r)
+    # what every guarantee counts on, added up once for the whole queue
+    owed = owed_to(row for row, inside in seen.order if inside)
     passed = passed_over(seen, plan)
     slots = queueing.slots(ctx, session, pool)
     shares = pool_uses(ctx, session, pool)
@@ -378,10 +383,10 @@ def _pool_entries(
                 request=request_view(row),
                 position=position,
                 head=f"R{head}" if head != waiting.request else "",
-                waits_for=_waits_for(ctx, session, row, slot, seen.order),
+                waits_for=_waits_for(ctx, session, row, slot, seen.order, owed=owed),
                 free=seen.free,
                 guaranteed=guaranteed,
-                recalls=tuple(r for r in under_way if r.request == row.id),
+                recalls=tuple(recalls.get(row.id or 0, ())),
                 withdrawn_at=(row.decided_at or row.created_at) + wait,
                 passed_over=passed if guaranteed else (),
                 passed_within=_passed(seen, plan.passed_within.get(waiting.request, {})),
@@ -400,6 +405,8 @@ def passed_over(seen: PoolPicture, plan: recall.Plan) -> tuple[PassedOver, ...]:
 
 
 def _passed(seen: PoolPicture, why: Mapping[int, str]) -> tuple[PassedOver, ...]:
+    if not why:
+        return ()  # (most requests of a long queue: no lease by id is needed)
     by_id = {h.lease: h for h in seen.holdings}
     return tuple(
         PassedOver(Recalled(h.lease, h.holder, h.gpus, h.team), why[h.lease])
@@ -428,10 +435,13 @@ def _waits_for(
     row: RequestRow,
     slot: Slot | None,
     order: Iterable[tuple[RequestRow, bool]],
+    *,
+    owed: Mapping[str, int],
 ) -> str:
     """Why a queued request waits, as the rules see it now (not when it was decided)."""
     ahead = len(slot.delays) if slot else 0
-    decision = decide(ctx, facts_now(ctx, session, row, ahead=ahead, queue=order))
+    facts = facts_now(ctx, session, row, ahead=ahead, queue=order, owed=owed)
+    decision = decide(ctx, facts)
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return f"the rules would now refuse it: {decision.because}"
     holding = [
