@@ -4,18 +4,34 @@ and the sweep. Callers own the session (and so the transaction).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select, update
 
 from rules.domain import GpuState, LeaseState
 from rules.fairshare import Interval
 from rules.lease_facts import LeaseSnapshot, Warned
-from rules.marks import Marks
+from rules.marks import RECALL, Marks
 from storage import outbox
 from storage.db import lock_for_update
 from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
+
+#: A lease GPU held now, written as ix_lease_gpu_active's own condition (`WHERE active`):
+#: SQLite uses a partial index only for a query that repeats its condition, and SQLAlchemy
+#: writes a boolean column as `active = 1` or `active IS 1` there, which it does not match.
+HELD: sa.ColumnClause[bool] = sa.literal_column(f"{LeaseGpuRow.__tablename__}.active")
+
+
+def flushed(session: Session) -> Connection:
+    """The session's connection for a read of plain rows, with the changes pending in the
+    session written first, as an ORM query would (autoflush) before reading."""
+    if session.new or session.dirty or session.deleted:
+        session.flush()
+    return session.connection()
 
 
 def get(session: Session, lease_id: int) -> LeaseRow | None:
@@ -28,11 +44,19 @@ def listed(
 ) -> list[LeaseRow]:
     """Leases, newest first; by default only the active ones."""
     stmt = select(LeaseRow).order_by(col(LeaseRow.id).desc())
-    if active_only:
-        stmt = stmt.where(LeaseRow.state == LeaseState.ACTIVE)
     if holder is not None:
         stmt = stmt.where(LeaseRow.holder == holder)
+    if active_only:
+        stmt = stmt.where(_active(by_holder=holder is not None))
     return list(session.exec(stmt).all())
+
+
+def _active(*, by_holder: bool) -> sa.ColumnElement[bool]:
+    """The lease is active. Asked of one person's leases, written so that no index can serve
+    it: without statistics SQLite would read every active lease of the fleet through the
+    state index to find a person's few, rather than their leases through the holder's."""
+    state = col(LeaseRow.state) + "" if by_holder else col(LeaseRow.state)
+    return state == LeaseState.ACTIVE
 
 
 def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
@@ -44,13 +68,34 @@ def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
     return list(session.exec(stmt).all())
 
 
+def recalled_for(session: Session, pool: str, request_id: int, since: datetime) -> list[int]:
+    """The pool's leases whose recall serves request `request_id`: active ones, and those
+    preempted since `since` (when the request was made: none before it could be for it), by
+    id. Two indexed reads, not the pool's history."""
+    marks: Any = sa.type_coerce(col(LeaseRow.warnings), sa.JSON)
+    serves = marks[(RECALL, "request")].as_integer() == request_id
+    active = sa.select(col(LeaseRow.id)).where(
+        col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.pool) == pool, serves
+    )
+    preempted = sa.select(col(LeaseRow.id)).where(
+        col(LeaseRow.end_reason) == "preempted",
+        col(LeaseRow.ended_at) >= since,
+        col(LeaseRow.pool) == pool,
+        serves,
+    )
+    db = flushed(session)
+    return sorted({i or 0 for stmt in (active, preempted) for (i,) in db.execute(stmt)})
+
+
 def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
     """The pool's leases held at any time since `since`: each team's GPUs from the grant to
     the end (None while the lease is active), oldest grant first."""
     stmt = (
-        select(LeaseRow.team, LeaseRow.gpus, LeaseRow.granted_at, LeaseRow.ended_at)
+        sa.select(
+            col(LeaseRow.team), col(LeaseRow.gpus), col(LeaseRow.granted_at), col(LeaseRow.ended_at)
+        )
         .where(
-            LeaseRow.pool == pool,
+            col(LeaseRow.pool) == pool,
             sa.or_(
                 col(LeaseRow.state) == LeaseState.ACTIVE,
                 col(LeaseRow.ended_at) >= since,
@@ -58,8 +103,9 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
         )
         .order_by(col(LeaseRow.granted_at), col(LeaseRow.id))
     )
-    # an active lease has no ended_at yet: it runs on
-    return [Interval(team, gpus, start, end) for team, gpus, start, end in session.exec(stmt)]
+    # plain rows (fair share reads thousands of them); an active lease has no ended_at yet
+    rows = flushed(session).execute(stmt).all()
+    return [Interval(team, gpus, start, end) for team, gpus, start, end in rows]
 
 
 def let_go(session: Session, lease_id: int | None) -> None:
@@ -84,7 +130,7 @@ def held_gpus(session: Session) -> dict[int, tuple[int, str, datetime]]:
     rows = session.exec(
         select(LeaseGpuRow.gpu_id, LeaseRow.id, LeaseRow.holder, LeaseRow.granted_at)
         .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
-        .where(col(LeaseGpuRow.active).is_(True))
+        .where(HELD)
     ).all()
     return {gpu_id: (int(lease_id or 0), holder, at) for gpu_id, lease_id, holder, at in rows}
 
@@ -95,14 +141,99 @@ def active_in(session: Session, pool: str) -> list[LeaseRow]:
     return list(session.exec(stmt).all())
 
 
+def _recalled() -> sa.ColumnElement[bool]:
+    """The lease carries a recall (`Marks.recalled`), asked of its stored JSON in SQL."""
+    marks: Any = sa.type_coerce(col(LeaseRow.warnings), sa.JSON)
+    found: sa.ColumnElement[bool] = marks[RECALL].as_string().is_not(None)
+    return found
+
+
 def any_recalled(session: Session, pool: str) -> bool:
     """Is any active lease of the pool being recalled?"""
-    marks = session.exec(
-        select(col(LeaseRow.warnings)).where(
-            LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE
+    stmt = sa.select(col(LeaseRow.id)).where(
+        col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE, _recalled()
+    )
+    return flushed(session).execute(stmt.limit(1)).first() is not None
+
+
+@dataclass(frozen=True)
+class PoolLease:
+    """An active lease of a pool as the queue and recall weigh it: plain columns, its GPUs
+    that would come back free (healthy, on an undrained node), and its marks when it is being
+    recalled (empty otherwise: only a recall's marks are read here)."""
+
+    id: int
+    holder: str
+    team: str
+    gpus: int
+    priority: str
+    protected: bool
+    granted_at: datetime
+    expires_at: datetime
+    usable: int
+    marks: Marks
+
+
+def pool_leases(session: Session, pool: str) -> list[PoolLease]:
+    """The pool's active leases, by id, in two reads of plain columns: no ORM objects, and
+    the stored marks decoded only for the leases being recalled."""
+    usable = (
+        sa.select(sa.func.count())
+        .select_from(LeaseGpuRow)
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(
+            col(LeaseGpuRow.lease_id) == col(LeaseRow.id),
+            HELD,
+            col(GpuRow.state) == GpuState.OK,
+            sa.not_(col(NodeRow.drained)),
         )
+        .scalar_subquery()
+    )
+    here = (col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE)
+    db = flushed(session)
+    marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(*here, _recalled())
+    recalled: dict[int | None, Marks] = {row[0]: row[1] for row in db.execute(marked)}
+    rows = db.execute(
+        sa.select(
+            col(LeaseRow.id),
+            col(LeaseRow.holder),
+            col(LeaseRow.team),
+            col(LeaseRow.gpus),
+            col(LeaseRow.priority),
+            col(LeaseRow.protected),
+            col(LeaseRow.granted_at),
+            col(LeaseRow.expires_at),
+            usable,
+        )
+        .where(*here)
+        .order_by(col(LeaseRow.id))
     ).all()
-    return any(m.recalled for m in marks)
+    return [
+        PoolLease(
+            lease_id,
+            holder,
+            team,
+            gpus,
+            priority,
+            protected,
+            granted_at,
+            expires_at,
+            int(usable_gpus or 0),
+            recalled.get(lease_id, Marks()),
+        )
+        for (
+            lease_id,
+            holder,
+            team,
+            gpus,
+            priority,
+            protected,
+            granted_at,
+            expires_at,
+            usable_gpus,
+        ) in rows
+    ]
 
 
 def last_preempted_since(session: Session, since: datetime) -> dict[str, datetime]:
@@ -125,7 +256,7 @@ def usable_gpus(session: Session, lease_ids: list[int]) -> dict[int, int]:
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
         .where(
             col(LeaseGpuRow.lease_id).in_(lease_ids),
-            col(LeaseGpuRow.active).is_(True),
+            HELD,
             GpuRow.state == GpuState.OK,
             col(NodeRow.drained).is_(False),
         )
@@ -142,7 +273,7 @@ def active_teams(session: Session) -> dict[int, str]:
 
 def lock_active_of(session: Session, holder: str) -> list[LeaseRow]:
     """The holder's active leases, locked for a change."""
-    stmt = select(LeaseRow).where(LeaseRow.holder == holder, LeaseRow.state == LeaseState.ACTIVE)
+    stmt = select(LeaseRow).where(LeaseRow.holder == holder, _active(by_holder=True))
     return list(session.exec(lock_for_update(session, stmt)).all())
 
 
@@ -189,6 +320,30 @@ def slots_of(session: Session, lease_id: int) -> list[tuple[str, int]]:
     return held or [(node, index) for node, index, _, released in rows if released is None]
 
 
+def slots_of_each(session: Session, lease_ids: list[int]) -> dict[int, list[tuple[str, int]]]:
+    """`slots_of` for many leases at once: one read per few thousand leases, not one each."""
+    rows: dict[int, list[tuple[str, int, bool, datetime | None]]] = {}
+    for i in range(0, len(lease_ids), _IN_CHUNK):
+        for lease_id, node, index, active, released in flushed(session).execute(
+            sa.select(
+                col(LeaseGpuRow.lease_id),
+                col(NodeRow.name),
+                col(GpuRow.index),
+                col(LeaseGpuRow.active),
+                col(LeaseGpuRow.released_at),
+            )
+            .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+            .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+            .where(col(LeaseGpuRow.lease_id).in_(lease_ids[i : i + _IN_CHUNK]))
+        ):
+            rows.setdefault(lease_id, []).append((node, index, active, released))
+    out = {}
+    for lease_id, gpus in rows.items():
+        held = [(node, index) for node, index, active, _ in gpus if active]
+        out[lease_id] = held or [(node, index) for node, index, _, gone in gpus if gone is None]
+    return out
+
+
 def held_seen(session: Session, lease_id: int) -> list[tuple[str, int, str]]:
     """The GPUs a lease holds now, each with what telemetry last showed on it
     (`rules.domain.Observed`)."""
@@ -196,7 +351,7 @@ def held_seen(session: Session, lease_id: int) -> list[tuple[str, int, str]]:
         select(NodeRow.name, GpuRow.index, GpuRow.observed)
         .join(GpuRow, col(GpuRow.node_id) == col(NodeRow.id))
         .join(LeaseGpuRow, col(LeaseGpuRow.gpu_id) == col(GpuRow.id))
-        .where(LeaseGpuRow.lease_id == lease_id, col(LeaseGpuRow.active).is_(True))
+        .where(LeaseGpuRow.lease_id == lease_id, HELD)
     ).all()
     return [(node, index, observed) for node, index, observed in rows]
 
@@ -213,7 +368,7 @@ def give_back(
             select(LeaseGpuRow.gpu_id, NodeRow.name, GpuRow.index)
             .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
             .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-            .where(LeaseGpuRow.lease_id == lease.id, col(LeaseGpuRow.active).is_(True))
+            .where(LeaseGpuRow.lease_id == lease.id, HELD)
         ).all()
         if (node, index) in slots
     ]
@@ -280,7 +435,7 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
         sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(col(LeaseGpuRow.active).is_(True))
+        .where(HELD)
     ):
         slots.setdefault(holding, []).append((node, index))
     outbox_ids = sorted({i for row in rows for i in row.warnings.outboxes().values()})

@@ -4,18 +4,53 @@ request locked for a decision. Callers own the session (and so the transaction).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime, timedelta
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
+from sqlalchemy.orm import ORMExecuteState
 from sqlmodel import Session, col, select
 
 from rules.domain import RequestKind, RequestState
 from rules.policy import Policy
 from rules.queueing import Queued, queue_order
 from storage.db import lock_for_update
-from storage.leases import held_by_team
-from storage.tables import RequestRow
+from storage.leases import flushed, held_by_team
+from storage.tables import OutboxRow, RequestRow
+
+_MEMO = "gpubot.requests.memo"
+T = TypeVar("T")
+
+
+def per_transaction(session: Session, key: Hashable, read: Callable[[], T]) -> T:
+    """`read()`, read once for `key` while the transaction changes nothing: what the queue
+    reads (its requests, the teams' fair-share usage, the pool's timeline) is asked several
+    times by one decision, and with a thousand requests waiting each read costs. Forgotten at
+    every flush, ORM write statement and end of the transaction; with changes pending, read
+    afresh (the read's autoflush then makes them count)."""
+    if session.new or session.dirty or session.deleted:
+        return read()
+    memo: dict[Hashable, Any] | None = session.info.get(_MEMO)
+    if memo is None:
+        memo = session.info[_MEMO] = {}
+        _forget_on_change(session, memo)
+    if key not in memo:
+        memo[key] = read()
+    return cast(T, memo[key])
+
+
+def _forget_on_change(session: Session, memo: dict[Hashable, Any]) -> None:
+    def forget(*_: Any) -> None:
+        memo.clear()
+
+    def written(state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            memo.clear()
+
+    for name in ("after_flush", "after_commit", "after_rollback", "after_soft_rollback"):
+        sa.event.listen(session, name, forget)
+    sa.event.listen(session, "do_orm_execute", written)
 
 
 def get(session: Session, request_id: int) -> RequestRow | None:
@@ -54,6 +89,37 @@ def pending_with_card(session: Session, pool: str) -> list[RequestRow]:
         RequestRow.approval_route != "",
     )
     return list(session.exec(stmt).all())
+
+
+def cards_to_redraw(
+    session: Session, pool: str, kind: str, states: list[str], besides: int | None
+) -> list[int]:
+    """The pool's pending requests with an approval card, but no outbox row of `kind` about
+    them in one of `states` (a redraw already on its way), by id; `besides` left out. One
+    read, however many requests wait."""
+    subject = sa.literal("request:") + sa.cast(col(RequestRow.id), sa.String)
+    on_its_way = (
+        sa.select(col(OutboxRow.id))
+        .where(
+            col(OutboxRow.subject) == subject,
+            col(OutboxRow.kind) == kind,
+            col(OutboxRow.state).in_(states),
+        )
+        .exists()
+    )
+    stmt = (
+        sa.select(col(RequestRow.id))
+        .where(
+            col(RequestRow.pool) == pool,
+            col(RequestRow.state) == RequestState.PENDING,
+            col(RequestRow.approval_route) != "",
+            sa.not_(on_its_way),
+        )
+        .order_by(col(RequestRow.id))
+    )
+    if besides is not None:
+        stmt = stmt.where(col(RequestRow.id) != besides)
+    return [i or 0 for (i,) in flushed(session).execute(stmt)]
 
 
 def queued_since(session: Session, pool: str, at_most: datetime) -> list[RequestRow]:
@@ -142,15 +208,7 @@ def ordered_queue(
     among them as if it were; `usage`, each team's recent usage for fair share (or what
     reads it, called only when fair share can change the order); `also_held`, GPUs per team
     counted as held besides its leases (a lease that would start now)."""
-    rows = list(
-        session.exec(
-            select(RequestRow).where(
-                RequestRow.pool == pool,
-                RequestRow.state == RequestState.QUEUED,
-                RequestRow.kind == RequestKind.BORROW,
-            )
-        ).all()
-    )
+    rows = list(per_transaction(session, ("queued", pool), lambda: _queued_borrows(session, pool)))
     if extra is not None and all(r.id != extra.id or r.id is None for r in rows):
         rows.append(extra)
     if not rows:
@@ -167,6 +225,15 @@ def ordered_queue(
         held[team] = held.get(team, 0) + gpus
     order = queue_order(items, held, quotas, usage)
     return [(by_id[q.request], inside) for q, inside in order]
+
+
+def _queued_borrows(session: Session, pool: str) -> list[RequestRow]:
+    stmt = select(RequestRow).where(
+        RequestRow.pool == pool,
+        RequestRow.state == RequestState.QUEUED,
+        RequestRow.kind == RequestKind.BORROW,
+    )
+    return list(session.exec(stmt).all())
 
 
 def pools_with_queue(session: Session) -> set[str]:

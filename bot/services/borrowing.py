@@ -213,6 +213,8 @@ def _queue_now(
     place = next(i for i, (r, _) in enumerate(queue) if r is new)
     owed = owed_to(guarantees_in(queue, team))  # the new request is of `team`
     backfill = ctx.policy.queue.backfill
+    if place == 0:
+        return 0, owed  # nobody stands before it, so nobody can be delayed by it
     if backfill != Backfill.RESERVE:
         return (place if backfill == Backfill.NONE else 0), owed
     line = timeline(ctx, session, ask.pool, now)

@@ -129,17 +129,16 @@ def _request(
 
 def _recalls_for(session: Session, request: RequestRow) -> list[AuditRow]:
     """The recalls made for a request: how the borrowed leases for it were chosen."""
-    leases = storage_leases.in_pool_active_or_preempted(session, request.pool)
     found = []
-    for lease in leases:
-        mark = lease.warnings.recall
-        if mark is not None and mark.get("request") == request.id:
-            found += [
-                r
-                for r in audit.history(session, f"lease:{lease.id}")
-                if r.tag in (AuditTag.LEASE_RECALLED, AuditTag.LEASE_RECALL_REASSIGNED)
-                and r.detail.get("request") == request.id
-            ]
+    assert request.id is not None
+    since = request.created_at
+    for lease_id in storage_leases.recalled_for(session, request.pool, request.id, since):
+        found += [
+            r
+            for r in audit.history(session, f"lease:{lease_id}")
+            if r.tag in (AuditTag.LEASE_RECALLED, AuditTag.LEASE_RECALL_REASSIGNED)
+            and r.detail.get("request") == request.id
+        ]
     return found
 
 

@@ -23,7 +23,7 @@ from bot.services.reads import lease_view
 from bot.services.results import LeaseView
 from rules.decision import Decision
 from rules.domain import LeaseState, Priority, RequestKind, Subject
-from rules.facts import lendable, request_facts
+from rules.facts import PoolUsage, lendable, request_facts
 from rules.placement import place
 from rules.policy import Quota
 from rules.quota import enforce, exceeds
@@ -31,7 +31,7 @@ from storage.audit import AuditTag
 from storage.gpus import FreeGpus, claimable, free_for, gpu_ids
 from storage.leases import held_by_team
 from storage.pools import pool_usage
-from storage.requests import ordered_queue
+from storage.requests import ordered_queue, per_transaction
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
 
 
@@ -147,12 +147,20 @@ def facts_now(
     *,
     ahead: int = 0,
     queue: Iterable[tuple[RequestRow, bool]] | None = None,
+    owed: Mapping[str, int] | None = None,
 ) -> dict[str, object]:
     """The request's facts now. `pool.queued` is what waits ahead of it and would be delayed
     by a start now: none for the head of the queue, and none for a request a person approves
-    (the card said whom it overtakes). `queue`: the pool's queue, when the caller has read it."""
-    free = free_for(session, ctx.policy, request.requester, request.pool)
-    usage = pool_usage(session, request.pool, free)
+    (the card said whom it overtakes). `queue`: the pool's queue, when the caller has read it;
+    `owed`: `owed_to` of all its guarantees, when the caller added them up once for many
+    requests (the request's own team is left out here, as `guarantees_in` leaves it out)."""
+
+    def read() -> PoolUsage:
+        free = free_for(session, ctx.policy, request.requester, request.pool)
+        return pool_usage(session, request.pool, free)
+
+    # `/gpu queue` and a walk of the queue ask this of many requests in one transaction
+    usage = per_transaction(session, ("pool usage", request.pool, request.requester), read)
     return request_facts(
         ctx.policy,
         kind=RequestKind.BORROW,
@@ -166,13 +174,23 @@ def facts_now(
         usage=replace(
             usage,
             queued=ahead,
-            owed=owed_to(
-                _guarantees(ctx, session, request.pool, request.team, request.id)
-                if queue is None
-                else guarantees_in(queue, request.team, request.id)
-            ),
+            owed=_owed(ctx, session, request, queue, owed),
         ),
     )
+
+
+def _owed(
+    ctx: Context,
+    session: Session,
+    request: RequestRow,
+    queue: Iterable[tuple[RequestRow, bool]] | None,
+    owed: Mapping[str, int] | None,
+) -> dict[str, int]:
+    if owed is not None:
+        return {team: gpus for team, gpus in owed.items() if team != request.team}
+    if queue is None:
+        return owed_to(_guarantees(ctx, session, request.pool, request.team, request.id))
+    return owed_to(guarantees_in(queue, request.team, request.id))
 
 
 def waiting_guarantees(ctx: Context, session: Session, request: RequestRow) -> list[RequestRow]:
@@ -213,7 +231,13 @@ def recent_usage(ctx: Context, session: Session, pool: str) -> dict[str, float]:
     fair share is off)."""
     if not ctx.policy.queue.fair_share_half_life:
         return {}
-    return {team: share.usage for team, share in pool_shares(ctx, session, pool).items()}
+
+    def read() -> dict[str, float]:
+        return {team: share.usage for team, share in pool_shares(ctx, session, pool).items()}
+
+    # read once in a transaction that changes nothing: a decision orders the queue
+    # several times, and each read goes over the pool's leases of the last weeks
+    return dict(per_transaction(session, ("usage", pool), read))
 
 
 def guarantees_in(

@@ -161,15 +161,14 @@ CARD_NUMBERS_EVERY = timedelta(seconds=30)
 def waiting_cards(session: Session, pool: str, *, at: datetime, besides: int | None) -> None:
     """GPUs in `pool` were taken or given back: the quota and queue numbers on its waiting
     approval cards moved, so they are drawn again (buttons and all)."""
-    for request in requests.pending_with_card(session, pool):
-        if request.id != besides:
-            redraw(
-                session,
-                card_redrawn(request, by=""),
-                at=at,
-                again=True,
-                after=CARD_NUMBERS_EVERY,
-            )
+    # redraw(..., again=True) for each, in one read: only a card with no redraw on its way
+    # yet owes one, so a busy pool costs one query per grant, not one per waiting card
+    on_its_way = [outbox.PENDING, outbox.SENDING]
+    kind = OutboxKind.CARD_SETTLED
+    for request_id in requests.cards_to_redraw(session, pool, kind, on_its_way, besides):
+        data = {"request": request_id, "by": "", "verdict": "", "reason": ""}
+        message = Owed(kind, f"request:{request_id}", CARDS, data)
+        owe(session, message, at=at, after=CARD_NUMBERS_EVERY)
 
 
 def recall_withdrawn(session: Session, lease: LeaseRow, *, at: datetime) -> None:

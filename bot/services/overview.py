@@ -27,22 +27,24 @@ from bot.services.results import (
 from rules.domain import Reporting, RequestState
 from rules.reports import Usage
 from storage import nodes, reports
-from storage.gpus import Place, free_gpus, gpu_lines
-from storage.pools import pool_usage
+from storage.gpus import Place, gpu_lines, place_counts, stranded
+from storage.leases import held_by_team
 from storage.reports import Filter
-from storage.requests import pending, pools_with_queue, queued_sizes
+from storage.requests import pending, pools_with_queue, queued_count, queued_sizes
 from storage.tables import RequestRow
 from storage.usage import held_usage, rolled_until
 
 
 def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
     """Every pool of the rules: free, leased, occupied without a lease, not reporting and
-    out-of-service GPUs by model (storage.gpus.gpu_lines: the definition placement uses)."""
+    out-of-service GPUs by model (storage.gpus.Place: the definition placement uses), counted
+    in SQL."""
     counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
-    for line in gpu_lines(session):
-        counts[line.pool][line.model or "GPU"][line.place] += 1
-        if line.drained and line.place == Place.OUT:
-            counts[line.pool][line.model or "GPU"]["drained"] += 1
+    for found in place_counts(session):
+        tally = counts[found.pool][found.model or "GPU"]
+        tally[found.place] += found.gpus
+        if found.drained and found.place == Place.OUT:
+            tally["drained"] += found.gpus
     out = []
     for name, pool in ctx.policy.pools.items():
         models = tuple(
@@ -57,7 +59,7 @@ def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
             )
             for model, c in sorted(counts[name].items())
         )
-        queued = pool_usage(session, name).queued
+        queued = queued_count(session, name)
         stranded = _stranded(session, name) if queued else 0
         out.append(PoolStatus(name, pool.protected, pool.size, models, queued, stranded))
     return out
@@ -68,8 +70,7 @@ def _stranded(session: Session, pool: str) -> int:
     waiting = queued_sizes(session, pool)
     if not waiting:
         return 0
-    need = min(waiting)
-    return sum(len(free) for free in free_gpus(session, pool).values() if len(free) < need)
+    return stranded(session, pool, min(waiting))
 
 
 def quota_use(
@@ -82,7 +83,7 @@ def quota_use(
         quota = pool.quotas.get(team)
         if quota is None:
             continue
-        used = pool_usage(session, name).held.get(team, 0)
+        used = held_by_team(session, name).get(team, 0)
         share = _fair_share(session, ctx, name, team) if fair_share else None
         out.append(
             QuotaUse(

@@ -20,6 +20,7 @@ from rules.domain import (
     RequestState,
     format_duration,
 )
+from rules.marks import Marks
 from rules.policy import Backfill
 from rules.queueing import Ending, Queued, Slot, Timeline, expected_starts
 from storage import leases as storage_leases
@@ -28,8 +29,8 @@ from storage.audit import AuditTag
 from storage.gpus import free_gpus
 from storage.outbox import owe
 from storage.pools import lock as lock_pool
-from storage.requests import queued_since
-from storage.tables import LeaseRow, RequestRow
+from storage.requests import per_transaction, queued_since
+from storage.tables import RequestRow
 
 
 def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]:
@@ -42,19 +43,22 @@ def serve_queue(ctx: Context, pools: list[str] | None = None) -> list[LeaseView]
         _time_out(ctx, pool)
         with ctx.db.write() as session:
             lock_pool(session, pool)
-            granted += _walk(ctx, session, pool)
+            waiting = queue_of(ctx, session, pool)
+            if waiting:  # (the common case, nothing waits, needs no timeline of the pool)
+                granted += _walk(ctx, session, pool, waiting)
     return granted
 
 
-def _walk(ctx: Context, session: Session, pool: str) -> list[LeaseView]:
+def _walk(
+    ctx: Context, session: Session, pool: str, remaining: list[tuple[RequestRow, bool]]
+) -> list[LeaseView]:
     """Settle, in serving order, each team's first request and every request that could start
     now, asking the rules again. One that waits for GPUs holds its expected start (with
     `reserve`), so those behind it start only where they delay nobody; it is asked again when
     it leads its team's queue or its GPUs come. With `none`, the first that waits stops the
-    walk."""
+    walk. `remaining`: the pool's queue in serving order."""
     backfill = ctx.policy.queue.backfill
     line = timeline(ctx, session, pool, ctx.now())
-    remaining = queue_of(ctx, session, pool)
     granted: list[LeaseView] = []
     heads: set[str] = set()  # teams whose first request was asked about
     for row, inside in list(remaining):
@@ -123,24 +127,34 @@ def pushed_back(ctx: Context, session: Session, row: RequestRow) -> list[int]:
 
 def timeline(ctx: Context, session: Session, pool: str, now: datetime) -> Timeline:
     """The pool's GPUs over time: free now, and each active lease's usable GPUs back at its
-    end, or sooner when it is being recalled (the delivered warning plus the notice)."""
-    leases = storage_leases.active_in(session, pool)
-    usable = storage_leases.usable_gpus(session, [row.id or 0 for row in leases])
-    notice = ctx.policy.recall.notice
-    ending = []
-    for row in leases:
-        end = row.expires_at
-        if row.warnings.recalled_at is not None:
-            end = min(end, (taken_at(session, row, notice) or now + notice))
-        ending.append(Ending(usable.get(row.id or 0, 0), end))
-    free = sum(len(v) for v in free_gpus(session, pool).values())
+    end, or sooner when it is being recalled (the delivered warning plus the notice). What it
+    is built from is read once while the transaction changes nothing (a walk of the queue asks
+    for it for each request it weighs); each caller gets a timeline of its own to reserve on."""
+    free, ending = per_transaction(
+        session, ("timeline", pool, now), lambda: _ends(ctx, session, pool, now)
+    )
     return Timeline(now, free, ending)
 
 
-def taken_at(session: Session, row: LeaseRow, notice: timedelta) -> datetime | None:
-    """The earliest a recalled lease is reclaimed: its warning's delivery plus the notice
-    (None until the warning is delivered)."""
-    delivered = delivered_at(session, row.warnings.warning_outbox("preempt"))
+def _ends(ctx: Context, session: Session, pool: str, now: datetime) -> tuple[int, list[Ending]]:
+    """The pool's free GPUs, and its leases' usable GPUs with when they come back, in order:
+    each extends the step function at its end (the same function in any order, but built in
+    this one in linear time, not quadratic)."""
+    notice = ctx.policy.recall.notice
+    ending = []
+    for row in storage_leases.pool_leases(session, pool):
+        end = row.expires_at
+        if row.marks.recalled_at is not None:
+            end = min(end, (taken_at(session, row.marks, notice) or now + notice))
+        ending.append(Ending(row.usable, end))
+    free = sum(len(v) for v in free_gpus(session, pool).values())
+    return free, sorted(ending, key=lambda e: e.at)
+
+
+def taken_at(session: Session, marks: Marks, notice: timedelta) -> datetime | None:
+    """The earliest a recalled lease (with these marks) is reclaimed: its warning's delivery
+    plus the notice (None until the warning is delivered)."""
+    delivered = delivered_at(session, marks.warning_outbox("preempt"))
     return delivered + notice if delivered is not None else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from sqlmodel import Session
@@ -13,10 +14,14 @@ from storage.leases import slots_of
 from storage.tables import LeaseRow, RequestRow
 
 
-def lease_view(session: Session, lease: LeaseRow) -> LeaseView:
-    """A lease with its GPUs (the GPUs it holds, or held once it ended)."""
+def lease_view(
+    session: Session, lease: LeaseRow, slots: Sequence[tuple[str, int]] | None = None
+) -> LeaseView:
+    """A lease with its GPUs (the GPUs it holds, or held once it ended; `slots`: those, when
+    the caller read them)."""
     assert lease.id is not None
-    slots = slots_of(session, lease.id)
+    if slots is None:
+        slots = slots_of(session, lease.id)
     return LeaseView(
         id=lease.id,
         holder=lease.holder,
@@ -75,7 +80,8 @@ def list_leases(
 ) -> list[LeaseView]:
     """Leases, newest first; by default only the active ones."""
     rows = leases.listed(session, active_only=active_only, holder=holder)
-    return [lease_view(session, row) for row in rows]
+    slots = leases.slots_of_each(session, [row.id for row in rows if row.id is not None])
+    return [lease_view(session, row, slots.get(row.id or 0, [])) for row in rows]
 
 
 def list_requests(

@@ -18,7 +18,7 @@ from sqlmodel import Session
 from bot.services import admin, notices, queueing
 from bot.services.context import Context, record
 from bot.services.fair_share import pool_uses
-from bot.services.grants import decide, facts_now, queue_of, waiting_guarantees
+from bot.services.grants import decide, facts_now, owed_to, queue_of, waiting_guarantees
 from bot.services.reads import request_view
 from bot.services.results import ApprovalEffects, HeldFor, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
@@ -28,6 +28,7 @@ from storage import audit, requests
 from storage import leases as storage_leases
 from storage.audit import AuditTag
 from storage.gpus import free_gpus
+from storage.leases import PoolLease
 from storage.pools import lock as lock_pool
 from storage.requests import pools_with_queue
 from storage.tables import (
@@ -52,7 +53,7 @@ class PoolPicture:
     queue: tuple[recall.Waiting, ...]
     free: int
     cooled: dict[str, datetime]  # holder -> last preempted or warned, within the cooldown
-    rows: dict[int, LeaseRow]
+    leases: dict[int, PoolLease]
     requests: dict[int, RequestRow]  # the queued ones, by id
     # usable GPUs of leases ending within recall.notice, not recalled and not protected: they
     # come back before a recall could, so nobody is preempted for them
@@ -66,22 +67,21 @@ class PoolPicture:
 
 
 def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
-    leases = storage_leases.active_in(session, pool)
+    leases = storage_leases.pool_leases(session, pool)
     protected_pool = ctx.policy.pools[pool].protected
-    usable = storage_leases.usable_gpus(session, [row.id or 0 for row in leases])
     holdings = tuple(
         recall.Holding(
-            lease=row.id or 0,
+            lease=row.id,
             holder=row.holder,
             team=row.team,
             gpus=row.gpus,
             priority=row.priority,
             granted_at=row.granted_at,
             protected=row.protected or protected_pool,
-            recalled_at=row.warnings.recalled_at,
-            recalled_for=row.warnings.recalled_for,
-            usable=usable.get(row.id or 0, 0),
-            within_team=row.warnings.recalled_within_team,
+            recalled_at=row.marks.recalled_at,
+            recalled_for=row.marks.recalled_for,
+            usable=row.usable,
+            within_team=row.marks.recalled_within_team,
         )
         for row in leases
     )
@@ -99,7 +99,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         queue,
         free,
         _cooled(session, now - ctx.policy.recall.cooldown),
-        {row.id or 0: row for row in leases},
+        {row.id: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
         soon,
         tuple(ordered),
@@ -159,14 +159,22 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             if paused:
                 admin.would_recall(session, ctx, plan.start, now)
             for victim in () if paused else plan.start:
-                _start(session, seen.rows[victim.lease], victim, now)
+                _start(session, _row(session, victim.lease), victim, now)
                 report.started.append(f"L{victim.lease}")
             for victim in plan.reassign:
-                _reassign(session, seen.rows[victim.lease], victim, now)
+                _reassign(session, _row(session, victim.lease), victim, now)
             for lease_id in plan.withdraw:
-                _withdraw(session, seen.rows[lease_id], now)
+                _withdraw(session, _row(session, lease_id), now)
                 report.withdrawn.append(f"L{lease_id}")
     return report
+
+
+def _row(session: Session, lease_id: int) -> LeaseRow:
+    """The lease a plan changes (the picture holds plain columns of every lease, this the
+    few the plan names)."""
+    row = storage_leases.get(session, lease_id)
+    assert row is not None
+    return row
 
 
 def _settled(session: Session, pool: str) -> bool:
@@ -347,13 +355,18 @@ def _pool_entries(
     under_way = tuple(
         Recall(
             Recalled(h.lease, h.holder, h.gpus, h.team),
-            queueing.taken_at(session, seen.rows[h.lease], ctx.policy.recall.notice),
+            queueing.taken_at(session, seen.leases[h.lease].marks, ctx.policy.recall.notice),
             h.recalled_for,
             within_team=h.within_team,
         )
         for h in sorted(seen.holdings, key=lambda h: h.lease)
         if h.recalled_at is not None
     )
+    recalls: dict[int, list[Recall]] = {}
+    for r in under_way:
+        recalls.setdefault(r.request, []).append(r)
+    # what every guarantee counts on, added up once for the whole queue
+    owed = owed_to(row for row, inside in seen.order if inside)
     passed = passed_over(seen, plan)
     slots = queueing.slots(ctx, session, pool)
     shares = pool_uses(ctx, session, pool)
@@ -370,10 +383,10 @@ def _pool_entries(
                 request=request_view(row),
                 position=position,
                 head=f"R{head}" if head != waiting.request else "",
-                waits_for=_waits_for(ctx, session, row, slot, seen.order),
+                waits_for=_waits_for(ctx, session, row, slot, seen.order, owed=owed),
                 free=seen.free,
                 guaranteed=guaranteed,
-                recalls=tuple(r for r in under_way if r.request == row.id),
+                recalls=tuple(recalls.get(row.id or 0, ())),
                 withdrawn_at=(row.decided_at or row.created_at) + wait,
                 passed_over=passed if guaranteed else (),
                 passed_within=_passed(seen, plan.passed_within.get(waiting.request, {})),
@@ -392,6 +405,8 @@ def passed_over(seen: PoolPicture, plan: recall.Plan) -> tuple[PassedOver, ...]:
 
 
 def _passed(seen: PoolPicture, why: Mapping[int, str]) -> tuple[PassedOver, ...]:
+    if not why:
+        return ()  # (most requests of a long queue: no lease by id is needed)
     by_id = {h.lease: h for h in seen.holdings}
     return tuple(
         PassedOver(Recalled(h.lease, h.holder, h.gpus, h.team), why[h.lease])
@@ -420,10 +435,13 @@ def _waits_for(
     row: RequestRow,
     slot: Slot | None,
     order: Iterable[tuple[RequestRow, bool]],
+    *,
+    owed: Mapping[str, int],
 ) -> str:
     """Why a queued request waits, as the rules see it now (not when it was decided)."""
     ahead = len(slot.delays) if slot else 0
-    decision = decide(ctx, facts_now(ctx, session, row, ahead=ahead, queue=order))
+    facts = facts_now(ctx, session, row, ahead=ahead, queue=order, owed=owed)
+    decision = decide(ctx, facts)
     if decision.verdict is not None and decision.verdict.outcome == Outcome.DENY:
         return f"the rules would now refuse it: {decision.because}"
     holding = [
