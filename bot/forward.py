@@ -66,6 +66,10 @@ class Answer:
     body: bytes
 
 
+#: The longest address the leader row keeps (storage.tables.LeaderRow.address).
+MAX_ADDRESS = 256
+
+
 def advertise_url(configured: str | None, host: str, port: int) -> str:
     """Where the other replicas reach this one's HTTP server: GPUBOT_ADVERTISE_URL when set,
     else `http://<host>:<port>` for a specific --host, else this host's primary address (the
@@ -76,6 +80,12 @@ def advertise_url(configured: str | None, host: str, port: int) -> str:
             raise AdvertiseError(
                 f"GPUBOT_ADVERTISE_URL must be an http:// or https:// URL the other replicas "
                 f"can reach, such as http://10.0.0.7:3000; it is {configured!r}"
+            )
+        if len(configured.rstrip("/")) > MAX_ADDRESS:
+            raise AdvertiseError(
+                f"GPUBOT_ADVERTISE_URL is {len(configured)} characters long; the database keeps "
+                f"at most {MAX_ADDRESS}: give the address and port only, such as "
+                "http://10.0.0.7:3000"
             )
         return configured.rstrip("/")
     address = host

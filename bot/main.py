@@ -139,6 +139,13 @@ class Bot:
         if (report.changed or granted or digests) and self.deliverer.want():
             self.jobs.kick(OUTBOX)
 
+    def took_over(self) -> None:
+        """This replica leads from now: its telemetry window holds nothing yet (the pushes
+        went to the old leader), so it waits as a newly started bot does before it calls a
+        node silent."""
+        if self.watching_since is not None:
+            self.watching_since = self.services.now()
+
     def retain(self) -> None:
         """The `retention` job: per-minute history older than HISTORY_KEPT goes (never a minute
         the hourly rollup has not rolled yet, nor one of the hours its next pass rolls again),
@@ -334,6 +341,8 @@ def _schedule(bot: Bot) -> None:
     an outcome already sent must be recorded."""
     leader = bot.leader
     assert leader is not None
+    if leader.replicated:
+        leader.on_gain.append(bot.took_over)
     jobs, deliverer, inbox_ = bot.jobs, bot.deliverer, bot.inbox
     deliverer.alive = leader.alive
     if leader.replicated:

@@ -237,6 +237,10 @@ class History:
         self.leases = figures.LeaseTally()  # final leases up to lease_upto, and the open ones
         self.requests: dict[tuple[str, str, str, str], int] = {}
         self.started = False
+        # The GPU-seconds last emitted: an active lease counts up to this scrape's clock and an
+        # ended one up to its end, so a lease ending (committed late, or by a replica whose
+        # clock runs behind) could lower the sum; a counter must never go down.
+        self.gpu_s_shown: dict[tuple[str, str], float] = {}
 
     def read(
         self, session: Session, now: datetime, active: figures.Active
@@ -269,6 +273,9 @@ class History:
             gpu_s = dict(self.leases.gpu_s)
             _add(gpu_s, recent.gpu_s)
             _add(gpu_s, active.gpu_s)
+            for key, shown in self.gpu_s_shown.items():
+                gpu_s[key] = max(gpu_s.get(key, 0.0), shown)
+            self.gpu_s_shown = dict(gpu_s)
         return requests, reclaims, gpu_s
 
     def _settled(self, session: Session, now: datetime) -> tuple[int, int]:

@@ -131,6 +131,15 @@ class KubernetesEnforcer:
             if isinstance(listed, str):
                 errors.append(f"list pods on {order.node}: {listed}")
                 uids = []
+            elif not listed.items:
+                # The node's processes are in pods, yet Kubernetes lists none on it: most
+                # likely the bot's node name is not the Kubernetes node name (a short name
+                # against a fully qualified one). Nothing is taken for gone on that evidence.
+                errors.append(
+                    f"Kubernetes lists no pod on node {order.node!r}: is that the node's name "
+                    "in Kubernetes (kubectl get nodes)? pools.yaml and the agent must use it"
+                )
+                uids = []
             else:
                 pods = {pod.metadata.uid: pod for pod in listed.items or []}
         for uid in uids:

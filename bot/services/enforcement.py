@@ -13,6 +13,7 @@ at most. An admin's drain of a node waits the same way, then drains (Slurm) or c
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +48,12 @@ MAX_COMMANDS = 40  # commands kept with an order for its audit row
 _UNITS = {
     SLURM: ("slurm/", "job", "not in a Slurm job"),
     KUBERNETES: ("pod/", "pod", "not in a pod"),
+}
+# What a job id or pod uid looks like. The agent reads them from cgroups, but the bot never hands
+# a scheduler anything else: a pushed "job" such as `--user=alice` would be an option to scancel.
+_UNIT_NAME = {
+    SLURM: re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10})?"),
+    KUBERNETES: re.compile(r"[0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12}"),
 }
 
 
@@ -160,7 +167,10 @@ def _work(
                 skipped.append({"gpu": index, "pid": proc.pid, "why": why})
             elif not job.startswith(prefix):
                 skipped.append({"gpu": index, "pid": proc.pid, "why": outside})
-            elif (name := job.removeprefix(prefix)) not in seen:
+            elif not _UNIT_NAME[kind].fullmatch(name := job.removeprefix(prefix)):
+                why = f"{unit} {name[:40]!r} is not a {unit} id the scheduler gives"
+                skipped.append({"gpu": index, "pid": proc.pid, "why": why})
+            elif name not in seen:
                 seen.add(name)
                 targets.append({"gpu": index, unit: name, "pid": proc.pid, "user": proc.user})
     return targets, skipped
@@ -255,6 +265,7 @@ def carry_out(ctx: Context, hands: Callable[[], Enforcer | None]) -> list[str]:
             why = f"ordered for {kind}, but the bot now runs the {running} enforcer"
             step = Step([], [], done=True, error=why, progress=dict(order.progress))
         else:
+            _still_leading(ctx)
             step = _step(order.progress, enforcer.reclaim, order, now)
         lines += _record_step(ctx, kind, order, step, now)
     for drain in drains:
@@ -262,6 +273,14 @@ def carry_out(ctx: Context, hands: Callable[[], Enforcer | None]) -> list[str]:
     for line in lines:
         log.info("enforce: %s", line)
     return lines
+
+
+def _still_leading(ctx: Context) -> None:
+    """Right before a scheduler command: an empty write, which the leader's fence checks (it
+    raises when another replica leads now), so a deposed leader never cancels or evicts what
+    it could not then record. Without replicas it only costs a begin and a commit."""
+    with ctx.db.write():
+        pass
 
 
 def _step(progress: Mapping[str, Any], take: Callable[..., Step], *args: Any) -> Step:
@@ -368,6 +387,7 @@ def _drain(
         why = unavailable or f"the bot now runs the {ctx.enforcer} enforcer"
         step = Step([], [], done=enforcer is None and not unavailable, error=why)
     else:
+        _still_leading(ctx)
         step = _step({}, enforcer.drain, drain.node, drain.reason)
     now = ctx.now()
     tries = drain.tries + (1 if step.error else 0)

@@ -256,7 +256,9 @@ def test_the_advertised_url_is_the_setting_when_given() -> None:
     )
 
 
-@pytest.mark.parametrize("bad", ["10.0.0.7:3000", "ftp://10.0.0.7", "http://"])
+@pytest.mark.parametrize(
+    "bad", ["10.0.0.7:3000", "ftp://10.0.0.7", "http://", "http://gpubot/" + "x" * 300]
+)
 def test_an_advertised_url_no_replica_could_use_is_refused_with_an_example(bad: str) -> None:
     with pytest.raises(AdvertiseError, match=r"http://10\.0\.0\.7:3000"):
         advertise_url(bad, EVERYWHERE, 3000)

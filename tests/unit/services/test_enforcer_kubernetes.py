@@ -114,6 +114,19 @@ def test_a_pod_without_a_workload_is_evicted(cluster: Cluster, kubeconfig: Path)
     }
 
 
+def test_no_pod_listed_on_the_node_is_an_error_never_taken_for_gone(
+    cluster: Cluster, kubeconfig: Path
+) -> None:
+    """Pods to end, yet Kubernetes lists none on the node (its name there differs from the
+    bot's): the step fails with the likely cause and nothing is settled as gone."""
+    step = KubernetesEnforcer.connect(kubeconfig).reclaim(an_order(POD_A), T0)
+
+    assert not step.done
+    assert "lists no pod on node 'a100-node-01'" in step.error
+    assert [("GET", "/api/v1/pods")] == cluster.calls()
+    assert [] == [r for r in step.results if r["outcome"] == "gone"]
+
+
 def test_a_disruption_budget_refusal_is_tried_again_never_forced(
     cluster: Cluster, kubeconfig: Path
 ) -> None:

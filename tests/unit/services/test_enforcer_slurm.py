@@ -207,6 +207,8 @@ PROCESSES = (
     ProcessInfo(pid=4101, user="alice", job="slurm/777", started=STARTED),  # the same job
     ProcessInfo(pid=4200, user="bob", job="slurm/888", started=STARTED),  # someone else's
     ProcessInfo(pid=4300, user="alice", started=STARTED),  # the holder's, outside Slurm
+    # A pushed "job" that would be an option to scancel: never handed to it.
+    ProcessInfo(pid=4400, user="alice", job="slurm/--user=alice", started=STARTED),
 )
 
 
@@ -223,9 +225,11 @@ def test_a_reclaim_cancels_the_holders_slurm_job_after_commit_and_the_grace(
     assert [{"gpu": 0, "job": "777", "pid": 4100, "user": "alice"}] == [
         {k: t[k] for k in ("gpu", "job", "pid", "user")} for t in ordered.detail["targets"]
     ]
-    assert {4200: "belongs to bob, not the holder", 4300: "not in a Slurm job"} == {
-        s["pid"]: s["why"] for s in ordered.detail["not_targeted"]
-    }
+    assert {
+        4200: "belongs to bob, not the holder",
+        4300: "not in a Slurm job",
+        4400: "job '--user=alice' is not a job id the scheduler gives",
+    } == {s["pid"]: s["why"] for s in ordered.detail["not_targeted"]}
 
     assert [] == services.enforce()  # TERM sent: waiting for the grace, nothing to say
     assert [["scancel", "--signal=TERM", "--full", "777"]] == slurm.calls()
