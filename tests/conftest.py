@@ -8,11 +8,19 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+import freezegun
 import pytest
 
 from storage.db import Database
 from tests.imports import imports_of, modules
 from tests.support import postgres
+
+# freezegun, on entering, reads every attribute of every loaded module to patch `datetime`;
+# the Kubernetes client's package builds its pydantic models lazily on such a read, which
+# under a half-patched `datetime` fails and leaves the clock frozen for every later test of
+# the process. Its modules are left alone (they then see the real time, which they only use
+# for their own HTTP calls).
+freezegun.configure(extend_ignore_list=["kubernetes"])
 
 
 @pytest.fixture(autouse=True)
