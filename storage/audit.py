@@ -34,25 +34,12 @@ canonical_json = audit_text.canonical_json  # the serialisation hashes are compu
 GENESIS_HASH = "0" * 64
 _HEAD_ID = 1
 
-#: The columns a row's hash covers, in no particular order (the JSON keys are sorted).
-#: A new audit column must be added here deliberately: it changes what old rows hash to.
-HASHED_COLUMNS = (
-    "id",
-    "at",
-    "actor",
-    "tag",
-    "subject",
-    "outcome",
-    "deciding_rule",
-    "matching_rules",
-    "facts",
-    "detail",
-    "revision",
-    "engine",
-    "prev_hash",
-)
-EXPORT_COLUMNS = (*HASHED_COLUMNS, "hash")
-_JSON_COLUMNS = frozenset({"matching_rules", "facts", "detail"})
+#: The columns a row's hash covers, in no particular order (the JSON keys are sorted): every
+#: exported column but the row's own hash (storage.audit_text.HEADER lists them).
+#: A new audit column must be added there deliberately: it changes what old rows hash to.
+HASHED_COLUMNS = audit_text.HEADER[:-1]
+EXPORT_COLUMNS = audit_text.HEADER
+_JSON_COLUMNS = frozenset(audit_text.JSON_COLUMNS)
 #: Rows per range of ids: the unit a worker process checks, its fetches streamed in batches.
 CHUNK_ROWS = 50_000
 #: The most worker processes a verify or export starts unless told (`workers=`).

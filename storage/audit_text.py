@@ -26,7 +26,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-_JSON = ("matching_rules", "facts", "detail")
+#: The audit's JSON columns, stored as the canonical text their hash covers.
+JSON_COLUMNS = ("matching_rules", "facts", "detail")
+_JSON = JSON_COLUMNS
+#: Every column of an audit row in export order; all but the last (`hash`) are what it hashes.
+#: A new column must be added here deliberately: it changes what old rows hash to.
 HEADER = (
     "id",
     "at",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from bot.enforcers import (
     build,
 )
 from bot.services.context import Context, record
+from bot.telemetry.model import ProcessInfo
 from rules.lease_facts import LeaseSnapshot, Reading
 from storage import enforcement as orders
 from storage.audit import AuditTag
@@ -113,6 +114,28 @@ def order(
     return written
 
 
+def _holders(
+    node: str,
+    indexes: Sequence[int],
+    accounts: set[str],
+    reading: Callable[[str, int], Reading | None],
+    skipped: list[dict[str, Any]],
+) -> Iterator[tuple[int, ProcessInfo]]:
+    """The holder's processes on the lease's GPUs of `node`, GPU by GPU; what is not theirs,
+    or cannot be seen, goes to `skipped` with the reason the audit shows."""
+    for index in sorted(indexes):
+        found = reading(node, index)
+        if found is None:
+            skipped.append({"gpu": index, "why": "no telemetry for this GPU"})
+            continue
+        for proc in found.processes:
+            if proc.user in accounts:
+                yield index, proc
+            else:
+                why = f"belongs to {proc.user or 'an unknown user'}, not the holder"
+                skipped.append({"gpu": index, "pid": proc.pid, "why": why})
+
+
 def _targets(
     node: str,
     indexes: Sequence[int],
@@ -122,23 +145,15 @@ def _targets(
     targets: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     seen: set[int] = set()
-    for index in sorted(indexes):
-        found = reading(node, index)
-        if found is None:
-            skipped.append({"gpu": index, "why": "no telemetry for this GPU"})
-            continue
-        for proc in found.processes:
-            if proc.user not in accounts:
-                why = f"belongs to {proc.user or 'an unknown user'}, not the holder"
-                skipped.append({"gpu": index, "pid": proc.pid, "why": why})
-            elif proc.started is None:
-                why = "start time unknown: a reused PID could not be told apart"
-                skipped.append({"gpu": index, "pid": proc.pid, "why": why})
-            elif proc.pid not in seen:  # one process on several GPUs is signalled once
-                seen.add(proc.pid)
-                targets.append(
-                    {"gpu": index, "pid": proc.pid, "started": proc.started, "user": proc.user}
-                )
+    for index, proc in _holders(node, indexes, accounts, reading, skipped):
+        if proc.started is None:
+            why = "start time unknown: a reused PID could not be told apart"
+            skipped.append({"gpu": index, "pid": proc.pid, "why": why})
+        elif proc.pid not in seen:  # one process on several GPUs is signalled once
+            seen.add(proc.pid)
+            targets.append(
+                {"gpu": index, "pid": proc.pid, "started": proc.started, "user": proc.user}
+            )
     return targets, skipped
 
 
@@ -155,24 +170,16 @@ def _work(
     targets: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for index in sorted(indexes):
-        found = reading(node, index)
-        if found is None:
-            skipped.append({"gpu": index, "why": "no telemetry for this GPU"})
-            continue
-        for proc in found.processes:
-            job = proc.job or ""
-            if proc.user not in accounts:
-                why = f"belongs to {proc.user or 'an unknown user'}, not the holder"
-                skipped.append({"gpu": index, "pid": proc.pid, "why": why})
-            elif not job.startswith(prefix):
-                skipped.append({"gpu": index, "pid": proc.pid, "why": outside})
-            elif not _UNIT_NAME[kind].fullmatch(name := job.removeprefix(prefix)):
-                why = f"{unit} {name[:40]!r} is not a {unit} id the scheduler gives"
-                skipped.append({"gpu": index, "pid": proc.pid, "why": why})
-            elif name not in seen:
-                seen.add(name)
-                targets.append({"gpu": index, unit: name, "pid": proc.pid, "user": proc.user})
+    for index, proc in _holders(node, indexes, accounts, reading, skipped):
+        job = proc.job or ""
+        if not job.startswith(prefix):
+            skipped.append({"gpu": index, "pid": proc.pid, "why": outside})
+        elif not _UNIT_NAME[kind].fullmatch(name := job.removeprefix(prefix)):
+            why = f"{unit} {name[:40]!r} is not a {unit} id the scheduler gives"
+            skipped.append({"gpu": index, "pid": proc.pid, "why": why})
+        elif name not in seen:
+            seen.add(name)
+            targets.append({"gpu": index, unit: name, "pid": proc.pid, "user": proc.user})
     return targets, skipped
 
 
