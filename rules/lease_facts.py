@@ -143,8 +143,24 @@ def lease_facts(
     stage = expiry_stage(policy, lease, now)
     lead = lease.warnings.expiry_lead()
     due = stage is not None and (lead is None or stage < lead)
-    fresh = bool(readings) and all(r is not None and r.fresh for r in readings)
-    idle_for = min((r.idle_for for r in readings if r is not None), default=timedelta(0))
+    # One walk over the readings (a sweep builds these facts for every active lease).
+    fresh, unhealthy, intruded = bool(readings), False, False
+    least: timedelta | None = None
+    for r in readings:
+        if r is None:
+            fresh = False
+            continue
+        if least is None or r.idle_for < least:
+            least = r.idle_for
+        if not r.healthy:
+            unhealthy = True
+        if not r.fresh:
+            fresh = False
+        elif not intruded:
+            intruded = any(
+                not covers(policy, lease.holder, getattr(p, "user", None)) for p in r.processes
+            )
+    idle_for = least if least is not None else timedelta(0)
     # Idle before the lease began is not the holder's: a lease is idle for its own age at most.
     idle_for = min(idle_for, max(timedelta(0), now - lease.granted_at))
     if not fresh:
@@ -173,14 +189,9 @@ def lease_facts(
         "lease.idle": fresh and idle_for > timedelta(0),
         "lease.idle_for": minutes(idle_for),
         "lease.snoozed": lease.snoozed_until is not None and lease.snoozed_until > now,
-        "lease.unhealthy": any(r is not None and not r.healthy for r in readings),
+        "lease.unhealthy": unhealthy,
         "lease.recalled": lease.warnings.recalled,
-        "lease.intruded": any(
-            not covers(policy, lease.holder, getattr(p, "user", None))
-            for r in readings
-            if r is not None and r.fresh
-            for p in r.processes
-        ),
+        "lease.intruded": intruded,
         "lease.warned.preempt": preempt_at is not None,
         "lease.since_warned.preempt": minutes(now - preempt_at) if preempt_at else 0.0,
         "telemetry.fresh": fresh,

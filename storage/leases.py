@@ -436,9 +436,10 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
         .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
         .where(HELD)
-    ):
+    ).all():  # fetched at once: row by row costs a cursor call per GPU held
         slots.setdefault(holding, []).append((node, index))
-    outbox_ids = sorted({i for row in rows for i in row.warnings.outboxes().values()})
+    owed = [row.warnings.outboxes() for row in rows]  # read once per lease, used twice
+    outbox_ids = sorted({i for marks in owed for i in marks.values()})
     delivered: dict[int, datetime | None] = {}
     for i in range(0, len(outbox_ids), _IN_CHUNK):
         chunk = outbox_ids[i : i + _IN_CHUNK]
@@ -450,7 +451,7 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
             if state == outbox.DELIVERED and row_id is not None:
                 delivered[row_id] = delivered_at
     snapshots, warned = [], {}
-    for row in rows:
+    for row, outboxes in zip(rows, owed, strict=True):
         lease_id, holder, team, pool, gpus, priority, protected, granted_at, expires_at = row[:9]
         assert lease_id is not None
         marks: Marks = row.warnings
@@ -470,7 +471,5 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
                 tuple(sorted(slots.get(lease_id, []))),
             )
         )
-        warned[lease_id] = Warned(
-            {reason: delivered.get(i) for reason, i in marks.outboxes().items()}
-        )
+        warned[lease_id] = Warned({reason: delivered.get(i) for reason, i in outboxes.items()})
     return snapshots, warned

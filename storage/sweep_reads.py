@@ -24,7 +24,7 @@ def gpu_snapshots(session: Session) -> list[GpuSnapshot]:
     # Written as the partial index's own predicate, so the engines read the active rows
     # through ix_lease_gpu_active rather than every lease-GPU row ever written.
     active = sa.select(_HELD.c.gpu_id, _HELD.c.lease_id).where(sa.text("lease_gpu.active"))
-    held: dict[int, int] = {row.gpu_id: row.lease_id for row in db.execute(active)}
+    held: dict[int, int] = dict(db.execute(active).all())
     rows = db.execute(
         sa.select(
             _GPU.c.id,
@@ -37,7 +37,7 @@ def gpu_snapshots(session: Session) -> list[GpuSnapshot]:
         )
         .join(_NODE, _NODE.c.id == _GPU.c.node_id)
         .order_by(_GPU.c.id)
-    )
+    ).all()  # fetched at once: row by row costs a cursor call per GPU
     return [
         GpuSnapshot(gpu_id, node, index, model, pool, state, bool(drained), held.get(gpu_id))
         for gpu_id, node, index, model, pool, state, drained in rows

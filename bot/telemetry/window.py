@@ -161,8 +161,9 @@ class TelemetryWindow:
 
     def readings(self, now: datetime) -> dict[tuple[str, int], GpuReading]:
         """Every GPU ever observed, by (node, index)."""
+        at = _aware(now)
         with self._lock:
-            return {key: self._reading(gpu, _aware(now)) for key, gpu in self._gpus.items()}
+            return {key: self._reading(gpu, at) for key, gpu in self._gpus.items()}
 
     def latest(self) -> dict[tuple[str, int], Sample]:
         """The newest sample of every GPU that has one, by (node, index)."""
