@@ -83,20 +83,9 @@ def take(session: Session, holder: str, *, at: datetime, ttl: timedelta, address
     """Become the leader (the advisory lock is won already): the epoch goes up by one, so
     whatever an earlier leader still has in flight is refused by its fence. `address`: where
     the other replicas reach this one. The new epoch."""
-    _insert_missing(session, JOBS, at, _NEVER)
-    epoch = session.execute(
-        sa.update(_TABLE)
-        .where(_TABLE.c.name == JOBS)
-        .values(
-            epoch=_TABLE.c.epoch + 1,
-            holder=holder,
-            renewed_at=at,
-            expires_at=at + ttl,
-            address=address,
-        )
-        .returning(_TABLE.c.epoch)
-    ).scalar_one()
-    return int(epoch)
+    epoch = _lead(session, holder, at=at, ttl=ttl, address=address, expired_only=False)
+    assert epoch is not None  # unconditional: the row is there
+    return epoch
 
 
 def take_expired(
@@ -104,10 +93,27 @@ def take_expired(
 ) -> int | None:
     """The table lease: become the leader if nobody holds an unexpired lease (compare and set:
     of two replicas trying at once, one gets it). The new epoch, None when it is held."""
+    return _lead(session, holder, at=at, ttl=ttl, address=address, expired_only=True)
+
+
+def _lead(
+    session: Session,
+    holder: str,
+    *,
+    at: datetime,
+    ttl: timedelta,
+    address: str,
+    expired_only: bool,
+) -> int | None:
+    """Write `holder` into the jobs row with the next epoch (only where its lease expired, when
+    `expired_only`): that epoch, or None when the row was held."""
     _insert_missing(session, JOBS, at, _NEVER)
+    held = [_TABLE.c.name == JOBS]
+    if expired_only:
+        held.append(_TABLE.c.expires_at < at)
     epoch = session.execute(
         sa.update(_TABLE)
-        .where(_TABLE.c.name == JOBS, _TABLE.c.expires_at < at)
+        .where(*held)
         .values(
             epoch=_TABLE.c.epoch + 1,
             holder=holder,
