@@ -1,16 +1,20 @@
 """What the bot keeps of its node agents, on SQLite and on PostgreSQL: spent nonces survive a
-restart (a replay is refused after it), expired ones are pruned, and refusals reach the audit
+restart (a replay is refused after it), pushes arriving together record their nonces in one
+transaction, expired ones are pruned, and refusals reach the audit
 log as at most one aggregated row per known node per window, never for unknown nodes."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 from sqlmodel import col, select
 
-from bot.services import Services
+from bot.services import Services, agents
 from bot.telemetry.agent_push import Ingest
 from bot.telemetry.model import to_json
 from bot.telemetry.window import TelemetryWindow
@@ -153,3 +157,55 @@ def test_the_reasons_kept_per_row_are_bounded(services: Services, clock: Clock) 
     services.record_refused_agent(NODE, "last")
     rows = refused_rows(services)
     assert (2, 50, 8) == (len(rows), rows[1].detail["count"], len(rows[1].detail["reasons"]))
+
+
+def test_nonces_arriving_together_share_a_transaction_and_replays_still_fail(
+    shared_db: Database, clock: Clock
+) -> None:
+    """While the nonce table is locked, 40 pushes queue up (20 nonces, each sent twice): once
+    it is free, they are recorded in two transactions, the first push's and everyone else's,
+    and of each pair exactly one is spent, the other a replay."""
+    services = services_on(shared_db, clock)
+    commits: list[int] = []
+    sa.event.listen(shared_db.engine, "commit", lambda _connection: commits.append(1))
+    answers: dict[int, bool] = {}
+    lock = threading.Lock()
+
+    def push(k: int) -> None:
+        spent = services.spend_nonce(NODE, f"n{k // 2}", clock.now + timedelta(minutes=5))
+        with lock:
+            answers[k] = spent
+
+    try:
+        with shared_db.begin() as connection:
+            if shared_db.dialect == "postgresql":
+                connection.execute(sa.text("LOCK TABLE agent_nonce IN EXCLUSIVE MODE"))
+            threads = [threading.Thread(target=push, args=(k,)) for k in range(40)]
+            for thread in threads:
+                thread.start()
+            book = agents._book(services.ctx)
+            while len(book.waiting) < 39:  # the first push waits in its transaction
+                time.sleep(0.01)
+            commits.clear()
+        for thread in threads:
+            thread.join()
+    finally:
+        services.close()
+    assert 3 == len(commits)  # the lock's, the first push's, and everyone else's
+    assert [1] * 20 == [answers[2 * n] + answers[2 * n + 1] for n in range(20)]
+    with shared_db.read() as session:
+        assert 20 == len(session.exec(select(AgentNonceRow)).all())
+
+
+def test_a_batch_that_cannot_be_recorded_fails_every_push_in_it(
+    database: Database, services: Services, clock: Clock
+) -> None:
+    """The nonce table is gone: the push raises (the Ingest answers 503), and the next push,
+    once it is back, is recorded: nothing is left waiting on a failed batch."""
+    with database.begin() as connection:
+        connection.execute(sa.text("ALTER TABLE agent_nonce RENAME TO agent_nonce_away"))
+    with pytest.raises(RuntimeError, match="could not be recorded"):
+        services.spend_nonce(NODE, "a", clock.now + timedelta(minutes=5))
+    with database.begin() as connection:
+        connection.execute(sa.text("ALTER TABLE agent_nonce_away RENAME TO agent_nonce"))
+    assert services.spend_nonce(NODE, "a", clock.now + timedelta(minutes=5))
