@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.telemetry.errors import SampleFormatError
-from bot.telemetry.model import from_json, sign, to_json
+from bot.telemetry.model import MAX_DEPTH, _deeper_than, from_json, sign, to_json
 from tests.unit.telemetry.builders import START, a_process, a_sample
 
 
@@ -72,3 +72,31 @@ def test_the_signature_covers_timestamp_nonce_and_body() -> None:
 def test_a_sample_moves_onto_another_clock() -> None:
     moved = a_sample().shifted(timedelta(seconds=-90))
     assert datetime(2025, 3, 14, 8, 58, 30, tzinfo=UTC) == moved.taken_at
+
+
+def depth(value: Any) -> int:
+    """How deep a decoded JSON value nests, the obvious way."""
+    if isinstance(value, dict):
+        return 1 + max((depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((depth(v) for v in value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": "[[[[[[[[[[[[", "b": []}',
+        '{"a": "\\"[[[[[[[[[[", "b": [[]]}',
+        '{"a": "\\\\", "b": [[[[[[[[]]]]]]]]}',
+        '{"a": "\\\\\\"{{{{{{{{{{", "b": {}}',
+        '["\\\\\\\\", [[[[[[[[["]"]]]]]]]]]]',
+        '[[[[[[[["\\u005b"]]]]]]]]',
+        '{"x": "]]]]]", "y": [[[[[[[[[]]]]]]]]]}',
+    ],
+)
+def test_the_depth_limit_counts_brackets_never_those_inside_strings(text: str) -> None:
+    """Brackets, quotes and backslashes inside strings never change the nesting the limit
+    sees: a document is refused exactly when it nests deeper than eight."""
+    deep = depth(json.loads(text)) > MAX_DEPTH
+    assert deep == _deeper_than(text.encode(), MAX_DEPTH)
