@@ -208,7 +208,7 @@ def _get(
 ) -> Any:
     """Field `name` of `row`: of one of `kinds`, and for numbers within `within`, for strings
     at most `within[1]` long."""
-    value = row.get(name)
+    value: Any = row.get(name)
     if value is None and null:
         return None
     # The exact type: JSON gives no subclasses, and bool is an int to Python, never to us.
