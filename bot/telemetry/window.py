@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +23,9 @@ _EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9000, 1, 1, tzinfo=UTC)  # far enough from the end to add `keep` and minutes
 _MINUTE = timedelta(minutes=1)
 _CHECK_AFTER = 5  # intervals: below this a single late sample would decide the coverage
+# GPUs read in one hold of the lock by the passes over the whole fleet (the sweep's readings,
+# the poll's rollups): a push arriving meanwhile waits for one chunk, never for 100,000 GPUs.
+_CHUNK = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,10 +163,15 @@ class TelemetryWindow:
             return self._reading(self._gpus.get((node, index)), _aware(now))
 
     def readings(self, now: datetime) -> dict[tuple[str, int], GpuReading]:
-        """Every GPU ever observed, by (node, index)."""
+        """Every GPU ever observed, by (node, index). Each reading is whole, and pushes may be
+        taken between one chunk of GPUs and the next, as they may after the last."""
         at = _aware(now)
-        with self._lock:
-            return {key: self._reading(gpu, at) for key, gpu in self._gpus.items()}
+        out: dict[tuple[str, int], GpuReading] = {}
+        for keys in self._chunks():
+            with self._lock:
+                for key in keys:
+                    out[key] = self._reading(self._gpus[key], at)
+        return out
 
     def latest(self) -> dict[tuple[str, int], Sample]:
         """The newest sample of every GPU that has one, by (node, index)."""
@@ -174,13 +182,23 @@ class TelemetryWindow:
         """Rows for the minutes that are over (allowing one interval for late pushes) and not
         rolled up before; each minute is handed out once."""
         cutoff = now - self.expected_interval
-        rows: list[GpuMinuteRow] = []
+        taken: list[tuple[tuple[str, int], datetime, _Minute]] = []
+        for keys in self._chunks():
+            with self._lock:
+                for key in keys:
+                    gpu = self._gpus[key]
+                    for minute in sorted(m for m in gpu.minutes if m + _MINUTE <= cutoff):
+                        taken.append((key, minute, gpu.minutes.pop(minute)))
+                        gpu.rolled_until = max(gpu.rolled_until or minute, minute + _MINUTE)
+        # The rows are built after: a table row costs far more than taking its tally.
+        return [_row(node, index, minute, tally) for (node, index), minute, tally in taken]
+
+    def _chunks(self) -> Iterator[list[tuple[str, int]]]:
+        """Every GPU's key, _CHUNK at a time (GPUs are only ever added)."""
         with self._lock:
-            for (node, index), gpu in self._gpus.items():
-                for minute in sorted(m for m in gpu.minutes if m + _MINUTE <= cutoff):
-                    rows.append(_row(node, index, minute, gpu.minutes.pop(minute)))
-                    gpu.rolled_until = max(gpu.rolled_until or minute, minute + _MINUTE)
-        return rows
+            keys = list(self._gpus)
+        for start in range(0, len(keys), _CHUNK):
+            yield keys[start : start + _CHUNK]
 
     # ---- internals (called with the lock held) ----------------------------------------
 

@@ -4,13 +4,14 @@ sample resets it, and minute rollups are handed out once per completed minute.""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from bot.telemetry.model import Sample
-from bot.telemetry.window import GpuReading, TelemetryWindow
+from bot.telemetry.window import _CHUNK, GpuReading, TelemetryWindow
 from tests.unit.telemetry.builders import START, a_process, a_sample, at
 
 STALE = timedelta(minutes=3)
@@ -306,3 +307,44 @@ def test_without_a_clock_only_times_no_bot_could_mean_are_ignored() -> None:
     far_past = datetime(1, 1, 1, tzinfo=UTC)
     assert 0 == telemetry.observe([a_sample(taken_at=FAR_FUTURE), a_sample(taken_at=far_past)])
     assert 1 == telemetry.observe([a_sample(taken_at=START.replace(year=2999))])
+
+
+class Interleaved(TelemetryWindow):
+    """A window that, between two chunks of a pass over the fleet, has another thread push a
+    sample and notes whether that push got through before the pass went on."""
+
+    def __init__(self) -> None:
+        super().__init__(stale_after=STALE)
+        self.pushed_between: list[bool] = []
+
+    def _chunks(self) -> Iterator[list[tuple[str, int]]]:
+        for k, keys in enumerate(super()._chunks()):
+            if k == 1:
+                push = threading.Thread(
+                    target=self.observe, args=([busy_at(1)],), name="a push", daemon=True
+                )
+                push.start()
+                push.join(10)
+                self.pushed_between.append(not push.is_alive())
+            yield keys
+
+
+def a_fleet(window: TelemetryWindow, gpus: int) -> None:
+    window.observe(
+        [a_sample(node=f"node-{k // 8:05d}", index=k % 8, taken_at=at(0)) for k in range(gpus)]
+    )
+
+
+@pytest.mark.parametrize("sweep_or_poll", ["readings", "rollups"])
+def test_a_push_is_taken_between_chunks_of_a_sweep_or_poll_a_big_fleet(sweep_or_poll: str) -> None:
+    """The sweep's readings and the poll's rollups of 4,005 GPUs leave the lock between
+    chunks: a push arriving meanwhile is taken then, not after the whole fleet, and the pass
+    still covers every GPU it began with."""
+    window = Interleaved()
+    a_fleet(window, 2 * _CHUNK + 5)
+    if sweep_or_poll == "readings":
+        got = len(window.readings(at(1)))
+    else:
+        got = len(window.minute_rollups(at(5)))
+    assert [True] == window.pushed_between
+    assert 2 * _CHUNK + 5 == got  # the fleet as it was when the pass began
