@@ -15,12 +15,20 @@ GPUs are bulk-inserted before the services open, so the inventory sync finds the
 Every figure is printed as ours, the budget, and their ratio, from one run. Figures only: it
 never fails. Run with `python -m tests.bench.scale [--quick] [--sqlite-only | --postgres-only]`
 (--quick: 1,000 and 10,000 GPUs).
+
+`--ingest-only` measures ingest alone, for --ingest-s seconds per fleet and database (30 by
+default there), three ways: pushes handed to the handler by threads in this process; signed
+HTTP pushes from a separate driver process to the real ASGI front (uvicorn, bot.server); and
+the same HTTP pushes while sweeps of the fleet run back to back in the serving process.
+Each prints the rate offered and achieved, p50 and p99 from each push's due instant, and the
+process's CPU time per push.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import http.client
 import importlib
 import math
 import platform
@@ -34,16 +42,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from slack_bolt import App
 
+from bot.server import AGENT_PATH, Background, SlackAsgi
 from bot.services import BorrowAsk, Refused, Services
 from bot.services.rule_files import read_rules_dir
 from bot.telemetry.agent_push import Ingest
@@ -87,7 +98,10 @@ RSS_BURST = 200  # commands at serve, one per sender
 RUNS = 3  # steady sweeps and scrapes: the best of this many
 PUSH_EVERY_S = 30.0  # one push per node this often
 INGEST_S = 10.0  # how long ingest is offered
+INGEST_ONLY_S = 30.0  # and with --ingest-only: sustained
 INGEST_WORKERS = 6  # asyncio.to_thread's default pool on 2 cores: min(32, cores + 4)
+HTTP_SENDERS = 64  # the driver's threads, each with its own keep-alive connection
+HTTP_TIMEOUT_S = 30.0
 COMMAND_RUNS = 7  # each command this many times; the median counts
 # The one typing the commands: a vision member the fleet's leases leave out, so that "mine"
 # shows what they hold (the lease their borrow got), whatever the fleet's size.
@@ -276,6 +290,9 @@ class Ingested:
     achieved: float  # pushes per second completed
     statuses: Counter[int]
     latencies_s: list[float]  # from each push's due instant to its answer, sorted
+    cpu_s: float = math.nan  # the serving process's CPU time over the run
+    how: str = "handler"  # handler, http, or http + sweeps
+    sweeps: int = 0  # sweeps run meanwhile
 
     def quantile(self, q: float) -> float:
         if not self.latencies_s:
@@ -285,11 +302,17 @@ class Ingested:
 
 def push_bodies(f: Fleet, count: int, tokens: dict[str, str]) -> list[tuple[dict[str, str], bytes]]:
     """`count` signed pushes, node after node, each with its node's 8 samples taken now."""
+    return signed_pushes(f.nodes, count, tokens)
+
+
+def signed_pushes(
+    nodes: list[Node], count: int, tokens: dict[str, str]
+) -> list[tuple[dict[str, str], bytes]]:
     now = datetime.now(UTC)
     stamp = str(int(now.timestamp()))
     out = []
     for k in range(count):
-        node = f.nodes[k % len(f.nodes)]
+        node = nodes[k % len(nodes)]
         samples: list[Sample] = [
             a_sample(Slot(node, i, None), now, 50.0, "alice" if i < PER_NODE // 2 else None)
             for i in range(PER_NODE)
@@ -306,21 +329,27 @@ def push_bodies(f: Fleet, count: int, tokens: dict[str, str]) -> list[tuple[dict
     return out
 
 
-def bench_ingest(f: Fleet, seconds: float = INGEST_S) -> Ingested:
-    """Pushes offered at one per node per PUSH_EVERY_S for `seconds`, open loop: each handed to
-    the pool at its due instant, so a slow answer shows as latency, never as a slower sender."""
+def an_ingest(f: Fleet, tokens: dict[str, str], window: TelemetryWindow | None = None) -> Ingest:
+    """The fleet's Ingest as serve wires it, feeding `window` (else a window of its own)."""
     services = f.services
-    tokens = {n.name: secrets.token_hex(16) for n in f.nodes}
-    window = TelemetryWindow(services.policy.timing.stale_after, expected_interval=INTERVAL)
-    ingest = Ingest(
+    if window is None:
+        window = TelemetryWindow(services.policy.timing.stale_after, expected_interval=INTERVAL)
+    return Ingest(
         tokens,
         window,
         on_refused=services.record_refused_agent,
         orders=services.take_orders,
         results=services.record_results,
         spend=services.spend_nonce,
-        pending=lambda: agent_reads.nodes_with_orders(services.db),  # as serve wires it
+        pending=lambda: agent_reads.nodes_with_orders(services.db),
     )
+
+
+def bench_ingest(f: Fleet, seconds: float = INGEST_S) -> Ingested:
+    """Pushes offered at one per node per PUSH_EVERY_S for `seconds`, open loop: each handed to
+    the pool at its due instant, so a slow answer shows as latency, never as a slower sender."""
+    tokens = {n.name: secrets.token_hex(16) for n in f.nodes}
+    ingest = an_ingest(f, tokens)
     rate = len(f.nodes) / PUSH_EVERY_S
     count = max(1, round(rate * seconds))
     pushes = push_bodies(f, count, tokens)
@@ -335,6 +364,7 @@ def bench_ingest(f: Fleet, seconds: float = INGEST_S) -> Ingested:
             statuses[status] += 1
             latencies.append(done - due)
 
+    cpu = time.process_time()
     start = time.perf_counter() + 0.05
     with ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="ingest") as pool:
         for k, (headers, body) in enumerate(pushes):
@@ -344,7 +374,103 @@ def bench_ingest(f: Fleet, seconds: float = INGEST_S) -> Ingested:
                 time.sleep(wait)
             pool.submit(one, due, headers, body)
     took = time.perf_counter() - start
-    return Ingested(count, rate, count / took, statuses, sorted(latencies))
+    cpu = time.process_time() - cpu
+    return Ingested(count, rate, count / took, statuses, sorted(latencies), cpu)
+
+
+def bench_ingest_http(f: Fleet, seconds: float, *, sweeping: bool = False) -> Ingested:
+    """Signed pushes over HTTP at one per node per PUSH_EVERY_S for `seconds`, from a driver
+    in a separate process, to the real ASGI front on uvicorn in this one; with `sweeping`,
+    sweeps of the fleet run back to back meanwhile, on a thread of this process as the
+    leader's scheduler runs them, reading the window the pushes feed (as serve's sweep does)."""
+    tokens = {n.name: secrets.token_hex(16) for n in f.nodes}
+    ingest = an_ingest(f, tokens, f.telemetry if sweeping else None)
+    app = App(signing_secret="bench", token="xoxb-bench", token_verification_enabled=False)
+    front = Background(SlackAsgi(app, lambda: {"ok": True}, ingest=ingest), name="bench-http")
+    rate = len(f.nodes) / PUSH_EVERY_S
+    count = max(1, round(rate * seconds))
+    stop = threading.Event()
+    sweeps = 0
+
+    def sweep_on() -> None:
+        nonlocal sweeps
+        while not stop.is_set():
+            f.services.sweep(f.telemetry)
+            sweeps += 1
+
+    sweeper = threading.Thread(target=sweep_on, name="bench-sweep", daemon=True)
+    if sweeping:  # the steady state, as serve's sweep finds it minute after minute
+        with f.services.db.unit():
+            f.services.sweep(f.telemetry)
+        deliver_all(f.services.db)
+        f.services.sweep(f.telemetry)
+    try:
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as driver:
+            # The driver signs its pushes first; the clock starts once it says it is ready.
+            pending = driver.submit(drive, front.url, f.nodes, tokens, rate, count)
+            cpu = time.process_time()
+            if sweeping:
+                sweeper.start()
+            statuses, latencies, took = pending.result()
+            cpu = time.process_time() - cpu
+    finally:
+        stop.set()
+        if sweeper.is_alive():
+            sweeper.join()
+        front.stop()
+    how = "http + sweeps" if sweeping else "http"
+    return Ingested(
+        count, rate, count / took, statuses, sorted(latencies), cpu, how=how, sweeps=sweeps
+    )
+
+
+def drive(
+    url: str, nodes: list[Node], tokens: dict[str, str], rate: float, count: int
+) -> tuple[Counter[int], list[float], float]:
+    """(In the driver process.) Offer `count` signed pushes at `rate` a second, open loop,
+    each from a free sender thread at its due instant; (statuses, latency of each from its due
+    instant, seconds from the first due instant to the last answer). Status 0: no answer."""
+    pushes = signed_pushes(nodes, count, tokens)
+    host, port = url.removeprefix("http://").split(":")
+    local = threading.local()
+    statuses: Counter[int] = Counter()
+    latencies: list[float] = []
+    lock = threading.Lock()
+    last = 0.0
+
+    def one(due: float, headers: dict[str, str], body: bytes) -> None:
+        nonlocal last
+        status = 0
+        for _attempt in range(2):  # once more on a connection the server had closed
+            connection = getattr(local, "connection", None)
+            if connection is None:
+                connection = local.connection = http.client.HTTPConnection(
+                    host, int(port), timeout=HTTP_TIMEOUT_S
+                )
+            try:
+                connection.request("POST", AGENT_PATH, body=body, headers=headers)
+                answer = connection.getresponse()
+                answer.read()
+                status = answer.status
+                break
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                local.connection = None
+        done = time.perf_counter()
+        with lock:
+            statuses[status] += 1
+            latencies.append(done - due)
+            last = max(last, done)
+
+    start = time.perf_counter() + 0.2
+    with ThreadPoolExecutor(HTTP_SENDERS, thread_name_prefix="push") as pool:
+        for k, (headers, body) in enumerate(pushes):
+            due = start + k / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            pool.submit(one, due, headers, body)
+    return statuses, latencies, last - start
 
 
 # ---- commands ---------------------------------------------------------------------------
@@ -579,10 +705,72 @@ def print_profile(rows: list[Row]) -> None:
             print(f"    {seconds * 1000:>9.1f} ms  {where}")
 
 
+def print_ingest(kind: str, gpus: int, runs: list[Ingested]) -> None:
+    print(f"  {kind}, {gpus:,} GPUs ({gpus // PER_NODE:,} nodes): agent ingest")
+    print(
+        f"    {'how':<15}{'pushes':>8}{'offered/s':>10}{'achieved/s':>11}{'p50 ms':>8}"
+        f"{'p99 ms':>8}{'max ms':>8}{'CPU ms/push':>12}{'sweeps':>7}"
+    )
+    for r in runs:
+        worst = r.latencies_s[-1] * 1000 if r.latencies_s else math.nan
+        print(
+            f"    {r.how:<15}{r.offered:>8,}{r.rate:>10.0f}{r.achieved:>11.0f}"
+            f"{r.quantile(0.5) * 1000:>8.1f}{r.quantile(0.99) * 1000:>8.1f}{worst:>8.0f}"
+            f"{r.cpu_s / r.offered * 1000:>12.2f}{r.sweeps:>7}"
+        )
+    print(header())
+    for r in runs:
+        what = f"{kind}: {r.how}, p99 at {r.rate:.0f} pushes/s"
+        print(budget_line(what, r.quantile(0.99), INGEST_P99_BUDGET_S))
+        what = f"{kind}: {r.how}, achieved / offered rate"
+        print(budget_line(what, r.achieved / r.rate, KEPT_UP, "x", floor=True))
+    for r in runs:
+        bad = {s: n for s, n in r.statuses.items() if s != 200}
+        if bad:
+            print(f"  {kind} {gpus:,} GPUs {r.how}: answers other than 200: {bad}")
+
+
+INGEST_WAYS = ("handler", "http", "http + sweeps")
+
+
+def ingest_only(
+    fleets: tuple[int, ...],
+    kinds: tuple[str, ...],
+    seconds: float,
+    ways: tuple[str, ...] = INGEST_WAYS,
+) -> int:
+    """Agent ingest alone on each fleet and database, each of `ways`: in-process, over HTTP,
+    and over HTTP while sweeps run. Each fleet's figures print as soon as they are in."""
+    py = platform.python_version()
+    print(f"gpubot ingest benchmark: Python {py} on {platform.machine()}, {platform.system()}")
+    print(
+        f"fleets {', '.join(f'{n:,}' for n in fleets)} GPUs ({PER_NODE} per node) "
+        f"on {', '.join(kinds)}; one push of {PER_NODE} samples per node per "
+        f"{PUSH_EVERY_S:g} s, {seconds:g} s each"
+    )
+    with ExitStack() as stack:
+        server = stack.enter_context(postgres.server()) if "postgres" in kinds else None
+        for kind in kinds:
+            for gpus in fleets:
+                print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
+                with fleet(kind, gpus, server, leases="http + sweeps" in ways) as f:
+                    runs = []
+                    for how in ways:
+                        print(f"    ingest, {how} ...", file=sys.stderr, flush=True)
+                        if how == "handler":
+                            runs.append(bench_ingest(f, seconds))
+                        else:
+                            runs.append(bench_ingest_http(f, seconds, sweeping=how != "http"))
+                print()
+                print_ingest(kind, gpus, runs)
+                sys.stdout.flush()
+    return 0
+
+
 # ---- running it -------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.scale")
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 GPUs only")
     only = parser.add_mutually_exclusive_group()
@@ -594,16 +782,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compared", type=int, default=COMPARED, help="the fleet the commands are timed on"
     )
-    parser.add_argument("--ingest-s", type=float, default=INGEST_S, help="seconds of pushes")
+    parser.add_argument(
+        "--ingest-s",
+        type=float,
+        help=f"seconds of pushes ({INGEST_S:g}; with --ingest-only {INGEST_ONLY_S:g})",
+    )
+    parser.add_argument(
+        "--ingest-only",
+        action="store_true",
+        help="ingest alone: in-process, over HTTP from a driver process, and over HTTP while "
+        "sweeps run",
+    )
+    parser.add_argument(
+        "--ways",
+        nargs="+",
+        choices=("handler", "http", "sweeps"),
+        default=["handler", "http", "sweeps"],
+        help="with --ingest-only: which of the three",
+    )
     parser.add_argument("--command-runs", type=int, default=COMMAND_RUNS)
     parser.add_argument(
         "--rss-burst", type=int, default=RSS_BURST, help="commands to serve (0: not measured)"
     )
     parser.add_argument("--audit-rows", type=int, default=AUDIT_ROWS)
     parser.add_argument("--no-audit", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
     fleets = tuple(args.fleets or (QUICK if args.quick else FLEETS))
     kinds = ("sqlite",) if args.sqlite_only else ("postgres",) if args.postgres_only else KINDS
+    if args.ingest_only:
+        ways = tuple(INGEST_WAYS[["handler", "http", "sweeps"].index(w)] for w in args.ways)
+        return ingest_only(fleets, kinds, args.ingest_s or INGEST_ONLY_S, ways)
+    ingest_s = args.ingest_s or INGEST_S
     py = platform.python_version()
     print(f"gpubot scale benchmark: Python {py} on {platform.machine()}, {platform.system()}")
     print(
@@ -626,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
                         server,
                         profile=profile,
                         commands=gpus == args.compared,
-                        ingest_s=args.ingest_s,
+                        ingest_s=ingest_s,
                         command_runs=args.command_runs,
                         rss_burst=args.rss_burst if gpus == args.compared else 0,
                     )
