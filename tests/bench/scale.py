@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import http.client
 import importlib
 import math
@@ -293,11 +294,34 @@ class Ingested:
     cpu_s: float = math.nan  # the serving process's CPU time over the run
     how: str = "handler"  # handler, http, or http + sweeps
     sweeps: int = 0  # sweeps run meanwhile
+    full_gc_s: list[float] = field(default_factory=list)  # each full collection's pause
 
     def quantile(self, q: float) -> float:
         if not self.latencies_s:
             return math.nan
         return self.latencies_s[max(0, math.ceil(q * len(self.latencies_s)) - 1)]
+
+
+@contextmanager
+def full_collections() -> Iterator[list[float]]:
+    """The pause of each full (generation 2) collection while the block runs: the collector
+    stops every thread, so each one delays every push in flight."""
+    pauses: list[float] = []
+    started = [0.0]
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(note)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(note)
 
 
 def push_bodies(f: Fleet, count: int, tokens: dict[str, str]) -> list[tuple[dict[str, str], bytes]]:
@@ -366,7 +390,10 @@ def bench_ingest(f: Fleet, seconds: float = INGEST_S) -> Ingested:
 
     cpu = time.process_time()
     start = time.perf_counter() + 0.05
-    with ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="ingest") as pool:
+    with (
+        full_collections() as pauses,
+        ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="ingest") as pool,
+    ):
         for k, (headers, body) in enumerate(pushes):
             due = start + k / rate
             wait = due - time.perf_counter()
@@ -375,7 +402,7 @@ def bench_ingest(f: Fleet, seconds: float = INGEST_S) -> Ingested:
             pool.submit(one, due, headers, body)
     took = time.perf_counter() - start
     cpu = time.process_time() - cpu
-    return Ingested(count, rate, count / took, statuses, sorted(latencies), cpu)
+    return Ingested(count, rate, count / took, statuses, sorted(latencies), cpu, full_gc_s=pauses)
 
 
 def bench_ingest_http(f: Fleet, seconds: float, *, sweeping: bool = False) -> Ingested:
@@ -405,7 +432,10 @@ def bench_ingest_http(f: Fleet, seconds: float, *, sweeping: bool = False) -> In
         deliver_all(f.services.db)
         f.services.sweep(f.telemetry)
     try:
-        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as driver:
+        with (
+            full_collections() as pauses,
+            ProcessPoolExecutor(1, mp_context=get_context("spawn")) as driver,
+        ):
             # The driver signs its pushes first; the clock starts once it says it is ready.
             pending = driver.submit(drive, front.url, f.nodes, tokens, rate, count)
             cpu = time.process_time()
@@ -420,7 +450,15 @@ def bench_ingest_http(f: Fleet, seconds: float, *, sweeping: bool = False) -> In
         front.stop()
     how = "http + sweeps" if sweeping else "http"
     return Ingested(
-        count, rate, count / took, statuses, sorted(latencies), cpu, how=how, sweeps=sweeps
+        count,
+        rate,
+        count / took,
+        statuses,
+        sorted(latencies),
+        cpu,
+        how=how,
+        sweeps=sweeps,
+        full_gc_s=pauses,
     )
 
 
@@ -709,14 +747,16 @@ def print_ingest(kind: str, gpus: int, runs: list[Ingested]) -> None:
     print(f"  {kind}, {gpus:,} GPUs ({gpus // PER_NODE:,} nodes): agent ingest")
     print(
         f"    {'how':<15}{'pushes':>8}{'offered/s':>10}{'achieved/s':>11}{'p50 ms':>8}"
-        f"{'p99 ms':>8}{'max ms':>8}{'CPU ms/push':>12}{'sweeps':>7}"
+        f"{'p99 ms':>8}{'max ms':>8}{'CPU ms/push':>12}{'sweeps':>7}{'full GCs':>9}"
+        f"{'worst GC ms':>12}"
     )
     for r in runs:
         worst = r.latencies_s[-1] * 1000 if r.latencies_s else math.nan
         print(
             f"    {r.how:<15}{r.offered:>8,}{r.rate:>10.0f}{r.achieved:>11.0f}"
             f"{r.quantile(0.5) * 1000:>8.1f}{r.quantile(0.99) * 1000:>8.1f}{worst:>8.0f}"
-            f"{r.cpu_s / r.offered * 1000:>12.2f}{r.sweeps:>7}"
+            f"{r.cpu_s / r.offered * 1000:>12.2f}{r.sweeps:>7}{len(r.full_gc_s):>9}"
+            f"{max(r.full_gc_s, default=0.0) * 1000:>12.0f}"
         )
     print(header())
     for r in runs:
