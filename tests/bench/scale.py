@@ -773,6 +773,24 @@ def print_ingest(kind: str, gpus: int, runs: list[Ingested]) -> None:
 INGEST_WAYS = ("handler", "http", "http + sweeps")
 
 
+def ingest_ways(f: Fleet, seconds: float, ways: tuple[str, ...]) -> list[Ingested]:
+    # As serve does once started: what start-up built is out of the collector's way (what
+    # the pushes bring is not).
+    gc.collect()
+    gc.freeze()
+    try:
+        runs = []
+        for how in ways:
+            print(f"    ingest, {how} ...", file=sys.stderr, flush=True)
+            if how == "handler":
+                runs.append(bench_ingest(f, seconds))
+            else:
+                runs.append(bench_ingest_http(f, seconds, sweeping=how != "http"))
+        return runs
+    finally:
+        gc.unfreeze()
+
+
 def ingest_only(
     fleets: tuple[int, ...],
     kinds: tuple[str, ...],
@@ -794,13 +812,7 @@ def ingest_only(
             for gpus in fleets:
                 print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
                 with fleet(kind, gpus, server, leases="http + sweeps" in ways) as f:
-                    runs = []
-                    for how in ways:
-                        print(f"    ingest, {how} ...", file=sys.stderr, flush=True)
-                        if how == "handler":
-                            runs.append(bench_ingest(f, seconds))
-                        else:
-                            runs.append(bench_ingest_http(f, seconds, sweeping=how != "http"))
+                    runs = ingest_ways(f, seconds, ways)
                 print()
                 print_ingest(kind, gpus, runs)
                 sys.stdout.flush()
