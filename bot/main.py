@@ -27,7 +27,7 @@ from bot import memory
 from bot.forward import AdvertiseError, Forwarder, advertise_url
 from bot.jobs import INBOX, OUTBOX, OUTCOMES, POLL, RETENTION, ROLLUP, SWEEP, Jobs
 from bot.leader import Leader
-from bot.metrics import SWEEP_SECONDS, build_registry
+from bot.metrics import SWEEP_SECONDS, build_registry, store_checkpoint
 from bot.server import MetricsAccess, MetricsPort
 from bot.services import Services, rollups
 from bot.services.context import utcnow
@@ -164,8 +164,11 @@ class Bot:
             inbox.prune(session, now - inbox.KEPT)
 
     def rollup(self) -> None:
-        """The `rollup` job: the hours completed since the last pass go into the hourly table."""
-        rollups.run(self.services.ctx, self.services.now())
+        """The `rollup` job: the hours completed since the last pass go into the hourly table,
+        and the /metrics checkpoint moves on (a replica's first scrape starts from it)."""
+        now = self.services.now()
+        rollups.run(self.services.ctx, now)
+        store_checkpoint(self.db, now)
 
     def writable(self) -> bool:
         """Can the database take a write right now? (One tiny committed write, waited on for
