@@ -197,7 +197,7 @@ class DatabaseCollector:
             inbox_count, inbox_oldest = figures.inbox_backlog(session)
             slack_paused_at = figures.paused_since(session)
             chain_ok = figures.audit_chain_ok(session)
-        yield from _fleet(policy, fleet, now)
+        yield from _fleet(policy, fleet)
         yield from _quotas(policy, active.held)
         yield from _waiting(policy, waits, now)
         yield from _history(requests, reclaimed, gpu_s)
@@ -280,7 +280,7 @@ def _add(into: dict[Any, Any], more: Mapping[Any, Any]) -> None:
         into[key] = into.get(key, 0) + value
 
 
-def _fleet(policy: Policy, fleet: figures.Fleet, now: datetime) -> Iterable[Metric]:
+def _fleet(policy: Policy, fleet: figures.Fleet) -> Iterable[Metric]:
     gpus = GaugeMetricFamily(
         "gpubot_gpus",
         "GPUs by pool and where they stand: free, leased, occupied (in use without a lease), "
