@@ -14,7 +14,9 @@ The fleets are tests.bench.sweep's (its nodes, leases and telemetry mix); their 
 GPUs are bulk-inserted before the services open, so the inventory sync finds them in place.
 Every figure is printed as ours, the budget, and their ratio, from one run. Figures only: it
 never fails. Run with `python -m tests.bench.scale [--quick] [--sqlite-only | --postgres-only]`
-(--quick: 1,000 and 10,000 GPUs).
+(--quick: 1,000 and 10,000 GPUs). `--scrape-only [--history N] [--profile]` times only /metrics,
+over N ended leases and their requests: the first scrape ever, a replica's first scrape from
+the leader's checkpoint, and later ones, wall and CPU seconds.
 """
 
 from __future__ import annotations
