@@ -3,10 +3,6 @@ serve --http` runs it), talking to the local Slack Web API, driven by signed req
 
 from __future__ import annotations
 
-import atexit
-import functools
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,8 +18,8 @@ from bot.localslack import BOT_TOKEN, HttpTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
-from storage import migrate
 from tests.integration.story import T0, Story
+from tests.support.sqlite import migrated_copy
 
 SECRET = "local-signing-secret"  # noqa: S105  (the local workspace's, never real)
 PROXY_VARIABLES = (
@@ -49,31 +45,12 @@ def local() -> Iterator[LocalSlack]:
         yield server
 
 
-@functools.cache
-def migrated_sqlite() -> Path:
-    """A SQLite file migrated to head, once per process (removed at exit)."""
-    folder = Path(tempfile.mkdtemp(prefix="gpubot-migrated-"))
-    atexit.register(shutil.rmtree, folder, True)
-    path = folder / "gpubot.db"
-    migrate.upgrade(f"sqlite:///{path}")
-    # Every connection is closed: the WAL was checkpointed into the file, which alone is whole.
-    assert not path.with_name(path.name + "-wal").exists()
-    return path
-
-
 def settings_for(local: LocalSlack, tmp_path: Path, database_url: str | None = None) -> Settings:
     """The bot on the shipped rules, a SQLite file in `tmp_path`, the local Slack API and the
-    simulated fleet (asked for by name: `auto` never simulates).
-
-    A new file starts as a copy of one already migrated: the bot then finds it at head, as
-    after any restart, instead of running every migration again for each test (the
-    migrations themselves are tested in tests/unit/storage/test_migrations.py, and each
-    `gpubot serve` of the tests in tests/support/serve.py starts from an empty file)."""
+    simulated fleet (asked for by name: `auto` never simulates). A new file starts as a copy
+    of one already migrated (tests/support/sqlite.py)."""
     if database_url is None:
-        file = tmp_path / "gpubot.db"
-        if not file.exists():
-            shutil.copyfile(migrated_sqlite(), file)
-        database_url = f"sqlite:///{file}"
+        database_url = f"sqlite:///{migrated_copy(tmp_path / 'gpubot.db')}"
     return Settings(
         database_url=database_url,
         rules_dir=DEFAULT_RULES_DIR,
