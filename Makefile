@@ -6,8 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 PORT ?= 8080
-# The suite's worker processes (pytest-xdist, one test file per worker at a time), one per core:
-# more would starve the tests that hold the bot to its ack and timing budgets.
+# The suite's worker processes (pytest-xdist), one per core: more would starve the tests that
+# hold the bot to its ack and timing budgets. Tests are handed out one at a time, so both workers
+# stay busy to the end; those sharing a module- or package-scoped set-up go to one worker
+# together (tests/conftest.py groups them for --dist loadgroup).
 TEST_WORKERS ?= $(shell nproc)
 
 .PHONY: help demo test check fmt lint typecheck bench imports screenshots system-deps clean
@@ -44,7 +46,7 @@ system-deps:
 # Under coverage (branch coverage of bot, rules and storage); below the floor in pyproject.toml
 # ([tool.coverage.report] fail_under) the target fails.
 test: $(STAMP) system-deps
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report= --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report= --durations=25
 	@printf 'coverage (branch, of bot, rules and storage), %%: '; $(BIN)/python -m coverage report --format=total
 
 # The bot, the local Slack API and the page, on 127.0.0.1 only; Ctrl-C stops it.

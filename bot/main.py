@@ -27,7 +27,7 @@ from bot import memory
 from bot.forward import AdvertiseError, Forwarder, advertise_url
 from bot.jobs import INBOX, OUTBOX, OUTCOMES, POLL, RETENTION, ROLLUP, SWEEP, Jobs
 from bot.leader import Leader
-from bot.metrics import SWEEP_SECONDS, build_registry
+from bot.metrics import SWEEP_SECONDS, build_registry, store_checkpoint
 from bot.server import MetricsAccess, MetricsPort
 from bot.services import Services, rollups
 from bot.services.context import utcnow
@@ -39,7 +39,10 @@ from bot.slack.inbox import Inbox
 from bot.slack.notify import renderer
 from bot.slack.people import People
 from bot.telemetry.agent_push import Ingest, load_tokens
+from bot.telemetry.dcgm import DcgmSource
 from bot.telemetry.errors import TelemetryUnavailable
+from bot.telemetry.promapi import PrometheusSource
+from bot.telemetry.reach import Reach, health_fields
 from bot.telemetry.sources import Feed, Source, choose
 from bot.telemetry.window import TelemetryWindow
 from storage import agent_reads, gpus, inbox, keyvalue, migrate, outbox
@@ -161,8 +164,11 @@ class Bot:
             inbox.prune(session, now - inbox.KEPT)
 
     def rollup(self) -> None:
-        """The `rollup` job: the hours completed since the last pass go into the hourly table."""
-        rollups.run(self.services.ctx, self.services.now())
+        """The `rollup` job: the hours completed since the last pass go into the hourly table,
+        and the /metrics checkpoint moves on (a replica's first scrape starts from it)."""
+        now = self.services.now()
+        rollups.run(self.services.ctx, now)
+        store_checkpoint(self.db, now)
 
     def writable(self) -> bool:
         """Can the database take a write right now? (One tiny committed write, waited on for
@@ -197,10 +203,18 @@ class Bot:
             "outbox_pending": owed.get(outbox.PENDING, 0) + owed.get(outbox.SENDING, 0),
             "outbox_failed": owed.get(outbox.FAILED, 0),
             "telemetry": self.feed.kind if self.feed else "none",
-            "telemetry_note": self.telemetry_problem or (self.feed.note if self.feed else ""),
-            "telemetry_ok": not self.telemetry_problem,
+            **health_fields(
+                self._reach(), self.telemetry_problem, self.feed.note if self.feed else ""
+            ),
             **self._leadership(),
         }
+
+    def _reach(self) -> Reach | None:
+        """How much of the fleet the DCGM or Prometheus source read at its last poll (the
+        leader polls; a follower's source has read nothing yet)."""
+        if isinstance(self.source, DcgmSource | PrometheusSource):
+            return self.source.reach()
+        return None
 
     def _leadership(self) -> dict[str, Any]:
         """/healthz: does this process run the periodic jobs, under which fencing epoch?"""

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -30,8 +28,8 @@ from storage.db import Database, one_line
 
 log = logging.getLogger(__name__)
 
-#: How old an id must be before the history counters take it in for good (no transaction
-#: stays open this long).
+#: How old a request's filing or a lease's end must be before the history counters take it
+#: in for good (no transaction stays open this long, nor a replica's clock lags this far).
 SETTLE = timedelta(minutes=5)
 
 #: The text exposition format every Prometheus server reads.
@@ -190,7 +188,7 @@ class DatabaseCollector:
     def _from_database(self, policy: Policy, now: datetime) -> Iterable[Metric]:
         with self.services.db.read() as session:
             figures.one_snapshot(session)
-            fleet = figures.fleet(session)
+            fleet = figures.fleet(session, now)
             active = figures.active_leases(session, now)
             waits = figures.waiting(session)
             requests, reclaimed, gpu_s = self.history.read(session, now, active)
@@ -199,7 +197,7 @@ class DatabaseCollector:
             inbox_count, inbox_oldest = figures.inbox_backlog(session)
             slack_paused_at = figures.paused_since(session)
             chain_ok = figures.audit_chain_ok(session)
-        yield from _fleet(policy, fleet, now)
+        yield from _fleet(policy, fleet)
         yield from _quotas(policy, active.held)
         yield from _waiting(policy, waits, now)
         yield from _history(requests, reclaimed, gpu_s)
@@ -220,23 +218,19 @@ class DatabaseCollector:
 
 
 class History:
-    """The counters over the whole history (requests by outcome, reclaims, GPU-seconds), kept
-    by ranges of ids so a scrape reads only what changed since the last one.
+    """The counters over the whole history (requests by outcome, reclaims, GPU-seconds): a
+    base of totals up to a time, moved on at each scrape, plus what came after it.
 
-    A final lease or a filed request never changes, so what was counted up to an id stays
-    counted; leases still open at that point are remembered and counted once they end.
-    Only ids older than `settle` are taken in: ids are handed out before commit, so a newer id
-    can be visible while an older one is still in flight. The first scrape counts everything
-    once (by time); the later ones read the ids written since and the open leases."""
+    A filed request and an ended lease never change, so the totals up to a time stay true once
+    `settle` has passed (a transaction writes its times before it commits, so a row dated just
+    before now can still be in flight). The first scrape starts from the checkpoint the leader
+    stores (`store_checkpoint`) and adds only what came after it; with no checkpoint yet it
+    counts the whole history once. Each later scrape reads only the rows of the last minutes."""
 
     def __init__(self, settle: timedelta = SETTLE) -> None:
         self.settle = settle
-        self.lock = threading.Lock()  # two scrapes at once must not count a range twice
-        self.marks: deque[tuple[float, int, int]] = deque()  # (monotonic, lease id, request id)
-        self.lease_upto = self.request_upto = 0
-        self.leases = figures.LeaseTally()  # final leases up to lease_upto, and the open ones
-        self.requests: dict[tuple[str, str, str, str], int] = {}
-        self.started = False
+        self.lock = threading.Lock()  # two scrapes at once must not move the base twice
+        self.base: figures.Totals | None = None
         # The GPU-seconds last emitted: an active lease counts up to this scrape's clock and an
         # ended one up to its end, so a lease ending (committed late, or by a replica whose
         # clock runs behind) could lower the sum; a counter must never go down.
@@ -252,45 +246,33 @@ class History:
         """(requests by pool, team, kind and outcome; reclaims by pool, team and reason;
         GPU-seconds by pool and team) as the database holds them now."""
         with self.lock:
-            lease_to, request_to = self._settled(session, now)
-            if lease_to > self.lease_upto:
-                self.leases.add(figures.final_leases(session, after=self.lease_upto, upto=lease_to))
-                self.lease_upto = lease_to
-            if self.leases.open_ids:
-                still = figures.open_lease_ids(session, self.lease_upto) & self.leases.open_ids
-                ended = self.leases.open_ids - still
-                self.leases.open_ids = still
-                if ended:
-                    self.leases.add(figures.final_leases(session, ids=ended))
-            if request_to > self.request_upto:
-                _add(self.requests, figures.request_counts(session, self.request_upto, request_to))
-                self.request_upto = request_to
-            recent = figures.final_leases(session, after=self.lease_upto)
-            requests = dict(self.requests)
-            _add(requests, figures.request_counts(session, self.request_upto))
-            reclaims = dict(self.leases.reclaims)
-            _add(reclaims, recent.reclaims)
-            gpu_s = dict(self.leases.gpu_s)
-            _add(gpu_s, recent.gpu_s)
+            if self.base is None:
+                self.base = figures.checkpoint(session) or figures.Totals()
+            self.base = moved_on(session, self.base, now - self.settle)
+            total = self.base.plus(figures.totals_between(session, self.base.upto, None))
+            gpu_s = dict(total.gpu_s)
             _add(gpu_s, active.gpu_s)
             for key, shown in self.gpu_s_shown.items():
                 gpu_s[key] = max(gpu_s.get(key, 0.0), shown)
             self.gpu_s_shown = dict(gpu_s)
-        return requests, reclaims, gpu_s
+        return total.requests, total.reclaims, gpu_s
 
-    def _settled(self, session: Session, now: datetime) -> tuple[int, int]:
-        """The ids up to which every lease and request is surely committed."""
-        if not self.started:
-            self.started = True
-            return figures.settled_ids(session, now - self.settle)
-        lease_max, request_max = figures.newest_ids(session)
-        at = time.monotonic()
-        self.marks.append((at, lease_max, request_max))
-        settled = (self.lease_upto, self.request_upto)
-        while self.marks and self.marks[0][0] <= at - self.settle.total_seconds():
-            _, lease_id, request_id = self.marks.popleft()
-            settled = (lease_id, request_id)
-        return settled
+
+def moved_on(session: Session, base: figures.Totals, until: datetime) -> figures.Totals:
+    """`base` taken on to `until` (never back: a clock stepping back leaves it where it is)."""
+    if base.upto is not None and until <= base.upto:
+        return base
+    return base.plus(figures.totals_between(session, base.upto, until))
+
+
+def store_checkpoint(db: Database, now: datetime, settle: timedelta = SETTLE) -> bool:
+    """The leader's periodic job: take the stored checkpoint on to `now - settle`, so that a
+    replica's first scrape adds minutes of rows to it, not the whole history. Whether it was
+    written (not when another writer got as far first)."""
+    with db.write() as session:
+        base = figures.checkpoint(session) or figures.Totals()
+        moved = moved_on(session, base, now - settle)
+        return moved is not base and figures.store_checkpoint(session, moved, now)
 
 
 def _add(into: dict[Any, Any], more: Mapping[Any, Any]) -> None:
@@ -298,7 +280,7 @@ def _add(into: dict[Any, Any], more: Mapping[Any, Any]) -> None:
         into[key] = into.get(key, 0) + value
 
 
-def _fleet(policy: Policy, fleet: figures.Fleet, now: datetime) -> Iterable[Metric]:
+def _fleet(policy: Policy, fleet: figures.Fleet) -> Iterable[Metric]:
     gpus = GaugeMetricFamily(
         "gpubot_gpus",
         "GPUs by pool and where they stand: free, leased, occupied (in use without a lease), "
@@ -327,13 +309,12 @@ def _fleet(policy: Policy, fleet: figures.Fleet, now: datetime) -> Iterable[Metr
         "minutes while samples arrive); nodes never heard from have no series",
         labels=["node", "pool"],
     )
-    for node in sorted(fleet.nodes, key=lambda n: n.name):
+    for node in fleet.nodes:
         key = (node.pool, node.reporting)
         by_state[key] = by_state.get(key, 0) + 1
-        if node.profiled_at is not None:
-            age.add_metric(
-                [node.name, node.pool], max(0.0, (now - node.profiled_at).total_seconds())
-            )
+        if node.telemetry_age_s is not None:
+            # Milliseconds: the database's arithmetic on times leaves microsecond dust.
+            age.add_metric([node.name, node.pool], max(0.0, round(node.telemetry_age_s, 3)))
     for (pool, reporting), count in sorted(by_state.items()):
         nodes.add_metric([pool, reporting], count)
     yield from (gpus, unreserved, nodes, age)

@@ -166,8 +166,12 @@ class ApprovalRow(SQLModel, table=True):
 
 class LeaseRow(SQLModel, table=True):
     __tablename__ = "lease"
-    # The recall cooldown asks for the leases preempted since a time (bot.services.recall).
-    __table_args__ = (sa.Index("ix_lease_end_reason_ended_at", "end_reason", "ended_at"),)
+    # The recall cooldown asks for the leases preempted since a time (bot.services.recall);
+    # /metrics, for the leases that ended since its checkpoint (storage.metrics).
+    __table_args__ = (
+        sa.Index("ix_lease_end_reason_ended_at", "end_reason", "ended_at"),
+        sa.Index("ix_lease_ended_at_state", "ended_at", "state"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     holder: str = Field(max_length=64, index=True)
@@ -264,6 +268,21 @@ class LeaderRow(SQLModel, table=True):
     # Where the other replicas reach this one's HTTP server (GPUBOT_ADVERTISE_URL): a follower
     # forwards the node agents' pushes to the leader's. "" when it serves no HTTP.
     address: str = Field(default="", max_length=256)
+
+
+class MetricsCheckpointRow(SQLModel, table=True):
+    """The /metrics history counters up to `upto` (requests filed and leases ended before it),
+    written by the leader every few minutes so that a replica's first scrape adds only what
+    came after, never the whole history. `totals` is storage.metrics.Totals as JSON."""
+
+    __tablename__ = "metrics_checkpoint"
+
+    id: int = Field(default=1, primary_key=True)
+    upto: datetime = _ts()
+    totals: dict[str, Any] = Field(
+        default_factory=dict, sa_column=sa.Column(sa.JSON(), nullable=False)
+    )
+    written_at: datetime = _ts()
 
 
 class SettingRow(SQLModel, table=True):

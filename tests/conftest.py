@@ -20,7 +20,9 @@ from tests.support import postgres
 # under a half-patched `datetime` fails and leaves the clock frozen for every later test of
 # the process. Its modules are left alone (they then see the real time, which they only use
 # for their own HTTP calls).
-freezegun.configure(extend_ignore_list=["kubernetes"])
+# pytest's own clock (`_pytest.timing`) is left alone too: patched, it timed a test from a
+# frozen instant to a real one and reported durations of decades.
+freezegun.configure(extend_ignore_list=["kubernetes", "_pytest.timing"])
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +150,13 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    skip_without_durable(items)
+    group_shared_setups(items)
+
+
+def skip_without_durable(items: list[pytest.Item]) -> None:
     """Tests marked `durable`, and durable cases of engine-parametrized tests, skip without it."""
     why = durable_missing()
     if not why:
@@ -158,3 +166,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         engines = {params.params.get(name) for name in ENGINE_PARAMETERS} if params else set()
         if item.get_closest_marker("durable") or "durable" in engines:
             item.add_marker(pytest.mark.skip(reason=why))
+
+
+def group_shared_setups(items: list[pytest.Item]) -> None:
+    """Tests that share a module- or package-scoped fixture (a built wheel, a browser, a bot
+    served for a module's examples) form one xdist group, so that under `--dist loadgroup` one
+    worker runs them all and pays for that set-up once; every other test is handed out on its
+    own, which keeps both workers busy to the end."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = sorted(
+            {
+                item.nodeid.split("::")[0] if fixture.scope == "module" else fixture.baseid
+                for fixtures in info.name2fixturedefs.values()
+                for fixture in fixtures
+                if fixture.scope in ("module", "package")
+            }
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))

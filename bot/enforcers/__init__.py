@@ -3,7 +3,8 @@ lease's work and to a drained node, through the scheduler that runs that work.
 
 They take plain values (an order's node and targets) and return a `Step`: what was done, and
 whether the order is finished, waits (Slurm's grace) or must be tried again. The bookkeeping
-(orders, retries, the audit) is bot.services.enforcement's; nothing here touches the database.
+(orders, retries, the audit) is bot.services.enforcement's and bot.services.scheduler_steps';
+nothing here touches the database.
 
     EnforcerUnavailableError   the enforcer cannot work at all as configured (no client library,
                           no cluster configuration); each order counts it as a failed try

@@ -28,6 +28,7 @@ from bot.services import (
     overview,
     queueing,
     recall,
+    scheduler_steps,
     settling,
     shrinking,
     simulate,
@@ -85,7 +86,7 @@ class Services:
         enforcer: Enforcer = "notify",
     ) -> None:
         self.ctx = Context(db, live, clock, enforcer)
-        self._hands: enforcement.Hands | None = None  # the scheduler enforcer, once needed
+        self._hands: scheduler_steps.Hands | None = None  # the scheduler enforcer, once needed
         # Every change a Home tab shows owes the people who see it a redrawn one.
         self._owe_homes = lambda session: homes.owe_homes(session, self.ctx)
         db.before_commit.append(self._owe_homes)
@@ -232,8 +233,8 @@ class Services:
         """The Slurm or Kubernetes enforcer's next steps on the orders and drains waiting
         (the sweep job, once the sweep committed); a line for each that settled or failed."""
         if self._hands is None:
-            self._hands = enforcement.Hands(self.ctx.enforcer, kubeconfig)
-        return enforcement.carry_out(self.ctx, self._hands)
+            self._hands = scheduler_steps.Hands(self.ctx.enforcer, kubeconfig)
+        return scheduler_steps.carry_out(self.ctx, self._hands)
 
     def sweep(self, readings: Readings) -> SweepReport:
         """One pass of the reconcile loop (the scheduler's `sweep` job, or a test, calls it)."""

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.telemetry.errors import EndpointsError
 from bot.telemetry.model import MAX_INDEX, Sample
 from bot.telemetry.nvml import APPLICATION_XIDS
+from bot.telemetry.reach import Reach
 
 log = logging.getLogger(__name__)
 
@@ -380,6 +381,12 @@ class DcgmSource:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def reach(self) -> Reach:
+        """The nodes whose exporter failed its last scrape; `whole` when every one did."""
+        failing = tuple(node for node in list(self.problems.now) if node in self.endpoints)
+        whole = bool(self.endpoints) and len(failing) == len(self.endpoints)
+        return Reach(failing, whole, "no DCGM exporter answers" if whole else "")
 
     def _scrape(self, url: str, known: dict[str, Mapping[str, str]]) -> list[Series]:
         text = self.fetch(url, self.timeout_s)

@@ -27,6 +27,7 @@ from bot.telemetry.dcgm import (
 )
 from bot.telemetry.errors import EndpointsError
 from bot.telemetry.model import Sample
+from bot.telemetry.reach import Reach
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class PrometheusSource:
         self._known: dict[tuple[str, int], Sample] = {}  # (node, index) -> newest good sample
         self.problems = Problems("Prometheus at")
         self._stale = Problems("Prometheus's samples of", "are fresh again")
+        self._missing: frozenset[str] = frozenset()  # nodes its last answer left out
 
     def poll(self, now: datetime) -> list[Sample]:
         try:
@@ -121,13 +123,24 @@ class PrometheusSource:
             self._stale.note(node, stale.get(node, ""))
         answered = {(s.node, s.index) for s in samples}
         why = "missing from Prometheus's answer (its exporter's target is down or dropped)"
-        samples.extend(
-            unknown(last, why, now) for key, last in self._known.items() if key not in answered
-        )
+        missing = [last for key, last in self._known.items() if key not in answered]
+        samples.extend(unknown(last, why, now) for last in missing)
+        self._missing = frozenset(last.node for last in missing)
         return samples
 
     def close(self) -> None:
         """Nothing is held between polls."""
+
+    def reach(self) -> Reach:
+        """The nodes Prometheus has no fresh samples of; all it ever answered for when the
+        server itself fails. `whole`: no node is read (the server, or every node, failing)."""
+        nodes = {node for node, _ in list(self._known)}
+        if self.problems.now:
+            why = "the Prometheus server does not answer"
+            return Reach(tuple(sorted(nodes)), True, why)
+        failing = set(self._stale.now) | self._missing
+        whole = bool(failing) and failing >= nodes
+        return Reach(tuple(sorted(failing)), whole, "no node has fresh samples" if whole else "")
 
     def _query(self, query: str) -> list[Row]:
         url = f"{self.url}/api/v1/query?{urlencode({'query': query})}"

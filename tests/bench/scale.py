@@ -14,7 +14,9 @@ The fleets are tests.bench.sweep's (its nodes, leases and telemetry mix); their 
 GPUs are bulk-inserted before the services open, so the inventory sync finds them in place.
 Every figure is printed as ours, the budget, and their ratio, from one run. Figures only: it
 never fails. Run with `python -m tests.bench.scale [--quick] [--sqlite-only | --postgres-only]`
-(--quick: 1,000 and 10,000 GPUs).
+(--quick: 1,000 and 10,000 GPUs). `--scrape-only [--history N] [--profile]` times only /metrics,
+over N ended leases and their requests: the first scrape ever, a replica's first scrape from
+the leader's checkpoint, and later ones, wall and CPU seconds.
 
 `--ingest-only` measures ingest alone, for --ingest-s seconds per fleet and database (30 by
 default there), three ways: pushes handed to the handler by threads in this process; signed
@@ -63,7 +65,7 @@ from bot.telemetry.model import Sample, sign, to_json
 from bot.telemetry.window import TelemetryWindow
 from storage import agent_reads, migrate
 from storage.db import Database
-from storage.tables import GpuRow, NodeRow, PoolRow
+from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, PoolRow, RequestRow
 from tests.bench import scale_rss
 from tests.bench.sweep import (
     INTERVAL,
@@ -97,6 +99,7 @@ AUDIT_ROWS = 1_000_000
 RSS_BUDGET_MB = 300.0
 RSS_BURST = 200  # commands at serve, one per sender
 RUNS = 3  # steady sweeps and scrapes: the best of this many
+HISTORY = 200_000  # ended leases behind a scrape-only fleet (a busy year)
 PUSH_EVERY_S = 30.0  # one push per node this often
 INGEST_S = 10.0  # how long ingest is offered
 INGEST_ONLY_S = 30.0  # and with --ingest-only: sustained
@@ -265,20 +268,144 @@ def hot_spots(run: Callable[[], object], limit: int = 12) -> list[tuple[str, flo
 
 
 def bench_scrape(f: Fleet) -> tuple[float, float] | str:
-    """(first, best of RUNS) seconds of one scrape, or why it was not measured."""
+    """(a replica's first, best of RUNS later) seconds of one scrape, or why it was not
+    measured."""
+    got = scrape_figures(f)
+    return got if isinstance(got, str) else (got.first_s, got.best_s)
+
+
+@dataclass
+class Scrape:
+    first_ever_s: float  # the first scrape before any checkpoint (once, after the upgrade)
+    first_ever_cpu_s: float
+    first_s: float  # a fresh collector's first scrape from the leader's checkpoint (a replica)
+    first_cpu_s: float
+    best_s: float  # the best of RUNS later ones
+    best_cpu_s: float
+    size: int  # bytes of exposition text
+    profile: list[tuple[str, float]] = field(default_factory=list)  # of a replica's first
+
+
+def timed_scrape(metrics: Any, registry: Any) -> tuple[float, float, int]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    size = len(metrics.scrape(registry))
+    return time.perf_counter() - t0, time.process_time() - c0, size
+
+
+def scrape_figures(f: Fleet, *, profile: bool = False) -> Scrape | str:
+    """Wall and CPU seconds of: the first scrape ever (no checkpoint stored yet); then, once
+    the leader's job stored its checkpoint, a fresh collector's first scrape (a replica just
+    started) and the best later one; with `profile`, where another fresh collector's first
+    scrape spends its time."""
     try:
         # By name: the module may land after this bench (it is then "not measured").
         metrics = importlib.import_module("bot.metrics")
     except ImportError as exc:
         return f"not measured: bot.metrics cannot be imported ({exc})"
+    ever_s, ever_cpu, _ = timed_scrape(metrics, metrics.build_registry(f.services))
+    metrics.store_checkpoint(f.services.db, f.services.now())
     registry = metrics.build_registry(f.services)
-    first = best = math.inf
-    for run in range(RUNS):
-        t0 = time.perf_counter()
-        metrics.scrape(registry)
-        seconds = time.perf_counter() - t0
-        first, best = (seconds if run == 0 else first), min(best, seconds)
-    return first, best
+    first_s, first_cpu, size = timed_scrape(metrics, registry)
+    best = best_cpu = math.inf
+    for _ in range(RUNS):
+        seconds, cpu, size = timed_scrape(metrics, registry)
+        best, best_cpu = min(best, seconds), min(best_cpu, cpu)
+    top = []
+    if profile:
+        fresh = metrics.build_registry(f.services)
+        top = hot_spots(lambda: metrics.scrape(fresh), limit=16)
+    return Scrape(ever_s, ever_cpu, first_s, first_cpu, best, best_cpu, size, top)
+
+
+def insert_history(db: Database, leases: int, rng: random.Random) -> None:
+    """`leases` ended leases over the year before NOW, each with its GPU and the request that
+    asked for it (as a long-running install holds), in bulk."""
+    if leases <= 0:
+        return
+    year_s = 365 * 86400.0
+    ends = ("released", "reclaimed", "expired")
+    reasons = ("expired", "idle", "preempted", "unhealthy")
+    pools = [(p, "platform" if p not in ("a100", "l40s") else None) for p, *_ in POOLS]
+    with db.write() as session:
+        gpu_ids = [g for (g,) in session.execute(sa.select(GpuRow.__table__.c.id).limit(1000))]  # type: ignore[attr-defined]
+        lease_t = LeaseRow.__table__  # type: ignore[attr-defined]
+        request_t = RequestRow.__table__  # type: ignore[attr-defined]
+        link_t = LeaseGpuRow.__table__  # type: ignore[attr-defined]
+        first = int(
+            session.execute(sa.select(sa.func.coalesce(sa.func.max(lease_t.c.id), 0))).scalar() or 0
+        )
+        for start in range(0, leases, 20_000):
+            rows, asks, links = [], [], []
+            for k in range(start, min(leases, start + 20_000)):
+                pool, only = pools[k % len(pools)]
+                team = only or ("vision", "nlp")[k % 2]
+                granted = NOW - timedelta(seconds=rng.uniform(3600, year_s))
+                ended = granted + timedelta(seconds=rng.uniform(600, 3 * 86400))
+                state = ends[k % len(ends)]
+                rows.append(
+                    {
+                        "id": first + k + 1,
+                        "holder": "U0HIST0001",
+                        "team": team,
+                        "pool": pool,
+                        "gpus": 1,
+                        "priority": "normal",
+                        "protected": False,
+                        "reason": "history",
+                        "state": state,
+                        "granted_at": granted,
+                        "expires_at": ended,
+                        "ended_at": min(ended, NOW - timedelta(minutes=30)),
+                        "end_reason": rng.choice(reasons) if state == "reclaimed" else state,
+                        "extensions": 0,
+                        "extended_s": 0,
+                        "warnings": {},
+                        "snoozes": 0,
+                    }
+                )
+                links.append(
+                    {
+                        "lease_id": first + k + 1,
+                        "gpu_id": gpu_ids[k % len(gpu_ids)],
+                        "active": False,
+                    }
+                )
+                asks.append(
+                    {
+                        "kind": "borrow",
+                        "requester": "U0HIST0001",
+                        "team": team,
+                        "pool": pool,
+                        "gpus": 1,
+                        "duration_s": 3600,
+                        "priority": "normal",
+                        "reason": "history",
+                        "state": "approved",
+                        "outcome": ("approve", "ask", "queue")[k % 3],
+                        "approvers": [],
+                        "approval_route": "",
+                        "lease_id": first + k + 1,
+                        "created_at": granted,
+                        "reminders": 0,
+                    }
+                )
+            session.execute(sa.insert(lease_t), rows)
+            session.execute(sa.insert(link_t), links)
+            session.execute(sa.insert(request_t), asks)
+        if db.url.get_backend_name() == "postgresql":
+            session.execute(sa.text("SELECT setval('lease_id_seq', (SELECT max(id) FROM lease))"))
+
+
+def profile_telemetry(db: Database, rng: random.Random) -> None:
+    """Every GPU profiled in the last few minutes, as a running poll leaves them (the scrape
+    alone reads this; the sweep's bench writes it through the real path)."""
+    gpu = GpuRow.__table__  # type: ignore[attr-defined]
+    with db.write() as session:
+        ids = [g for (g,) in session.execute(sa.select(gpu.c.id))]
+        session.execute(
+            sa.update(gpu).where(gpu.c.id == sa.bindparam("gid")),
+            [{"gid": g, "profiled_at": NOW - timedelta(seconds=rng.uniform(0, 300))} for g in ids],
+        )
 
 
 # ---- agent ingest -----------------------------------------------------------------------
@@ -661,7 +788,9 @@ def print_budgets(rows: list[Row]) -> None:
         if isinstance(big.scrape, tuple):
             print(
                 budget_line(
-                    f"{kind}: one scrape, {big.gpus:,} GPUs (first)", big.scrape[0], SCRAPE_BUDGET_S
+                    f"{kind}: one scrape, {big.gpus:,} GPUs (a replica's first)",
+                    big.scrape[0],
+                    SCRAPE_BUDGET_S,
                 )
             )
         p99 = big.ingest.quantile(0.99)
@@ -819,7 +948,78 @@ def ingest_only(
     return 0
 
 
+def scrape_only(
+    kinds: tuple[str, ...], fleets: tuple[int, ...], *, history: int, profile: bool
+) -> int:
+    """Each fleet's scrapes alone: every GPU freshly profiled, `history` ended leases behind."""
+    print(f"/metrics scrapes only, {history:,} ended leases and requests of history")
+    print("(wall seconds on a shared machine; cpu: this process's CPU seconds)")
+    print()
+    got: list[tuple[str, int, Scrape | str]] = []
+    with ExitStack() as stack:
+        server = stack.enter_context(postgres.server()) if "postgres" in kinds else None
+        for kind in kinds:
+            for gpus in fleets:
+                print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
+                with fleet(kind, gpus, server) as f:
+                    rng = random.Random(gpus)
+                    insert_history(f.services.db, history, rng)
+                    profile_telemetry(f.services.db, rng)
+                    print("    scraping ...", file=sys.stderr, flush=True)
+                    got.append((kind, gpus, scrape_figures(f, profile=profile)))
+    print_scrapes(got)
+    return 0
+
+
+def print_scrapes(got: list[tuple[str, int, Scrape | str]]) -> None:
+    print(
+        f"  {'db':<9}{'GPUs':>8}{'1st ever s':>11}{'cpu s':>7}{'replica 1st s':>14}{'cpu s':>7}"
+        f"{'later s':>9}{'cpu s':>7}{'KiB':>6}"
+    )
+    for kind, gpus, s in got:
+        if isinstance(s, str):
+            print(f"  {kind:<9}{gpus:>8,}  {s}")
+            continue
+        print(
+            f"  {kind:<9}{gpus:>8,}{s.first_ever_s:>11.3f}{s.first_ever_cpu_s:>7.3f}"
+            f"{s.first_s:>14.3f}{s.first_cpu_s:>7.3f}{s.best_s:>9.3f}{s.best_cpu_s:>7.3f}"
+            f"{s.size / 1024:>6.0f}"
+        )
+    print()
+    print(header())
+    for kind, gpus, s in got:
+        if isinstance(s, str):
+            continue
+        for what, seconds in (
+            ("first scrape ever", s.first_ever_s),
+            ("a replica's first scrape", s.first_s),
+            ("later scrape", s.best_s),
+        ):
+            print(budget_line(f"{kind}: {what}, {gpus:,} GPUs", seconds, SCRAPE_BUDGET_S))
+    for kind, gpus, s in got:
+        if isinstance(s, str) or not s.profile:
+            continue
+        print()
+        print(f"  where a first scrape of {gpus:,} GPUs on {kind} spends its own time (cProfile)")
+        for where, seconds in s.profile:
+            print(f"    {seconds * 1000:>9.1f} ms  {where}")
+
+
 # ---- running it -------------------------------------------------------------------------
+
+
+def scrape_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scrape-only",
+        action="store_true",
+        help="time only /metrics scrapes (a fresh collector's first, then later ones)",
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=HISTORY,
+        help="ended leases (and their requests) behind a --scrape-only fleet",
+    )
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -858,6 +1058,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--audit-rows", type=int, default=AUDIT_ROWS)
     parser.add_argument("--no-audit", action="store_true")
+    scrape_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -865,6 +1066,8 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     fleets = tuple(args.fleets or (QUICK if args.quick else FLEETS))
     kinds = ("sqlite",) if args.sqlite_only else ("postgres",) if args.postgres_only else KINDS
+    if args.scrape_only:
+        return scrape_only(kinds, fleets, history=args.history, profile=args.profile)
     if args.ingest_only:
         ways = tuple(INGEST_WAYS[["handler", "http", "sweeps"].index(w)] for w in args.ways)
         return ingest_only(fleets, kinds, args.ingest_s or INGEST_ONLY_S, ways)

@@ -17,6 +17,7 @@ from bot.workspace.demo import Demo, start
 from bot.workspace.launch import PROXY_VARIABLES
 from bot.workspace.page import PageServer
 from tests.browser.workspace import SlackPage
+from tests.support.sqlite import migrated_copy
 
 # Debian's package; GPUBOT_TEST_CHROMIUM names another Chromium binary (e.g. on a laptop).
 CHROMIUM = Path(os.environ.get("GPUBOT_TEST_CHROMIUM") or "/usr/bin/chromium")
@@ -57,6 +58,7 @@ def browser() -> Iterator[Browser]:
 def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    migrated_copy(tmp_path / "gpubot-demo.db")  # the demo's file, already at head
     # The simulated fleet even on a GPU host: the story depends on its people and their work.
     running = start(tmp_path, Settings(_env_file=None, telemetry="simulated", fleet=DEFAULT_FLEET))
     yield running

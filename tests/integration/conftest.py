@@ -19,6 +19,7 @@ from bot.main import Bot, assemble
 from bot.server import Background, SlackAsgi
 from bot.settings import DEFAULT_RULES_DIR, Settings
 from tests.integration.story import T0, Story
+from tests.support.sqlite import migrated_copy
 
 SECRET = "local-signing-secret"  # noqa: S105  (the local workspace's, never real)
 PROXY_VARIABLES = (
@@ -46,9 +47,12 @@ def local() -> Iterator[LocalSlack]:
 
 def settings_for(local: LocalSlack, tmp_path: Path, database_url: str | None = None) -> Settings:
     """The bot on the shipped rules, a SQLite file in `tmp_path`, the local Slack API and the
-    simulated fleet (asked for by name: `auto` never simulates)."""
+    simulated fleet (asked for by name: `auto` never simulates). A new file starts as a copy
+    of one already migrated (tests/support/sqlite.py)."""
+    if database_url is None:
+        database_url = f"sqlite:///{migrated_copy(tmp_path / 'gpubot.db')}"
     return Settings(
-        database_url=database_url or f"sqlite:///{tmp_path / 'gpubot.db'}",
+        database_url=database_url,
         rules_dir=DEFAULT_RULES_DIR,
         telemetry="simulated",
         SLACK_BOT_TOKEN=SecretStr(BOT_TOKEN),

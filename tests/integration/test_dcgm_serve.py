@@ -1,6 +1,7 @@
 """`gpubot serve` assembled with GPUBOT_TELEMETRY=dcgm against a DCGM exporter served on
 loopback: its poll job reads the exporter, /healthz names the feed, a critical Xid takes the GPU
-out of service at the next sweep, and an exporter gone leaves its GPUs unknown. On SQLite and
+out of service at the next sweep, and an exporter gone leaves its GPUs unknown; /healthz says
+degraded while one node's exporter fails, and telemetry not ok when none answers. On SQLite and
 PostgreSQL."""
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def exporter() -> Iterator[Recorded]:
         yield server
 
 
-def dcgm_bot(settings: Settings, tmp_path: Path, url: str) -> Bot:
+def dcgm_bot(settings: Settings, tmp_path: Path, url: str, *more: tuple[str, str]) -> Bot:
     endpoints = tmp_path / "dcgm.yaml"
-    endpoints.write_text(f"{NODE}: {url}\n")
+    endpoints.write_text("".join(f"{node}: {u}\n" for node, u in ((NODE, url), *more)))
     return assemble(
         settings.model_copy(update={"telemetry": "dcgm", "dcgm_endpoints_file": endpoints})
     )
@@ -73,6 +74,7 @@ def test_serve_reads_the_exporter_and_takes_a_faulty_gpu_out_of_service(
         bot.source.endpoints[NODE] = nothing_listening()
         bot.poll()
         gone = bot.telemetry.gpu(NODE, 0, bot.services.now())
+        none_answer = bot.health()
     finally:
         bot.close()
     assert ("dcgm", True) == (health["telemetry"], health["telemetry_ok"])
@@ -82,6 +84,36 @@ def test_serve_reads_the_exporter_and_takes_a_faulty_gpu_out_of_service(
     assert ("unhealthy", "unhealthy") == (after[1], after[2])
     assert "unhealthy" not in (after[0], after[3])
     assert (True, None) == (gone.unknown, gone.util_pct)
+    assert (True, False, False, [NODE]) == (
+        none_answer["ok"],
+        none_answer["telemetry_ok"],
+        none_answer["telemetry_degraded"],
+        none_answer["telemetry_failing_nodes"],
+    )
+    assert "no DCGM exporter answers" == none_answer["telemetry_note"]
+
+
+def test_one_node_failing_leaves_healthz_ok_and_degraded_naming_it(
+    settings: Settings, tmp_path: Path, exporter: Recorded
+) -> None:
+    """A node whose exporter refuses connections: healthy and ready still (a restart mends no
+    exporter), telemetry ok but degraded, the node named; its neighbour is read."""
+    dead = "a100-node-02"
+    bot = dcgm_bot(settings, tmp_path, exporter.url("/metrics"), (dead, nothing_listening()))
+    try:
+        bot.poll()
+        health, ready = bot.health(), bot.ready()
+        read = bot.telemetry.gpu(NODE, 1, bot.services.now())
+    finally:
+        bot.close()
+    assert (True, True) == (health["ok"], ready["ok"])
+    assert (True, True, [dead], 1) == (
+        health["telemetry_ok"],
+        health["telemetry_degraded"],
+        health["telemetry_failing_nodes"],
+        health["telemetry_failing_count"],
+    )
+    assert read.fresh
 
 
 def test_serve_refuses_dcgm_without_its_endpoints_file(settings: Settings) -> None:

@@ -16,8 +16,9 @@ from sqlmodel import select
 from bot.jobs import ROLLUP
 from bot.localslack import InProcessTransport, LocalSlack, SlackDriver
 from bot.main import Bot, assemble
+from bot.metrics import SETTLE
 from storage import keyvalue
-from storage.tables import AuditRow, GpuHourRow, GpuMinuteRow
+from storage.tables import AuditRow, GpuHourRow, GpuMinuteRow, MetricsCheckpointRow
 from tests.integration.conftest import SECRET, settings_for
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -123,6 +124,10 @@ def test_the_rollup_job_rolls_the_hour_just_completed(
         rows = session.exec(select(GpuHourRow)).all()
     dave = [r for r in rows if (r.node, r.index) == ("a100-node-02", 6)]
     assert [(T0, 0, 4 * 60.0)] == [(r.hour, r.lease_id, r.unreserved_s) for r in dave]
+    with bot.db.read() as session:  # and the /metrics checkpoint moved on with it
+        checkpoint = session.get(MetricsCheckpointRow, 1)
+    assert checkpoint is not None
+    assert bot.services.now() - SETTLE == checkpoint.upto
 
 
 def test_an_agent_with_a_wrong_token_is_refused_and_audited(

@@ -26,6 +26,7 @@ from bot.metrics import (
     allowed,
     build_registry,
     scrape,
+    store_checkpoint,
 )
 from bot.services import BorrowAsk, Services
 from bot.services.results import BorrowResult, SettleResult
@@ -40,6 +41,7 @@ from storage.tables import (
     InboxRow,
     LeaseGpuRow,
     LeaseRow,
+    MetricsCheckpointRow,
     NodeRow,
     OutboxRow,
     RequestRow,
@@ -181,6 +183,54 @@ def test_counting_as_it_goes_equals_counting_at_once(
     fresh = figures(timeline)
     assert {k: fresh[k] for k in along} == pytest.approx(along)
     assert {"gpubot_requests_total", "gpubot_reclaims_total"} <= {name for name, _ in along}
+
+
+HISTORY = {"gpubot_requests_total", "gpubot_reclaims_total", "gpubot_lease_gpu_seconds_total"}
+
+
+def history(found: Figures) -> Figures:
+    return {key: value for key, value in found.items() if key[0] in HISTORY}
+
+
+def test_a_replica_starting_from_the_leaders_checkpoint_tells_the_same(
+    timeline: Services, clock: Clock
+) -> None:
+    """The leader takes its checkpoint on twice (before the timeline's reclaim, then past it,
+    never back); a fresh collector then starts from it and adds what came after: the same
+    counters as one counting the whole history."""
+    whole = figures(timeline)  # no checkpoint yet: the whole history, once
+    early = store_checkpoint(timeline.db, clock.now, settle=timedelta(minutes=60))
+    later = store_checkpoint(timeline.db, clock.now, settle=timedelta(minutes=30))
+    back = store_checkpoint(timeline.db, clock.now, settle=timedelta(minutes=45))
+    with timeline.db.read() as session:
+        stored = session.get(MetricsCheckpointRow, 1)
+        assert stored is not None
+        upto, totals = stored.upto, stored.totals
+    assert (True, True, False) == (early, later, back)
+    assert clock.now - timedelta(minutes=30) == upto
+    assert [["l40s", "platform", "expired", 1]] == totals["reclaims"]  # Erin's, before `upto`
+    assert history(whole) == pytest.approx(history(figures(timeline)))
+
+
+def test_a_fresh_collector_reads_the_checkpoint_not_the_whole_history(
+    timeline: Services, clock: Clock
+) -> None:
+    """What the stored checkpoint says shows through: the first scrape adds to it only the
+    rows after it."""
+    whole = family(figures(timeline), "gpubot_requests_total")
+    assert store_checkpoint(timeline.db, clock.now)
+    with timeline.db.write() as session:
+        stored = session.get(MetricsCheckpointRow, 1)
+        assert stored is not None
+        first, *rest = stored.totals["requests"]
+        stored.totals = {**stored.totals, "requests": [[*first[:4], first[4] + 5], *rest]}
+        session.add(stored)
+    bumped = family(figures(timeline), "gpubot_requests_total")
+    key = (first[2], first[3], first[0], first[1])  # kind, outcome, pool, team
+    assert whole[key] + 5 == bumped[key]
+    assert {k: v for k, v in whole.items() if k != key} == {
+        k: v for k, v in bumped.items() if k != key
+    }
 
 
 def test_the_fleet_figures_equal_the_gpu_and_node_rows(timeline: Services, clock: Clock) -> None:
