@@ -362,6 +362,56 @@ SHIFTS = {
 }
 
 
+ESCAPED_TEXT = {
+    "a newline": "U1\nU2",
+    "a control character": "U1\x01",
+    "a quote": 'U1 "the first"',
+    "a backslash": "C:\\U1",
+    "a tab and a quote": 'a\t"b"',
+}
+
+
+@pytest.mark.parametrize("text", list(ESCAPED_TEXT))
+def test_a_text_column_json_escapes_verifies_and_exports_decoded(
+    database: Database, text: str
+) -> None:
+    """A text column whose JSON escapes its characters is not its body as stored: the row is
+    decoded to be judged and exported, and it holds."""
+    with database.write() as session:
+        audit.append(
+            session, audit.AuditEntry(actor=ESCAPED_TEXT[text], tag="t:x", subject="s"), at=NOW
+        )
+    with database.read() as session:
+        raw = session.connection().connection.driver_connection
+        (row,) = audit_text.rows(raw, database.dialect, 0, 1)
+    assert not audit_text.is_stored_hash(row)
+    assert audit_text.holds(row)
+    assert audit.VerifyReport(ok=True, checked=1) == verified(database, 1)
+    with database.read() as session:
+        assert exported_by_decoding(database, "jsonl") == list(audit.export(session, "jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ('U1 "the first"', 'U1 \\"the first\\"'),  # the quotes' escapes written in
+        ("U1\nU2", "U1\\nU2"),  # the newline's escape written in
+        ("U1", "U1\n"),  # a raw newline the body cannot hold
+    ],
+    ids=["escaped quotes", "escaped newline", "raw newline"],
+)
+def test_a_text_column_edited_to_spell_its_json_escape_is_caught(
+    database: Database, before: str, after: str
+) -> None:
+    """Text put together between quotes as stored would read the same as what was hashed if
+    a stored escape were taken for the character it escapes: such a row is decoded, and fails."""
+    with database.write() as session:
+        audit.append(session, audit.AuditEntry(actor=before, tag="t:x", subject="s"), at=NOW)
+    tamper(database, edit("actor", after, 1))
+    assert broken(0, 1, "audit row 1 was altered") == verified(database, 1)
+    assert broken(0, 1, "audit row 1 was altered") == walked(database)
+
+
 @pytest.mark.parametrize("shift", list(SHIFTS))
 def test_json_text_shifted_from_one_column_into_the_next_is_caught(
     database: Database, shift: str
