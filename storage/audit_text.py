@@ -22,10 +22,10 @@ from json.encoder import encode_basestring  # the C one where the interpreter ha
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-from psycopg.types.string import ByteaBinaryLoader
-
+#: What the first row's previous hash is.
+GENESIS_HASH = "0" * 64
+#: The id of the chain's one head row.
+HEAD_ID = 1
 #: The audit's JSON columns, stored as the canonical text their hash covers.
 JSON_COLUMNS = ("matching_rules", "facts", "detail")
 #: Every column of an audit row in export order; all but the last (`hash`) are what it hashes.
@@ -276,7 +276,7 @@ def rows(
         # A server-side cursor: PostgreSQL sends the rows a batch at a time.
         cursor = connection.cursor(name=f"audit_{low}_{high}", binary=True)
         for name in _AS_BYTES:
-            cursor.adapters.register_loader(name, ByteaBinaryLoader)
+            cursor.adapters.register_loader(name, _bytes_loader())
         cursor.itersize = _BATCH
     else:
         cursor = connection.cursor()
@@ -288,11 +288,21 @@ def rows(
         cursor.close()
 
 
+def _bytes_loader() -> type:
+    from psycopg.types.string import ByteaBinaryLoader  # noqa: PLC0415  (see `connect`)
+
+    return ByteaBinaryLoader
+
+
 def connect(source: Source) -> Any:
     """A connection of the worker's own, read-only, inside the verify's snapshot."""
     if source.dialect == "sqlite":
         uri = f"{Path(source.target).resolve().as_uri()}?mode=ro"
         return sqlite3.connect(uri, uri=True, timeout=30)
+    # Imported here: a worker on SQLite starts without it (a fifth of a second).
+    import psycopg  # noqa: PLC0415
+    from psycopg import sql  # noqa: PLC0415
+
     connection = psycopg.connect(source.target)
     connection.read_only = True
     if source.snapshot:
