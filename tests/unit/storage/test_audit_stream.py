@@ -498,6 +498,30 @@ def test_export_in_workers_writes_the_same_blocks_in_order(
     assert 2 == len(blocks) - (1 if fmt == "csv" else 0)  # the ranges (8, 16] and (16, 24]
 
 
+@pytest.mark.parametrize("mode", ["wb", "ab"], ids=["spliced", "copied"])
+def test_export_in_workers_into_a_file_writes_the_same_text(
+    shared_db: Database, tmp_path: Path, mode: str
+) -> None:
+    """Blocks moved by the kernel from the workers' pipes into the file (`into`), or copied
+    where the file cannot take a splice (one opened to append): the same text as one process
+    writes, the CSV header written by the caller in between."""
+    append_old_rows(shared_db, 5)
+    append_rows(shared_db, 6, ROWS - 5)
+    target = tmp_path / "audit.csv"
+    with shared_db.read() as session, target.open(mode) as stream:
+        blocks = audit.export_blocks(
+            session, "csv", workers=2, chunk_rows=CHUNK, into=stream.fileno()
+        )
+        counted = 0
+        for text, rows in blocks:
+            stream.write(text)
+            stream.flush()
+            counted += rows
+    expected = exported_by_decoding(shared_db, "csv")
+    assert "".join(expected).encode() == target.read_bytes()
+    assert len(expected) - 1 == counted
+
+
 def test_export_stops_early_without_leaving_a_cursor_open(database: Database) -> None:
     """A reader that takes one line and closes the export can go on using its session."""
     append_rows(database, 1, 5)
@@ -569,6 +593,27 @@ def test_the_commands_verify_in_workers_and_name_an_unreadable_row(tmp_path: Pat
     )
     assert 2 == refused.exit_code
     assert refused.stderr.startswith("error: audit row 7 cannot be exported: its time or JSON")
+
+
+def test_the_export_command_writes_a_big_log_from_its_workers_into_the_file(
+    tmp_path: Path,
+) -> None:
+    """`gpubot audit export -o FILE` over more than one range: the workers' text goes into
+    the file as one process would write it."""
+    url = f"sqlite:///{tmp_path / 'gpubot.db'}"
+    migrate.upgrade(url)
+    rows = audit.EXPORT_CHUNK_ROWS + 7
+    insert_chain(url, rows)
+    output = tmp_path / "audit.jsonl"
+    done = gpubot("audit", "export", "--format", "jsonl", "-o", str(output), "--database-url", url)
+    assert (0, f"wrote {rows} audit rows to {output}\n") == (done.exit_code, done.stderr)
+    database = Database(url)
+    try:
+        with database.read() as session:
+            expected = "".join(audit.export(session, "jsonl")).encode()
+    finally:
+        database.dispose()
+    assert expected == output.read_bytes()
 
 
 @pytest.mark.postgres
