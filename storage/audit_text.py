@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import re
 import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,12 +22,12 @@ from json.encoder import encode_basestring  # the C one where the interpreter ha
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
+#: What the first row's previous hash is.
+GENESIS_HASH = "0" * 64
+#: The id of the chain's one head row.
+HEAD_ID = 1
 #: The audit's JSON columns, stored as the canonical text their hash covers.
 JSON_COLUMNS = ("matching_rules", "facts", "detail")
-_JSON = JSON_COLUMNS
 #: Every column of an audit row in export order; all but the last (`hash`) are what it hashes.
 #: A new column must be added here deliberately: it changes what old rows hash to.
 HEADER = (
@@ -56,20 +55,29 @@ _COLUMNS = {
             *(f"CAST({name} AS BLOB)" for name in HEADER[1:]),
         ]
     ),
+    # Text and JSON columns as they are sent, read as bytes (`_AS_BYTES`): the server
+    # converts nothing, and nothing is decoded here.
     "postgresql": ", ".join(
         [
             "id",
-            "convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), 'UTF8')",
-            *(
-                f"convert_to({name}{'::text' if name in _JSON else ''}, 'UTF8')"
-                for name in HEADER[2:]
-            ),
+            "to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+            *HEADER[2:],
         ]
     ),
 }
+#: The PostgreSQL types `_COLUMNS` reads, loaded as the bytes the server sent.
+_AS_BYTES = ("text", "varchar", "json")
 _MARK = {"sqlite": "?", "postgresql": "%s"}
-#: What JSON escapes in a string; the rest of UTF-8 canonical JSON keeps as it is.
-_ESCAPED = re.compile(rb'[\x00-\x1f"\\]')
+#: A row's hashed bytes put together from its stored bytes: its previous hash, then the head and
+#: tail of its body (`body_parts`), the text columns between quotes as they are stored.
+_HEAD = (
+    b'{"actor":"%s","at":"%sT%s%s+00:00","deciding_rule":"%s","detail":%s,"engine":"%s","facts":%s'
+)
+_TAIL = (
+    b',"id":%d,"matching_rules":%s,"outcome":"%s","prev_hash":"%s","revision":"%s",'
+    b'"subject":"%s","tag":"%s"}'
+)
+_HASHED = b"%s" + _HEAD + _TAIL
 #: The stored JSON texts are not parsed, so nothing in them says where one ends: text moved from
 #: one JSON column into the next, over the columns between them, would add up to the same body.
 #: Every such move leaves a JSON text holding the separator before the column after it (the
@@ -138,6 +146,9 @@ def body_parts(values: Sequence[str]) -> tuple[str, str]:
     return head, tail
 
 
+_sha256 = hashlib.sha256
+
+
 def digest(prev_hash: str, body: str) -> str:
     return hashlib.sha256((prev_hash + body).encode()).hexdigest()
 
@@ -153,41 +164,44 @@ def _iso(at: str) -> str:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
 
 
-def _stored_bytes(row: Row) -> tuple[bytes, bytes] | None:
-    """The head and tail (see `body_parts`) of a row's body from its stored bytes as they are:
-    what was hashed if the row was stored canonical. None where that cannot be told from the
-    bytes alone (see `_SEPARATORS`): the row is then decoded."""
-    row_id, at, actor, tag, subject, outcome, rule, rules, facts, detail, *rest = row
-    revision, engine, prev_hash = rest[:3]
+def _stored_hashed(row: Row) -> bytes | None:
+    """What a row's hash covers (its previous hash, then its body) put together from its
+    stored bytes as they are, when that is what it hashes to: the row is stored as rows are
+    stored now. Else None, and the row is decoded to be judged.
+
+    Put together as they are: a whole id, a time as it is stored, JSON texts that hold no
+    separator (`_SEPARATORS`), and text columns with no quote or backslash, which would make
+    the body say something else. Any other character JSON escapes cannot be in a body that
+    hashes to what was hashed: the hash refuses it. One function, nothing called per column:
+    it runs for every row of a log."""
+    (row_id, at, actor, tag, subject, outcome, rule, rules, facts, detail, revision, engine,
+     prev_hash, row_hash) = row  # fmt: skip
     try:
-        plain = b"".join((at, actor, tag, subject, outcome, rule, revision, engine, prev_hash))
-        if type(row_id) is not int or len(at) != 26 or at[19] != 46 or _ESCAPED.search(plain):
-            return None  # 46: "."
-        json_text = rules + facts + detail
-        if _SEPARATORS[0] in json_text or _SEPARATORS[1] in json_text:
-            return None
-        fraction = b"" if at[20:] == b"000000" else at[19:]
-        head = b'{"actor":"%s","at":"%sT%s%s+00:00","deciding_rule":"%s","detail":%s,' % (
-            actor, at[:10], at[11:19], fraction, rule, detail
-        )  # fmt: skip
-        head += b'"engine":"%s","facts":%s' % (engine, facts)
-        tail = b',"id":%d,"matching_rules":%s,"outcome":"%s","prev_hash":"%s",' % (
-            row_id, rules, outcome, prev_hash
-        )  # fmt: skip
-        tail += b'"revision":"%s","subject":"%s","tag":"%s"}' % (revision, subject, tag)
+        text = b"".join((at, actor, tag, subject, outcome, rule, revision, engine, prev_hash))
+        json_text = b"".join((rules, facts, detail))
     except TypeError:  # a value that is not bytes (SQLite keeps whatever was written)
         return None
-    return head, tail
-
-
-def _hashed(row: Row, head: bytes, tail: bytes) -> bool:
-    return bool(hashlib.sha256(row[12] + head + tail).hexdigest().encode() == row[13])
+    if (
+        type(row_id) is not int
+        or len(at) != 26
+        or at[19] != 46  # "."
+        or b'"' in text
+        or b"\\" in text
+        or _SEPARATORS[0] in json_text
+        or _SEPARATORS[1] in json_text
+    ):
+        return None
+    fraction = b"" if at[20:] == b"000000" else at[19:]  # isoformat() writes none
+    hashed = _HASHED % (
+        prev_hash, actor, at[:10], at[11:19], fraction, rule, detail, engine, facts,
+        row_id, rules, outcome, prev_hash, revision, subject, tag,
+    )  # fmt: skip
+    return hashed if _sha256(hashed).hexdigest().encode() == row_hash else None
 
 
 def is_stored_hash(row: Row) -> bool:
     """Whether a row's stored bytes are what its hash covers, as rows are stored now."""
-    parts = _stored_bytes(row)
-    return parts is not None and _hashed(row, *parts)
+    return _stored_hashed(row) is not None
 
 
 def _text(row: Row) -> Row | None:
@@ -213,9 +227,11 @@ def _decoded_parts(text: Row) -> tuple[str, str, str] | None:
 
 def holds(row: Row) -> bool:
     """Whether a row's hash covers its content, from its previous hash on."""
-    stored = _stored_bytes(row)
-    if stored is not None and _hashed(row, *stored):
-        return True
+    return _stored_hashed(row) is not None or _decoded_holds(row)
+
+
+def _decoded_holds(row: Row) -> bool:
+    """`holds` for a row not stored as rows are now: its values decoded and encoded again."""
     text = _text(row)
     decoded = _decoded_parts(text) if text is not None else None
     if text is None or decoded is None:
@@ -259,6 +275,8 @@ def rows(
     if dialect == "postgresql":
         # A server-side cursor: PostgreSQL sends the rows a batch at a time.
         cursor = connection.cursor(name=f"audit_{low}_{high}", binary=True)
+        for name in _AS_BYTES:
+            cursor.adapters.register_loader(name, _bytes_loader())
         cursor.itersize = _BATCH
     else:
         cursor = connection.cursor()
@@ -270,11 +288,21 @@ def rows(
         cursor.close()
 
 
+def _bytes_loader() -> type:
+    from psycopg.types.string import ByteaBinaryLoader  # noqa: PLC0415  (see `connect`)
+
+    return ByteaBinaryLoader
+
+
 def connect(source: Source) -> Any:
     """A connection of the worker's own, read-only, inside the verify's snapshot."""
     if source.dialect == "sqlite":
         uri = f"{Path(source.target).resolve().as_uri()}?mode=ro"
         return sqlite3.connect(uri, uri=True, timeout=30)
+    # Imported here: a worker on SQLite starts without it (a fifth of a second).
+    import psycopg  # noqa: PLC0415
+    from psycopg import sql  # noqa: PLC0415
+
     connection = psycopg.connect(source.target)
     connection.read_only = True
     if source.snapshot:
@@ -317,7 +345,7 @@ def check(rows: Iterable[Row]) -> Span:
             if prev_hash != last_hash:
                 problem = f"audit row {row_id} does not follow row {last_id}"
                 return Span(checked, first, None, (row_id, problem))
-        if not holds(row):
+        if _stored_hashed(row) is None and not _decoded_holds(row):
             return Span(checked, first, None, (row_id, f"audit row {row_id} was altered"))
         checked += 1
         last_id, last_hash = row_id, row_hash
@@ -341,10 +369,12 @@ def jsonl_lines(rows: Iterable[Row]) -> Generator[str, None, None]:
 def jsonl_bytes(rows: Iterable[Row]) -> Generator[bytes, None, None]:
     """The same lines, UTF-8, as the rows stored canonical hold them already."""
     for row in rows:
-        stored = _stored_bytes(row)
-        if stored is not None and _hashed(row, *stored):
-            head, tail = stored
-            yield b'%s,"hash":"%s"%s\n' % (head, row[13], tail)
+        hashed = _stored_hashed(row)
+        if hashed is not None:
+            # The body's tail starts at its one `,"id":` (no JSON text holds one): the hash
+            # goes before it.
+            body, start, tail = memoryview(hashed), len(row[12]), hashed.find(_SEPARATORS[1])
+            yield b"".join((body[start:tail], b',"hash":"', row[13], b'"', body[tail:], b"\n"))
             continue
         text = _text(row)
         parts = _decoded_parts(text) if text is not None else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Generator
 from contextlib import closing
 from enum import StrEnum
 from pathlib import Path
@@ -65,19 +65,17 @@ def audit_export(
     """Write the audit log (or its rows since a time) as CSV or JSON lines."""
     start = since_option(since)
     url = resolved_url(database_url)
-    with (
-        migrated(url) as database,
-        database.read() as session,
-        # Closed before the session; a big log is written by worker processes, in order.
-        closing(audit.export_blocks(session, fmt.value, start)) as blocks,
-    ):
+    with migrated(url) as database, database.read() as session:
         try:
             if output is None:
                 sys.stdout.flush()  # what was written as text goes first
-                _write(blocks, sys.stdout.buffer)  # a closed pipe: the command group's to handle
+                # A closed pipe: the command group's to handle.
+                _write(audit.export_blocks(session, fmt.value, start), sys.stdout.buffer)
                 return
             try:
                 with output.open("wb") as stream:
+                    # A big log's blocks go from the worker processes into the file directly.
+                    blocks = audit.export_blocks(session, fmt.value, start, into=stream.fileno())
                     rows = _write(blocks, stream)
             except OSError as exc:
                 fail(f"cannot write {output}: {exc.strerror or exc}")
@@ -86,10 +84,14 @@ def audit_export(
     typer.echo(f"wrote {plural(rows, 'audit row')} to {output}", err=True)
 
 
-def _write(blocks: Iterable[tuple[bytes, int]], stream: BinaryIO) -> int:
-    """Write the blocks of UTF-8 lines as they come (no decoding); the rows written."""
+def _write(blocks: Generator[tuple[bytes, int], None, None], stream: BinaryIO) -> int:
+    """Write the blocks of UTF-8 lines as they come (no decoding); the rows written. Closes
+    the blocks, whose worker processes stop, before the session they read in."""
     count = 0
-    for text, rows in blocks:
-        stream.write(text)
-        count += rows
+    with closing(blocks):
+        for text, rows in blocks:
+            if text:  # else already in the file (`audit.export_blocks`'s `into`)
+                stream.write(text)
+                stream.flush()
+            count += rows
     return count

@@ -7,7 +7,8 @@ busy lab's decisions) and bulk inserted, not appended one by one. Each command t
 fresh Python process, as the CLI runs it, which reports its time, the CPU time it and its
 worker processes used (on a busy machine wall time stretches; CPU time much less), and its peak
 memory. One run; figures only, it never fails.
-Run with `python -m tests.bench.audit_scale [--rows N]`.
+Run with `python -m tests.bench.audit_scale [--rows N]`; `--sqlite FILE` and `--postgres-url URL`
+keep the logs between runs (filled once, then reused as they are), `--only` measures one database.
 
 `measure(database_url, rows)` is the same measurement for another benchmark to call.
 """
@@ -209,10 +210,31 @@ def _command(args: list[str]) -> dict[str, float]:
     return {"seconds": seconds, "cpu_s": cpu_s, "rss_mb": own_kib / 1024}
 
 
-def measure(database_url: str, rows: int = ROWS) -> dict[str, float]:
+def held(database_url: str) -> int:
+    """The rows of the audit log at `database_url` by its head; 0 when it has none yet."""
+    url = normalise_url(database_url)
+    query = "SELECT last_id FROM audit_head WHERE id = 1"
+    try:
+        if url.get_backend_name() == "sqlite":
+            with closing(sqlite3.connect(url.database or "")) as connection:
+                found = connection.execute(query).fetchone()
+        else:
+            conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+            with psycopg.connect(conninfo) as server:
+                found = server.execute(query).fetchone()
+    except (sqlite3.Error, psycopg.Error):
+        return 0  # not migrated yet
+    return int(found[0]) if found else 0
+
+
+def measure(database_url: str, rows: int = ROWS, *, reuse: bool = False) -> dict[str, float]:
     """Fill the empty database at `database_url` with `rows` chained audit rows, then time
-    `gpubot audit verify` and `gpubot audit export --format jsonl` on it."""
-    fill_s = fill(database_url, rows)
+    `gpubot audit verify` and `gpubot audit export --format jsonl` on it. With `reuse`, a
+    database whose log holds `rows` rows already is measured as it is (fill_s is then 0)."""
+    existing = held(database_url) if reuse else 0
+    if existing not in (0, rows):
+        raise RuntimeError(f"{database_url} holds {existing:,} audit rows, not {rows:,}")
+    fill_s = fill(database_url, rows) if existing == 0 else 0.0
     verify = _command(["audit", "verify", "--database-url", database_url])
     with tempfile.TemporaryDirectory(prefix="gpubot-bench-audit-") as folder:
         output = str(Path(folder) / "audit.jsonl")
@@ -239,7 +261,10 @@ def verdict(ok: bool) -> str:
 
 def _report(kind: str, figures: dict[str, float]) -> None:
     rows = int(figures["rows"])
-    print(f"  {kind}: {rows:,} rows made and inserted in {figures['fill_s']:.1f} s")
+    if figures["fill_s"]:
+        print(f"  {kind}: {rows:,} rows made and inserted in {figures['fill_s']:.1f} s")
+    else:
+        print(f"  {kind}: {rows:,} rows, the log kept from an earlier run")
     for name in ("verify", "export"):
         seconds = figures[f"{name}_s"]
         print(
@@ -253,6 +278,15 @@ def _report(kind: str, figures: dict[str, float]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.audit_scale")
     parser.add_argument("--rows", type=int, default=ROWS, help="audit rows in each database")
+    parser.add_argument(
+        "--sqlite", metavar="FILE", help="SQLite file to keep: filled if new, else reused"
+    )
+    parser.add_argument(
+        "--postgres-url",
+        help="PostgreSQL database to use instead of a throwaway server: filled if empty, "
+        "else reused",
+    )
+    parser.add_argument("--only", choices=("sqlite", "postgresql"), help="measure one database")
     args = parser.parse_args(argv)
     print(
         f"gpubot audit benchmark: Python {platform.python_version()} on {platform.machine()}, "
@@ -260,16 +294,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="gpubot-bench-audit-") as folder:
-        url = f"sqlite:///{Path(folder) / 'gpubot.db'}"
-        results["SQLite file"] = measure(url, args.rows)
+    if args.only != "postgresql":
+        if args.sqlite:
+            url = f"sqlite:///{Path(args.sqlite).resolve()}"
+            results["SQLite file"] = measure(url, args.rows, reuse=True)
+        else:
+            with tempfile.TemporaryDirectory(prefix="gpubot-bench-audit-") as folder:
+                url = f"sqlite:///{Path(folder) / 'gpubot.db'}"
+                results["SQLite file"] = measure(url, args.rows)
         _report("SQLite file", results["SQLite file"])
-    with postgres.server() as server:
-        name = server.create_database()
-        try:
-            results["PostgreSQL"] = measure(server.url_for(name), args.rows)
-        finally:
-            server.drop_database(name)
+    if args.only != "sqlite":
+        if args.postgres_url:
+            results["PostgreSQL"] = measure(args.postgres_url, args.rows, reuse=True)
+        else:
+            with postgres.server() as server:
+                name = server.create_database()
+                try:
+                    results["PostgreSQL"] = measure(server.url_for(name), args.rows)
+                finally:
+                    server.drop_database(name)
         _report("PostgreSQL", results["PostgreSQL"])
     print(
         f"  load average {os.getloadavg()[0]:.1f} at the end (a busy machine stretches wall time)"

@@ -362,6 +362,56 @@ SHIFTS = {
 }
 
 
+ESCAPED_TEXT = {
+    "a newline": "U1\nU2",
+    "a control character": "U1\x01",
+    "a quote": 'U1 "the first"',
+    "a backslash": "C:\\U1",
+    "a tab and a quote": 'a\t"b"',
+}
+
+
+@pytest.mark.parametrize("text", list(ESCAPED_TEXT))
+def test_a_text_column_json_escapes_verifies_and_exports_decoded(
+    database: Database, text: str
+) -> None:
+    """A text column whose JSON escapes its characters is not its body as stored: the row is
+    decoded to be judged and exported, and it holds."""
+    with database.write() as session:
+        audit.append(
+            session, audit.AuditEntry(actor=ESCAPED_TEXT[text], tag="t:x", subject="s"), at=NOW
+        )
+    with database.read() as session:
+        raw = session.connection().connection.driver_connection
+        (row,) = audit_text.rows(raw, database.dialect, 0, 1)
+    assert not audit_text.is_stored_hash(row)
+    assert audit_text.holds(row)
+    assert audit.VerifyReport(ok=True, checked=1) == verified(database, 1)
+    with database.read() as session:
+        assert exported_by_decoding(database, "jsonl") == list(audit.export(session, "jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ('U1 "the first"', 'U1 \\"the first\\"'),  # the quotes' escapes written in
+        ("U1\nU2", "U1\\nU2"),  # the newline's escape written in
+        ("U1", "U1\n"),  # a raw newline the body cannot hold
+    ],
+    ids=["escaped quotes", "escaped newline", "raw newline"],
+)
+def test_a_text_column_edited_to_spell_its_json_escape_is_caught(
+    database: Database, before: str, after: str
+) -> None:
+    """Text put together between quotes as stored would read the same as what was hashed if
+    a stored escape were taken for the character it escapes: such a row is decoded, and fails."""
+    with database.write() as session:
+        audit.append(session, audit.AuditEntry(actor=before, tag="t:x", subject="s"), at=NOW)
+    tamper(database, edit("actor", after, 1))
+    assert broken(0, 1, "audit row 1 was altered") == verified(database, 1)
+    assert broken(0, 1, "audit row 1 was altered") == walked(database)
+
+
 @pytest.mark.parametrize("shift", list(SHIFTS))
 def test_json_text_shifted_from_one_column_into_the_next_is_caught(
     database: Database, shift: str
@@ -448,6 +498,30 @@ def test_export_in_workers_writes_the_same_blocks_in_order(
     assert 2 == len(blocks) - (1 if fmt == "csv" else 0)  # the ranges (8, 16] and (16, 24]
 
 
+@pytest.mark.parametrize("mode", ["wb", "ab"], ids=["spliced", "copied"])
+def test_export_in_workers_into_a_file_writes_the_same_text(
+    shared_db: Database, tmp_path: Path, mode: str
+) -> None:
+    """Blocks moved by the kernel from the workers' pipes into the file (`into`), or copied
+    where the file cannot take a splice (one opened to append): the same text as one process
+    writes, the CSV header written by the caller in between."""
+    append_old_rows(shared_db, 5)
+    append_rows(shared_db, 6, ROWS - 5)
+    target = tmp_path / "audit.csv"
+    with shared_db.read() as session, target.open(mode) as stream:
+        blocks = audit.export_blocks(
+            session, "csv", workers=2, chunk_rows=CHUNK, into=stream.fileno()
+        )
+        counted = 0
+        for text, rows in blocks:
+            stream.write(text)
+            stream.flush()
+            counted += rows
+    expected = exported_by_decoding(shared_db, "csv")
+    assert "".join(expected).encode() == target.read_bytes()
+    assert len(expected) - 1 == counted
+
+
 def test_export_stops_early_without_leaving_a_cursor_open(database: Database) -> None:
     """A reader that takes one line and closes the export can go on using its session."""
     append_rows(database, 1, 5)
@@ -519,6 +593,27 @@ def test_the_commands_verify_in_workers_and_name_an_unreadable_row(tmp_path: Pat
     )
     assert 2 == refused.exit_code
     assert refused.stderr.startswith("error: audit row 7 cannot be exported: its time or JSON")
+
+
+def test_the_export_command_writes_a_big_log_from_its_workers_into_the_file(
+    tmp_path: Path,
+) -> None:
+    """`gpubot audit export -o FILE` over more than one range: the workers' text goes into
+    the file as one process would write it."""
+    url = f"sqlite:///{tmp_path / 'gpubot.db'}"
+    migrate.upgrade(url)
+    rows = audit.EXPORT_CHUNK_ROWS + 7
+    insert_chain(url, rows)
+    output = tmp_path / "audit.jsonl"
+    done = gpubot("audit", "export", "--format", "jsonl", "-o", str(output), "--database-url", url)
+    assert (0, f"wrote {rows} audit rows to {output}\n") == (done.exit_code, done.stderr)
+    database = Database(url)
+    try:
+        with database.read() as session:
+            expected = "".join(audit.export(session, "jsonl")).encode()
+    finally:
+        database.dispose()
+    assert expected == output.read_bytes()
 
 
 @pytest.mark.postgres
