@@ -72,7 +72,13 @@ class NodeRow(SQLModel, table=True):
 
 class GpuRow(SQLModel, table=True):
     __tablename__ = "gpu"
-    __table_args__ = (sa.UniqueConstraint("node_id", "index", name="uq_gpu_node_index"),)
+    __table_args__ = (
+        sa.UniqueConstraint("node_id", "index", name="uq_gpu_node_index"),
+        # where a GPU stands, but for its lease and node: status and placement count it here
+        sa.Index(
+            "ix_gpu_pool_model_state_observed", "pool", "model", "state", "observed", "node_id"
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     node_id: int = Field(foreign_key="node.id", index=True)
@@ -166,8 +172,12 @@ class ApprovalRow(SQLModel, table=True):
 
 class LeaseRow(SQLModel, table=True):
     __tablename__ = "lease"
-    # The recall cooldown asks for the leases preempted since a time (bot.services.recall).
-    __table_args__ = (sa.Index("ix_lease_end_reason_ended_at", "end_reason", "ended_at"),)
+    __table_args__ = (
+        # The recall cooldown asks for the leases preempted since a time (bot.services.recall).
+        sa.Index("ix_lease_end_reason_ended_at", "end_reason", "ended_at"),
+        # Quota sums (GPUs held per team in a pool) read this index alone.
+        sa.Index("ix_lease_pool_state_team_gpus", "pool", "state", "team", "gpus"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     holder: str = Field(max_length=64, index=True)

@@ -1,0 +1,35 @@
+"""Indexes the commands read through, so that a command's work grows with what it answers,
+not with the fleet.
+
+`lease (pool, state, team, gpus)` holds all a quota sum reads (the GPUs each team holds in a
+pool), so the sum reads the index alone. `gpu (pool, model, state, observed, node_id)` holds
+where each GPU stands apart from its lease and its node: `/gpu status` counts it by pool and
+model, and placement counts a pool's free GPUs per node, without reading a GPU row.
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision: str = "0014"
+down_revision: str | None = "0013"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    op.create_index("ix_lease_pool_state_team_gpus", "lease", ["pool", "state", "team", "gpus"])
+    op.create_index(
+        "ix_gpu_pool_model_state_observed",
+        "gpu",
+        ["pool", "model", "state", "observed", "node_id"],
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_gpu_pool_model_state_observed", table_name="gpu")
+    op.drop_index("ix_lease_pool_state_team_gpus", table_name="lease")
