@@ -311,6 +311,12 @@ def _free_on(session: Session, pool: str, nodes: Collection[str] | None = None) 
     return free
 
 
+def free_count(session: Session, pool: str) -> int:
+    """How many GPUs of the pool are free, counted in SQL."""
+    stmt = _placed(sa.func.count()).where(*_free_here(pool))
+    return int(session.connection().execute(stmt).scalar() or 0)
+
+
 def free_per_node(session: Session, pool: str) -> dict[str, tuple[int, int]]:
     """The pool's free GPUs counted per node, in SQL: {node: (free GPUs, of them those with
     fresh telemetry showing them empty)}; nodes with none free are left out."""

@@ -134,7 +134,8 @@ def test_placement_on_the_nodes_told_from_counts_is_placement_on_all(seed: int) 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_free_gpus_for_placing_place_as_all_of_them(database: Database, seed: int) -> None:
     """Read for placing n GPUs, the free GPUs give the same placement and the same count as
-    all of them read one by one; a person's own busy GPUs count as theirs to take."""
+    all of them read one by one; a person's own busy GPUs count as theirs to take. The free
+    GPUs counted in SQL are those read one by one."""
     policy = replace(default_policy(), accounts={"alice": "U1"})
     with database.write() as session:
         a_random_fleet(session, random.Random(seed))
@@ -145,6 +146,7 @@ def test_free_gpus_for_placing_place_as_all_of_them(database: Database, seed: in
                 some = gpus.free_for(session, policy, "U1", pool, placing=count)
                 assert every.count() == some.count()
                 assert place(every, count, every.unknown) == place(some, count, some.unknown)
+            assert gpus.free_gpus(session, pool).count() == gpus.free_count(session, pool)
 
 
 def test_a_pool_with_nothing_free_places_nothing(database: Database) -> None:

@@ -214,6 +214,7 @@ HELD_READS: dict[str, Callable[[Session], object]] = {
     "place_counts": gpus.place_counts,
     "stranded": lambda s: gpus.stranded(s, "a100", 2),
     "free_per_node": lambda s: gpus.free_per_node(s, "a100"),
+    "free_count": lambda s: gpus.free_count(s, "a100"),
     "gpu_snapshots": gpus.gpu_snapshots,
     "held_gpus": leases.held_gpus,
     "active_snapshots": leases.active_snapshots,
