@@ -10,8 +10,7 @@ from rules.facts import PoolUsage
 from storage import audit
 from storage.db import lock_for_update
 from storage.gpus import FreeGpus, free_gpus
-from storage.leases import held_by_team
-from storage.requests import queued_count
+from storage.requests import held_now, queued_count
 from storage.tables import PoolRow
 
 
@@ -36,7 +35,7 @@ def lock(session: Session, pool: str) -> None:
 def pool_usage(session: Session, pool: str, free: FreeGpus | None = None) -> PoolUsage:
     """GPUs held per team, free GPUs and waiting requests in one pool, right now (`free`:
     the pool's free GPUs when the caller already read them in this transaction)."""
-    held = held_by_team(session, pool)
+    held = dict(held_now(session, pool))
     queued = queued_count(session, pool)
     count = (free if free is not None else free_gpus(session, pool)).count()
     return PoolUsage(held=held, free=count, queued=queued)

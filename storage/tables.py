@@ -76,7 +76,7 @@ class GpuRow(SQLModel, table=True):
         sa.UniqueConstraint("node_id", "index", name="uq_gpu_node_index"),
         # where a GPU stands, but for its lease and node: status and placement count it here
         sa.Index(
-            "ix_gpu_pool_model_state_observed", "pool", "model", "state", "observed", "node_id"
+            "ix_gpu_pool_state_observed_model", "pool", "state", "observed", "model", "node_id"
         ),
     )
 

@@ -256,8 +256,8 @@ INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("ix_lease_holder", lambda s: leases.listed(s, holder="U1")),
     ("ix_lease_holder", lambda s: leases.lock_active_of(s, "U1")),
     ("COVERING INDEX ix_lease_pool_state_team_gpus", lambda s: leases.held_by_team(s, "a100")),
-    ("COVERING INDEX ix_gpu_pool_model_state_observed", gpus.place_counts),
-    ("COVERING INDEX ix_gpu_pool_model_state_observed", lambda s: gpus.free_per_node(s, "a100")),
+    ("COVERING INDEX ix_gpu_pool_state_observed_model", gpus.place_counts),
+    ("COVERING INDEX ix_gpu_pool_state_observed_model", lambda s: gpus.free_per_node(s, "a100")),
 ]
 
 
