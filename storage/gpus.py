@@ -8,7 +8,8 @@ rules' `pool.free`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -158,37 +159,87 @@ class PlaceCount:
 
 
 def place_counts(session: Session) -> list[PlaceCount]:
-    """The GPUs counted by pool, model, place and drained node, in SQL: what `/gpu status`
-    shows, without a line per GPU."""
-    where = _place().label("place")
-    stmt = _placed(
-        col(GpuRow.pool), col(GpuRow.model), where, col(NodeRow.drained), sa.func.count()
-    ).group_by(col(GpuRow.pool), col(GpuRow.model), where, col(NodeRow.drained))
+    """The GPUs counted by pool, model, place and drained node: what `/gpu status` shows,
+    without a line per GPU, and without a join per GPU either. Every GPU is counted by what
+    the inventory and telemetry say of it from one index alone; the GPUs held now and those
+    on drained nodes (what `Place` puts before the GPU's own columns) are counted apart and
+    moved to their place."""
+    db = session.connection()
+    facts = (col(GpuRow.pool), col(GpuRow.model), col(GpuRow.state), col(GpuRow.observed))
+    # grouped in ix_gpu_pool_state_observed_model's order, so that no sort is needed
+    index_order = (col(GpuRow.pool), col(GpuRow.state), col(GpuRow.observed), col(GpuRow.model))
+    every = db.execute(sa.select(*facts, sa.func.count()).group_by(*index_order)).all()
+    out_nodes = [i for (i,) in db.execute(sa.select(col(NodeRow.id)).where(col(NodeRow.drained)))]
+    # whether the node is drained, asked only when some node is
+    off = (col(GpuRow.node_id).in_(out_nodes),) if out_nodes else ()
+    # `+ 0`: the held GPUs are found through ix_lease_gpu_active, then each by its id; left
+    # to itself SQLite walks every GPU instead and asks the lease index of each
+    held = db.execute(
+        sa.select(*facts, sa.func.count(), *off)
+        .select_from(LeaseGpuRow)
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id) + 0)
+        .where(HELD)
+        .group_by(*facts, *off)
+    ).all()
+    # the drained nodes' GPUs, through ix_gpu_node_id (few: counted here, not in SQL, where
+    # grouping them would walk the whole GPU index instead)
+    drained = Counter(
+        tuple(row)
+        for row in (
+            db.execute(sa.select(*facts).where(col(GpuRow.node_id).in_(out_nodes)))
+            if out_nodes
+            else []
+        )
+    )
+    # GPUs neither held nor on a drained node, by (pool, model, state, observed)
+    rest: Counter[tuple[str, str, str, str]] = Counter()
+    for pool, model, state, observed, n in every:
+        rest[pool, model, state, observed] += int(n)
+    for (pool, model, state, observed), n in drained.items():
+        rest[pool, model, state, observed] -= n
+    out: Counter[tuple[str, str, Place, bool]] = Counter()
+    for pool, model, state, observed, n, *drained_node in held:
+        on_drained = bool(drained_node and drained_node[0])
+        out[pool, model, Place.LEASED, on_drained] += int(n)
+        if on_drained:  # counted among the drained node's GPUs: not out of service
+            out[pool, model, Place.OUT, True] -= int(n)
+        else:
+            rest[pool, model, state, observed] -= int(n)
+    for (pool, model, _, _), n in drained.items():
+        out[pool, model, Place.OUT, True] += n
+    for (pool, model, state, observed), n in rest.items():
+        if state != GpuState.OK:
+            where = Place.OUT
+        elif observed == Observed.SILENT:
+            where = Place.SILENT
+        elif observed == Observed.OCCUPIED:
+            where = Place.OCCUPIED
+        else:
+            where = Place.FREE
+        out[pool, model, where, False] += n
     return [
-        PlaceCount(pool, model, Place(place), bool(drained), int(n))
-        for pool, model, place, drained, n in session.connection().execute(stmt)
+        PlaceCount(pool, model, place, drained_node, n)
+        for (pool, model, place, drained_node), n in out.items()
+        if n > 0
     ]
 
 
 def stranded(session: Session, pool: str, need: int) -> int:
     """The pool's free GPUs on nodes with fewer than `need` of them free."""
-    per_node = (
-        _placed(col(GpuRow.node_id), sa.func.count().label("free"))
-        .where(col(GpuRow.pool) == pool, _place() == Place.FREE.value)
-        .group_by(col(GpuRow.node_id))
-        .subquery()
-    )
-    found = session.connection().execute(
-        sa.select(sa.func.coalesce(sa.func.sum(per_node.c.free), 0)).where(per_node.c.free < need)
-    )
-    return int(found.scalar() or 0)
+    return sum(free for free, _ in free_per_node(session, pool).values() if free < need)
 
 
 class FreeGpus(dict[str, list[int]]):
     """{node: free GPU indices}; `unknown` names those free GPUs without fresh telemetry,
-    which placement offers last."""
+    which placement offers last. `total`: the pool's free GPUs, when the map lists only the
+    nodes a placement would take them from (None: it lists them all)."""
 
     unknown: frozenset[tuple[str, int]] = frozenset()
+    total: int | None = None
+
+    def count(self) -> int:
+        """The pool's free GPUs, however many nodes the map lists."""
+        return self.total if self.total is not None else sum(len(v) for v in self.values())
 
     def adding(self, slots: Sequence[tuple[str, int]]) -> FreeGpus:
         """These free GPUs and `slots` (GPUs a person may take although they are in use)."""
@@ -203,41 +254,122 @@ class FreeGpus(dict[str, list[int]]):
 def free_gpus(session: Session, pool: str) -> FreeGpus:
     """The pool's free GPUs: healthy, on an undrained node, in no active lease, and telemetry
     shows no process and no memory in use beyond the floor (or has no fresh sample yet)."""
-    return _free_and_occupied(session, pool, occupied=False)[0]
+    return _free_on(session, pool)
 
 
-def free_for(session: Session, policy: Policy, user: str, pool: str) -> FreeGpus:
+def free_for(
+    session: Session, policy: Policy, user: str, pool: str, *, placing: int | None = None
+) -> FreeGpus:
     """The pool's free GPUs as `user` may take them: the free ones, and those where only the
-    user's own processes run (their own work, which their lease would cover)."""
-    free, occupied = _free_and_occupied(session, pool, occupied=True)
-    return free.adding([(g.node, g.index) for g in occupied if _own(policy, user, g)])
+    user's own processes run (their own work, which their lease would cover).
+
+    With `placing`, only the nodes that `rules.placement.place` takes that many GPUs from are
+    listed, and `total` counts the rest: the free GPUs of a large pool are counted per node in
+    SQL rather than read one by one."""
+    own = [(g.node, g.index) for g in _occupied(session, pool) if _own(policy, user, g)]
+    if placing is None:
+        return _free_on(session, pool).adding(own)
+    counts = free_per_node(session, pool)
+    for node, _ in own:  # the user's own GPUs have fresh telemetry: they are known
+        free, known = counts.get(node, (0, 0))
+        counts[node] = (free + 1, known + 1)
+    nodes = placing_nodes(counts, placing)
+    out = (_free_on(session, pool, nodes) if nodes else FreeGpus()).adding(
+        [slot for slot in own if slot[0] in nodes]
+    )
+    out.total = sum(free for free, _ in counts.values())
+    return out
 
 
-def _free_and_occupied(
-    session: Session, pool: str, *, occupied: bool
-) -> tuple[FreeGpus, list[GpuLine]]:
-    """The pool's free GPUs and (with `occupied`) the lines of those occupied without a lease,
-    in one read of plain columns: the free ones are most of a large pool, so no line each."""
-    place = _place()
-    places = [Place.FREE.value, Place.OCCUPIED.value] if occupied else [Place.FREE.value]
+def _free_here(pool: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """`Place.FREE` in a pool written out as plain conditions, for a query of `_placed`: the
+    CASE of `_place` would hide the GPU's columns from the indexes that hold them."""
+    return (
+        col(GpuRow.pool) == pool,
+        col(GpuRow.state) == GpuState.OK.value,
+        col(GpuRow.observed).not_in([Observed.SILENT.value, Observed.OCCUPIED.value]),
+        sa.not_(col(NodeRow.drained)),
+        col(LeaseGpuRow.lease_id).is_(None),
+    )
+
+
+def _free_on(session: Session, pool: str, nodes: Collection[str] | None = None) -> FreeGpus:
+    """The pool's free GPUs (only those on `nodes`), in one read of plain columns: the free
+    ones are most of a large pool, so no line each."""
     stmt = (
-        _placed(col(NodeRow.name), col(GpuRow.index), col(GpuRow.observed), place, col(GpuRow.id))
-        .where(col(GpuRow.pool) == pool, place.in_(places))
+        _placed(col(NodeRow.name), col(GpuRow.index), col(GpuRow.observed))
+        .where(*_free_here(pool))
         .order_by(col(NodeRow.name), col(GpuRow.index))
     )
+    if nodes is not None:
+        stmt = stmt.where(col(NodeRow.name).in_(sorted(nodes)))
     free = FreeGpus()
     unknown = set()
-    taken: list[int] = []
-    for node, index, observed, where, gpu_id in session.connection().execute(stmt).all():
-        if where == Place.OCCUPIED:
-            taken.append(gpu_id)
-            continue
+    for node, index, observed in session.connection().execute(stmt).all():
         free.setdefault(node, []).append(index)
         if observed != Observed.EMPTY:
             unknown.add((node, index))
     free.unknown = frozenset(unknown)
-    lines = gpu_lines(session, pool, ids=taken) if taken else []
-    return free, lines
+    return free
+
+
+def free_count(session: Session, pool: str) -> int:
+    """How many GPUs of the pool are free, counted in SQL."""
+    stmt = _placed(sa.func.count()).where(*_free_here(pool))
+    return int(session.connection().execute(stmt).scalar() or 0)
+
+
+def free_per_node(session: Session, pool: str) -> dict[str, tuple[int, int]]:
+    """The pool's free GPUs counted per node, in SQL: {node: (free GPUs, of them those with
+    fresh telemetry showing them empty)}; nodes with none free are left out."""
+    known = sa.func.sum(sa.case((col(GpuRow.observed) == Observed.EMPTY.value, 1), else_=0))
+    stmt = (
+        _placed(col(NodeRow.name), sa.func.count(), known)
+        .where(*_free_here(pool))
+        .group_by(col(NodeRow.name))
+    )
+    return {
+        node: (int(free), int(empty or 0))
+        for node, free, empty in session.connection().execute(stmt)
+    }
+
+
+def placing_nodes(counts: Mapping[str, tuple[int, int]], count: int) -> set[str]:
+    """The nodes `rules.placement.place` takes `count` GPUs from, told from the free GPUs
+    counted per node ({node: (free, known)}, known: with fresh telemetry, which placement
+    offers first); empty when they are too few. Placement run on just these nodes chooses
+    what it chooses on them all: a node that fits wins on (GPUs of unknown state it would
+    take, free GPUs, name); otherwise the fullest nodes are taken, then the tightest fit."""
+    if count <= 0 or sum(free for free, _ in counts.values()) < count:
+        return set()
+    fits = [node for node, (free, _) in counts.items() if free >= count]
+    if fits:
+        return {
+            min(fits, key=lambda n: (max(0, count - counts[n][1]), counts[n][0], n)),
+        }
+    chosen: set[str] = set()
+    remaining = sorted(counts, key=lambda n: (-counts[n][0], n))
+    while count > 0:
+        fit = next((n for n in reversed(remaining) if counts[n][0] >= count), None)
+        node = fit or remaining[0]
+        chosen.add(node)
+        count -= min(count, counts[node][0])
+        remaining.remove(node)
+    return chosen
+
+
+def _occupied(session: Session, pool: str) -> list[GpuLine]:
+    """The lines of the pool's GPUs in use without a lease (healthy, on an undrained node):
+    few, and read through the index that holds what telemetry showed."""
+    stmt = _placed(col(GpuRow.id)).where(
+        col(GpuRow.pool) == pool,
+        col(GpuRow.state) == GpuState.OK.value,
+        col(GpuRow.observed) == Observed.OCCUPIED.value,
+        sa.not_(col(NodeRow.drained)),
+        col(LeaseGpuRow.lease_id).is_(None),
+    )
+    taken = [gpu_id for (gpu_id,) in session.connection().execute(stmt)]
+    return gpu_lines(session, pool, ids=taken) if taken else []
 
 
 def _own(policy: Policy, user: str, line: GpuLine) -> bool:

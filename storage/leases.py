@@ -136,8 +136,12 @@ def held_gpus(session: Session) -> dict[int, tuple[int, str, datetime]]:
 
 
 def active_in(session: Session, pool: str) -> list[LeaseRow]:
-    """The active leases of one pool."""
-    stmt = select(LeaseRow).where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+    """The active leases of one pool, by id."""
+    stmt = (
+        select(LeaseRow)
+        .where(LeaseRow.pool == pool, LeaseRow.state == LeaseState.ACTIVE)
+        .order_by(col(LeaseRow.id))
+    )
     return list(session.exec(stmt).all())
 
 

@@ -9,9 +9,8 @@ from sqlmodel import Session, select
 from rules.facts import PoolUsage
 from storage import audit
 from storage.db import lock_for_update
-from storage.gpus import free_gpus
-from storage.leases import held_by_team
-from storage.requests import queued_count
+from storage.gpus import FreeGpus, free_gpus
+from storage.requests import held_now, queued_count
 from storage.tables import PoolRow
 
 
@@ -33,10 +32,10 @@ def lock(session: Session, pool: str) -> None:
     session.exec(lock_for_update(session, select(PoolRow).where(PoolRow.name == pool))).one()
 
 
-def pool_usage(session: Session, pool: str, free: dict[str, list[int]] | None = None) -> PoolUsage:
+def pool_usage(session: Session, pool: str, free: FreeGpus | None = None) -> PoolUsage:
     """GPUs held per team, free GPUs and waiting requests in one pool, right now (`free`:
     the pool's free GPUs when the caller already read them in this transaction)."""
-    held = held_by_team(session, pool)
+    held = dict(held_now(session, pool))
     queued = queued_count(session, pool)
-    count = sum(len(v) for v in (free if free is not None else free_gpus(session, pool)).values())
+    count = (free if free is not None else free_gpus(session, pool)).count()
     return PoolUsage(held=held, free=count, queued=queued)

@@ -220,11 +220,17 @@ def ordered_queue(
         Queued(key, r.team, r.gpus, r.priority, r.created_at, timedelta(seconds=r.duration_s))
         for key, r in by_id.items()
     ]
-    held = held_by_team(session, pool)
+    held = dict(held_now(session, pool))
     for team, gpus in (also_held or {}).items():
         held[team] = held.get(team, 0) + gpus
     order = queue_order(items, held, quotas, usage)
     return [(by_id[q.request], inside) for q, inside in order]
+
+
+def held_now(session: Session, pool: str) -> Mapping[str, int]:
+    """GPUs held per team in the pool (`storage.leases.held_by_team`), read once while the
+    transaction changes nothing: a decision asks it of the pool's usage and of its queue."""
+    return per_transaction(session, ("held", pool), lambda: held_by_team(session, pool))
 
 
 def _queued_borrows(session: Session, pool: str) -> list[RequestRow]:

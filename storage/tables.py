@@ -72,7 +72,13 @@ class NodeRow(SQLModel, table=True):
 
 class GpuRow(SQLModel, table=True):
     __tablename__ = "gpu"
-    __table_args__ = (sa.UniqueConstraint("node_id", "index", name="uq_gpu_node_index"),)
+    __table_args__ = (
+        sa.UniqueConstraint("node_id", "index", name="uq_gpu_node_index"),
+        # where a GPU stands, but for its lease and node: status and placement count it here
+        sa.Index(
+            "ix_gpu_pool_state_observed_model", "pool", "state", "observed", "model", "node_id"
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     node_id: int = Field(foreign_key="node.id", index=True)
@@ -171,6 +177,8 @@ class LeaseRow(SQLModel, table=True):
     __table_args__ = (
         sa.Index("ix_lease_end_reason_ended_at", "end_reason", "ended_at"),
         sa.Index("ix_lease_ended_at_state", "ended_at", "state"),
+        # Quota sums (GPUs held per team in a pool) read this index alone.
+        sa.Index("ix_lease_pool_state_team_gpus", "pool", "state", "team", "gpus"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

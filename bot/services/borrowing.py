@@ -70,7 +70,9 @@ def borrow(
         lock_pool(session, ask.pool)
         if ask.prefer and not claimable(session, policy, user, ask.pool, ask.prefer):
             return _not_claimable(session, user, ask)
-        free = free_for(session, policy, user, ask.pool)
+        # without GPUs named, only the nodes placement takes them from are read GPU by GPU
+        placing = None if ask.prefer else ask.gpus
+        free = free_for(session, policy, user, ask.pool, placing=placing)
         usage = pool_usage(session, ask.pool, free)
         # pool.queued: the waiting requests served before this one; what the lenders'
         # waiting guarantees count on is not lendable (one read of the queue for both)

@@ -53,7 +53,8 @@ def grant(
     if _over_quota(ctx, session, request, now, actor=actor):
         return None
     if free is None:
-        free = free_for(session, ctx.policy, request.requester, request.pool)
+        placing = None if prefer else request.gpus
+        free = free_for(session, ctx.policy, request.requester, request.pool, placing=placing)
     slots: list[tuple[str, int]] | None = None
     own = len(prefer) == request.gpus and claimable(
         session, ctx.policy, request.requester, request.pool, prefer
@@ -156,7 +157,7 @@ def facts_now(
     requests (the request's own team is left out here, as `guarantees_in` leaves it out)."""
 
     def read() -> PoolUsage:
-        free = free_for(session, ctx.policy, request.requester, request.pool)
+        free = free_for(session, ctx.policy, request.requester, request.pool, placing=0)
         return pool_usage(session, request.pool, free)
 
     # `/gpu queue` and a walk of the queue ask this of many requests in one transaction

@@ -26,7 +26,7 @@ from rules.queueing import Ending, Queued, Slot, Timeline, expected_starts
 from storage import leases as storage_leases
 from storage import outbox
 from storage.audit import AuditTag
-from storage.gpus import free_gpus
+from storage.gpus import free_count
 from storage.outbox import owe
 from storage.pools import lock as lock_pool
 from storage.requests import per_transaction, queued_since
@@ -147,7 +147,7 @@ def _ends(ctx: Context, session: Session, pool: str, now: datetime) -> tuple[int
         if row.marks.recalled_at is not None:
             end = min(end, (taken_at(session, row.marks, notice) or now + notice))
         ending.append(Ending(row.usable, end))
-    free = sum(len(v) for v in free_gpus(session, pool).values())
+    free = free_count(session, pool)
     return free, sorted(ending, key=lambda e: e.at)
 
 

@@ -27,7 +27,7 @@ from rules.queueing import Slot
 from storage import audit, requests
 from storage import leases as storage_leases
 from storage.audit import AuditTag
-from storage.gpus import free_gpus
+from storage.gpus import free_count
 from storage.leases import PoolLease
 from storage.pools import lock as lock_pool
 from storage.requests import pools_with_queue
@@ -87,7 +87,7 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
     )
     ordered = queue_of(ctx, session, pool)
     queue = tuple(_waiting(r, now) for r, _ in ordered)
-    free = sum(len(v) for v in free_gpus(session, pool).values())
+    free = free_count(session, pool)
     by = now + ctx.policy.recall.notice
     soon = sum(
         h.returns

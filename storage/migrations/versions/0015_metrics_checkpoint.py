@@ -3,7 +3,7 @@ first scrape reads only what came after (storage.tables.MetricsCheckpointRow), a
 that finds the leases ended since a time.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0015"
-down_revision: str | None = "0013"
+down_revision: str | None = "0014"
 branch_labels: str | None = None
 depends_on: str | None = None
 

@@ -18,6 +18,7 @@ from rules.domain import Outcome
 from rules.facts import PoolUsage
 from storage import pools
 from storage.db import Database
+from storage.gpus import FreeGpus
 from storage.tables import LeaseGpuRow, LeaseRow
 from tests.builders import default_sources
 from tests.unit.bot.conftest import ADA, Clock
@@ -41,9 +42,7 @@ def test_fifty_concurrent_borrows_never_double_assign_or_exceed_a_quota(
     services = Services.open(shared_db, default_sources())
     read_usage = pools.pool_usage
 
-    def slow_usage(
-        session: Session, pool: str, free: dict[str, list[int]] | None = None
-    ) -> PoolUsage:
+    def slow_usage(session: Session, pool: str, free: FreeGpus | None = None) -> PoolUsage:
         # Widen the window between reading usage and writing the lease, where races live.
         usage = read_usage(session, pool, free)
         time.sleep(0.003)

@@ -213,6 +213,8 @@ HELD_READS: dict[str, Callable[[Session], object]] = {
     "gpu_lines": gpus.gpu_lines,
     "place_counts": gpus.place_counts,
     "stranded": lambda s: gpus.stranded(s, "a100", 2),
+    "free_per_node": lambda s: gpus.free_per_node(s, "a100"),
+    "free_count": lambda s: gpus.free_count(s, "a100"),
     "gpu_snapshots": gpus.gpu_snapshots,
     "held_gpus": leases.held_gpus,
     "active_snapshots": leases.active_snapshots,
@@ -253,6 +255,9 @@ INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("ix_request_lease_id", lambda s: requests.ids_for_lease(s, 1)),
     ("ix_lease_holder", lambda s: leases.listed(s, holder="U1")),
     ("ix_lease_holder", lambda s: leases.lock_active_of(s, "U1")),
+    ("COVERING INDEX ix_lease_pool_state_team_gpus", lambda s: leases.held_by_team(s, "a100")),
+    ("COVERING INDEX ix_gpu_pool_state_observed_model", gpus.place_counts),
+    ("COVERING INDEX ix_gpu_pool_state_observed_model", lambda s: gpus.free_per_node(s, "a100")),
 ]
 
 
@@ -261,7 +266,8 @@ def test_cooldown_recall_lease_requests_and_a_person_s_leases_use_their_index(
     sqlite_fleet: Database, index: str, read: Callable[[Session], object]
 ) -> None:
     """The recall cooldown, the recalls of a request, the requests of a lease and a person's
-    active leases are found through their index, whatever the history holds."""
+    active leases are found through their index, whatever the history holds; quota sums,
+    status counts and free GPUs per node read an index that holds all they ask."""
     assert any(index in plan for plan in plans(sqlite_fleet, read))
 
 
