@@ -9,10 +9,10 @@ import pytest
 
 from bot.services import Services
 from bot.services.context import SYSTEM
-from bot.services.reports import build, default_scope, for_everyone, parse_scope
+from bot.services.reports import build, default_scope, for_everyone
 from bot.services.results import Refused
 from bot.slack.blocks.reports import report_message
-from rules.reports import Report, Scope, ScopeKind, Window, WindowError
+from rules.reports import Report, Scope, ScopeKind, Window
 from storage.tables import GpuHourRow, RequestRow
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, T0, VICTOR
 
@@ -99,13 +99,9 @@ def test_unknown_teams_and_pools_are_named(week: Services) -> None:
     assert "no team `visoin`; teams: nlp, platform, vision" in refused.message
 
 
-def test_scopes_are_read_from_the_command_text(services: Services) -> None:
-    assert (Scope(ScopeKind.TEAM, "vision"), "30d") == parse_scope(ALICE, "team Vision 30d")
-    assert (Scope(ScopeKind.ME, ALICE), "7d") == parse_scope(ALICE, "me 7d")
-    assert (Scope(ScopeKind.USER, BOB), "") == parse_scope(ADA, f"<@{BOB}|bob>")
-    assert (Scope(ScopeKind.LAB), "2026-11") == parse_scope(ADA, "2026-11", Scope(ScopeKind.LAB))
-    with pytest.raises(WindowError, match="Name the pool"):
-        parse_scope(ADA, "pool")
+def test_without_a_scope_admins_see_the_lab_managers_their_team_members_themselves(
+    services: Services,
+) -> None:
     ctx = services.ctx
     assert [Scope(ScopeKind.LAB), Scope(ScopeKind.TEAM, "vision"), Scope(ScopeKind.ME, ALICE)] == [
         default_scope(ctx, ADA),
