@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from freezegun import freeze_time
@@ -17,6 +18,7 @@ from freezegun import freeze_time
 from bot.services import BorrowAsk, Services
 from bot.services.results import ExtendResult
 from rules.domain import Outcome
+from storage import migrate
 from storage.db import Database
 from storage.tables import GpuHourRow, RequestRow
 from tests.builders import default_sources
@@ -28,6 +30,22 @@ NOW = "2026-03-05 12:00:00"  # when the command runs
 PRIYA = "U0PMGR001"  # platform manager
 H = 3600.0
 MAIN = "from bot.cli.app import main; main()"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated SQLite file, then a migrated PostgreSQL database: the command on both."""
+    if request.param == "postgres":
+        url = str(request.getfixturevalue("postgres_url"))
+    else:
+        url = f"sqlite:///{tmp_path}/x.db"
+    migrate.upgrade(url)
+    return url
 
 
 @pytest.fixture(autouse=True)
