@@ -13,8 +13,10 @@ from bot.services.reports import build, default_scope, for_everyone
 from bot.services.results import Refused
 from bot.slack.blocks.reports import report_message
 from rules.reports import Report, Scope, ScopeKind, Window
+from storage.db import Database
 from storage.tables import GpuHourRow, RequestRow
-from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, T0, VICTOR
+from tests.builders import default_sources
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, T0, VICTOR, Clock
 
 WEEK = Window(T0 - timedelta(days=7), T0, "last 7 days")
 
@@ -143,3 +145,20 @@ def test_requests_still_waiting_are_counted_beside_the_waits(week: Services) -> 
                                   mine.figures.oldest_wait_s)  # fmt: skip
     said = json.dumps(report_message(mine, viewer=ALICE, window_text="", tz=UTC).blocks)
     assert "no request was granted; 1 still waiting, the oldest for 3h" in said
+
+
+def test_the_cost_is_in_the_currency_the_rule_files_name(database: Database, clock: Clock) -> None:
+    """`reports.currency: EUR`: the same prices, named in euros in the figures and the answer."""
+    sources = default_sources()
+    sources["reports.yaml"] = sources["reports.yaml"].replace("currency: USD", "currency: EUR")
+    services = Services.open(database, sources, clock=clock)
+    try:
+        hours(services, ALICE, "vision", count=4, util=0.5)  # 4 a100 GPU-h at 2.40
+        mine = report(services, ALICE, Scope(ScopeKind.ME))
+        assert "EUR" == mine.currency
+        assert pytest.approx(9.6) == mine.figures.usage.cost
+        said = json.dumps(report_message(mine, viewer=ALICE, window_text="", tz=UTC).blocks)
+        assert "9.60 EUR" in said
+        assert "USD" not in said
+    finally:
+        services.close()
