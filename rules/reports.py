@@ -132,6 +132,14 @@ def parse_window(text: str, now: datetime, tz: tzinfo) -> Window:
     )
 
 
+def normal_window(text: str) -> str:
+    """A span as reports write it (`7 days`, `007d` -> `7d`); anything else as it was."""
+    raw = text.strip().lower()
+    if m := _SPAN.fullmatch(raw):
+        return f"{int(m.group(1))}{m.group(2)[0]}"
+    return raw
+
+
 def _month_name(year: int, month: int) -> str:
     return f"{calendar.month_name[month]} {year}"
 

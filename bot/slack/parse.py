@@ -18,7 +18,7 @@ from bot.slack import texts
 from bot.slack.freetext import Words, clip, quote, read_words
 from bot.slack.report_words import FILLERS, SCOPES, joined_spans, unread_word, window_like
 from rules.domain import Priority, format_duration
-from rules.reports import ScopeKind, WindowError, parse_window
+from rules.reports import ScopeKind, WindowError, normal_window, parse_window
 
 SUBCOMMANDS = texts.SUBCOMMANDS
 ADMIN_ACTIONS = ("pause", "resume", "reload", "drain", "undrain")
@@ -398,7 +398,8 @@ def _report(args: str, env: _Env) -> Command | ParseProblem:
         parse_window(window, env.now, env.tz)
     except WindowError as exc:
         return _report_problem(f"{read} {exc}", scope, name, observe=observe)
-    return Report(scope, name, window, observe=observe)
+    # The window travels in buttons and file names: written as reports write it.
+    return Report(scope, name, normal_window(window), observe=observe)
 
 
 def _a_name(word: str, env: _Env) -> bool:

@@ -7,7 +7,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rules.reports import Usage, WindowError, day_keys, parse_window, percentile, total
+from rules.reports import (
+    Usage,
+    WindowError,
+    day_keys,
+    normal_window,
+    parse_window,
+    percentile,
+    total,
+)
 
 NOW = datetime(2026, 12, 2, 10, 30, tzinfo=UTC)
 TOKYO = ZoneInfo("Asia/Tokyo")
@@ -87,3 +95,12 @@ def test_percentiles_interpolate() -> None:
 def test_day_keys_follow_the_local_calendar() -> None:
     since = datetime(2026, 11, 30, 22, 0, tzinfo=UTC)  # 23:00 in Berlin
     assert ["2026-11-30", "2026-12-01"] == day_keys(since, since + timedelta(hours=2), BERLIN)
+
+
+@pytest.mark.parametrize(
+    ("typed", "written"),
+    [("7 days", "7d"), ("007D", "7d"), ("48hrs", "48h"), ("2 Weeks", "2w"), ("2026-11", "2026-11"),
+     ("", "")],
+)  # fmt: skip
+def test_a_span_is_written_as_reports_write_it(typed: str, written: str) -> None:
+    assert written == normal_window(typed)

@@ -58,9 +58,10 @@ def read(text: str) -> object:
         ("report pool a100 2026-11", Report(ScopeKind.POOL, "a100", "2026-11")),
         ("report 24h lab", Report(ScopeKind.LAB, "", "24h")),
         ("report 30d", Report(None, "", "30d")),
-        ("report the last 30 days", Report(None, "", "30days")),
-        ("report team vision 2 weeks", Report(ScopeKind.TEAM, "vision", "2weeks")),
-        ("report me 48hrs", Report(ScopeKind.ME, "", "48hrs")),
+        ("report the last 30 days", Report(None, "", "30d")),
+        ("report team vision 2 weeks", Report(ScopeKind.TEAM, "vision", "2w")),
+        ("report me 48hrs", Report(ScopeKind.ME, "", "48h")),
+        ("report lab 007D", Report(ScopeKind.LAB, "", "7d")),
         ("report observe 30d", Report(None, "", "30d", observe=True)),
     ],
 )
