@@ -27,6 +27,9 @@ _NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseSt
 #: Above this many leases in one hour the minutes' join filters leases by time, not by id
 #: (SQLite takes at most 32,766 bound values in one statement).
 _MAX_IDS = 30_000
+#: The first key of the advisory locks that let one writer at a time replace an hour (the
+#: second is the hour); two-key locks never meet the one-key locks taken elsewhere.
+_LOCK_SPACE = 0x67707568  # "gpuh"
 
 
 def floor_hour(at: datetime) -> datetime:
@@ -122,6 +125,15 @@ def replace(
     session: Session, since: datetime, until: datetime, rows: Sequence[dict[str, Any]]
 ) -> int:
     """Put `rows` in place of every row of the hours in [since, until); returns how many."""
+    if session.connection().dialect.name == "postgresql":
+        # Two writers replacing one hour at once (a leader and the one taking over) would
+        # each delete what the other has not committed yet and both insert: the hour counted
+        # twice. The second waits for the first, and its delete then sees the first's rows.
+        # (SQLite lets one writer at a time in already.)
+        for hour in hours(since, until):
+            session.execute(
+                sa.select(sa.func.pg_advisory_xact_lock(_LOCK_SPACE, int(hour.timestamp()) // 3600))
+            )
     session.execute(
         sa.delete(GpuHourRow).where(col(GpuHourRow.hour) >= since, col(GpuHourRow.hour) < until)
     )
