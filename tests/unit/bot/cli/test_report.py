@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from freezegun import freeze_time
@@ -18,7 +17,6 @@ from freezegun import freeze_time
 from bot.services import BorrowAsk, Services
 from bot.services.results import ExtendResult
 from rules.domain import Outcome
-from storage import migrate
 from storage.db import Database
 from storage.tables import GpuHourRow, RequestRow
 from tests.builders import default_sources
@@ -32,20 +30,10 @@ H = 3600.0
 MAIN = "from bot.cli.app import main; main()"
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A migrated SQLite file, then a migrated PostgreSQL database: the command on both."""
-    if request.param == "postgres":
-        url = str(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path}/x.db"
-    migrate.upgrade(url)
-    return url
+@pytest.fixture
+def url(url_either: str) -> str:
+    """The command on a migrated SQLite file, then on a migrated PostgreSQL database."""
+    return url_either
 
 
 @pytest.fixture(autouse=True)

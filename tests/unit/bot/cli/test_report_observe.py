@@ -11,27 +11,16 @@ import pytest
 from freezegun import freeze_time
 
 from bot.services import Services
-from storage import migrate
 from storage.db import Database
 from tests.unit.bot.cli.builders import a_copy_of_the_rules, gpubot
 from tests.unit.bot.conftest import T0, Clock
 from tests.unit.bot.observing import OBSERVED_RULE, observing_sources, three_idle_leases
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A migrated SQLite file, then a migrated PostgreSQL database: the command on both."""
-    if request.param == "postgres":
-        url = str(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path}/x.db"
-    migrate.upgrade(url)
-    return url
+@pytest.fixture
+def url(url_either: str) -> str:
+    """The command on a migrated SQLite file, then on a migrated PostgreSQL database."""
+    return url_either
 
 
 @pytest.fixture

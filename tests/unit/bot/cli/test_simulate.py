@@ -10,7 +10,7 @@ import pytest
 
 from bot.services import Services
 from rules.loader import load_policy
-from storage import keyvalue, migrate
+from storage import keyvalue
 from storage.db import Database
 from tests.builders import default_sources
 from tests.unit.bot.cli.builders import edit, gpubot
@@ -18,20 +18,10 @@ from tests.unit.bot.conftest import Clock
 from tests.unit.bot.history import candidate_dir, candidate_sources, record_history
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A migrated SQLite file, then a migrated PostgreSQL database: the command on both."""
-    if request.param == "postgres":
-        url = str(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path}/x.db"
-    migrate.upgrade(url)
-    return url
+@pytest.fixture
+def url(url_either: str) -> str:
+    """The command on a migrated SQLite file, then on a migrated PostgreSQL database."""
+    return url_either
 
 
 @pytest.fixture
