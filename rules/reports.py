@@ -92,7 +92,8 @@ class Window:
     label: str  # "last 7 days", "November 2026"
 
 
-_SPAN = re.compile(r"(\d{1,4})\s*([hdw])")
+# "7d", and forgiving spellings of it ("7 days", "7days", "48hrs", "2 weeks").
+_SPAN = re.compile(r"(\d+)\s*(h|hrs?|hours?|d|days?|w|wks?|weeks?)")
 _MONTH = re.compile(r"(\d{4})-(\d{2})")
 _UNITS = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
 _LONGEST = timedelta(days=400)
@@ -101,15 +102,15 @@ FIRST_YEAR = 2000
 
 
 def parse_window(text: str, now: datetime, tz: tzinfo) -> Window:
-    """`7d`, `30d`, `24h`, `2w` (back from now), or `YYYY-MM` (that month in `tz`, from 2000-01
-    to the current month); "" is 7d."""
+    """`7d`, `30d`, `24h`, `2w` (back from now; `7 days`, `48hrs` too), or `YYYY-MM` (that month
+    in `tz`, from 2000-01 to the current month); "" is 7d."""
     raw = text.strip().lower() or DEFAULT_WINDOW
     if m := _SPAN.fullmatch(raw):
-        count, unit = int(m.group(1)), m.group(2)
-        span = count * _UNITS[unit]
-        if count < 1 or span > _LONGEST:
+        count, unit = int(m.group(1)), m.group(2)[0]
+        # The count is bounded before it multiplies: a long run of digits would overflow.
+        if not 1 <= count <= _LONGEST // _UNITS[unit]:
             raise WindowError(f"`{text.strip()}` is outside what reports cover (1h to 400d).")
-        return Window(now - span, now, _span_label(count, unit))
+        return Window(now - count * _UNITS[unit], now, _span_label(count, unit))
     if m := _MONTH.fullmatch(raw):
         year, month = int(m.group(1)), int(m.group(2))
         if not 1 <= month <= 12:
@@ -129,6 +130,14 @@ def parse_window(text: str, now: datetime, tz: tzinfo) -> Window:
         f"I could not read `{text.strip()}` as a time window; "
         "use 7d, 30d, 24h or a month like 2026-11."
     )
+
+
+def normal_window(text: str) -> str:
+    """A span as reports write it (`7 days`, `007d` -> `7d`); anything else as it was."""
+    raw = text.strip().lower()
+    if m := _SPAN.fullmatch(raw):
+        return f"{int(m.group(1))}{m.group(2)[0]}"
+    return raw
 
 
 def _month_name(year: int, month: int) -> str:

@@ -10,9 +10,7 @@ busy then: unreserved use. A minute without a working reading is unknown, never 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -20,46 +18,18 @@ import sqlalchemy as sa
 from sqlmodel import Session, col
 
 from rules.domain import LeaseState
+from storage.rollup_spans import HOUR, MINUTE_S, Held, Minutes, aware, cut_edges
 from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow
 
-HOUR = timedelta(hours=1)
 _HOURS = cast(sa.Table, GpuHourRow.__table__)  # type: ignore[attr-defined]
-MINUTE_S = 60.0
 #: Leases that never held a GPU (asked, waiting or refused) have no interval.
 _NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseState.CANCELLED)
 #: Above this many leases in one hour the minutes' join filters leases by time, not by id
 #: (SQLite takes at most 32,766 bound values in one statement).
 _MAX_IDS = 30_000
-
-
-@dataclass(frozen=True)
-class Held:
-    """One GPU held by one lease from `start` until `end` (None: it still holds it)."""
-
-    lease_id: int
-    node: str
-    index: int
-    pool: str
-    team: str
-    holder: str
-    start: datetime
-    end: datetime | None
-
-    def seconds_in(self, hour: datetime) -> float:
-        """How long it held the GPU in [hour, hour + 1 h)."""
-        until = hour + HOUR if self.end is None else min(self.end, hour + HOUR)
-        return max(0.0, (until - max(self.start, hour)).total_seconds())
-
-
-@dataclass(frozen=True)
-class _Minutes:
-    """What the minutes of one GPU in one hour under one lease (or none) add up to, in seconds
-    of those minutes the lease held (all of each minute for the time no lease held)."""
-
-    observed_s: float
-    busy_s: float
-    util_pct_s: float  # utilisation x seconds
-    memory_peak_mib: int | None
+#: The first key of the advisory locks that let one writer at a time replace an hour (the
+#: second is the hour); two-key locks never meet the one-key locks taken elsewhere.
+_LOCK_SPACE = 0x67707568  # "gpuh"
 
 
 def floor_hour(at: datetime) -> datetime:
@@ -131,7 +101,7 @@ def hour_rows(
     holding the hour) and the stored minutes of that hour."""
     mine = [s for s in spans if s.seconds_in(hour) > 0]
     minutes = _minutes(session, hour, mine, busy_pct=busy_pct)
-    free_busy_s = _cut_edges(session, hour, mine, minutes, busy_pct=busy_pct)
+    free_busy_s = cut_edges(session, hour, mine, minutes, busy_pct=busy_pct)
     rows = [_leased(hour, s, minutes.pop((s.node, s.index, s.lease_id), None)) for s in mine]
     for (node, index, lease), m in minutes.items():
         if lease == 0 and m.busy_s > 0:
@@ -155,6 +125,15 @@ def replace(
     session: Session, since: datetime, until: datetime, rows: Sequence[dict[str, Any]]
 ) -> int:
     """Put `rows` in place of every row of the hours in [since, until); returns how many."""
+    if session.connection().dialect.name == "postgresql":
+        # Two writers replacing one hour at once (a leader and the one taking over) would
+        # each delete what the other has not committed yet and both insert: the hour counted
+        # twice. The second waits for the first, and its delete then sees the first's rows.
+        # (SQLite lets one writer at a time in already.)
+        for hour in hours(since, until):
+            session.execute(
+                sa.select(sa.func.pg_advisory_xact_lock(_LOCK_SPACE, int(hour.timestamp()) // 3600))
+            )
     session.execute(
         sa.delete(GpuHourRow).where(col(GpuHourRow.hour) >= since, col(GpuHourRow.hour) < until)
     )
@@ -184,21 +163,14 @@ def earliest(session: Session, since: datetime) -> datetime | None:
     found = [at for at in (minute.scalar(), granted.scalar()) if at is not None]
     if not found:
         return None
-    return max(since, min(_aware(at) for at in found))
-
-
-def _aware(at: datetime) -> datetime:
-    # A bare aggregate loses the column's type: SQLite hands back text, PostgreSQL a datetime.
-    if isinstance(at, str):
-        at = datetime.fromisoformat(at)
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return max(since, min(aware(at) for at in found))
 
 
 def _minutes(
     session: Session, hour: datetime, spans: Sequence[Held], *, busy_pct: float
-) -> dict[tuple[str, int, int], _Minutes]:
+) -> dict[tuple[str, int, int], Minutes]:
     """The hour's minutes summed per GPU and per lease holding any of each then (0: none did),
-    every minute counted whole; `_cut_edges` takes off what the intervals' edges did not hold."""
+    every minute counted whole; `cut_edges` takes off what the intervals' edges did not hold."""
     m = GpuMinuteRow
     observed = sa.and_(col(m.ok_samples) > 0, col(m.util_avg_pct).is_not(None))
     busy = sa.and_(observed, col(m.util_avg_pct) >= busy_pct)
@@ -228,89 +200,13 @@ def _minutes(
         .group_by(lease, col(m.node), col(m.index))
     )
     return {
-        (node, index, int(lease_id)): _Minutes(
+        (node, index, int(lease_id)): Minutes(
             int(seen) * MINUTE_S, int(worked) * MINUTE_S, float(util or 0.0) * MINUTE_S, peak
         )
         for node, index, lease_id, seen, worked, util, peak in (
             session.connection().execute(stmt).all()
         )
     }
-
-
-def _cut_edges(
-    session: Session,
-    hour: datetime,
-    spans: Sequence[Held],
-    minutes: dict[tuple[str, int, int], _Minutes],
-    *,
-    busy_pct: float,
-) -> defaultdict[tuple[str, int], float]:
-    """Take off each lease's sums the part of the minutes at its interval's ends that it did
-    not hold (granted 10:00:50, it held 10 s of 10:00); returns each GPU's busy seconds in those
-    minutes that no lease held."""
-    edges: defaultdict[tuple[str, int, datetime], list[Held]] = defaultdict(list)
-    for span in spans:
-        for at in {_floor_minute(span.start), _floor_minute(span.end or span.start)}:
-            if hour <= at < hour + HOUR and 0 < _held_s(span, at) < MINUTE_S:
-                edges[span.node, span.index, at].append(span)
-    free: defaultdict[tuple[str, int], float] = defaultdict(float)
-    for (node, index, at), (ok, util) in _edge_minutes(session, list(edges)).items():
-        pct = util if ok > 0 and util is not None else None  # None: no working reading
-        worked = pct is not None and pct >= busy_pct
-        covered = 0.0
-        for span in edges[node, index, at]:
-            held_s = _held_s(span, at)
-            covered += held_s
-            key = (node, index, span.lease_id)
-            had = minutes.get(key)
-            if had is not None and pct is not None:
-                cut = MINUTE_S - held_s
-                minutes[key] = _Minutes(
-                    had.observed_s - cut,
-                    had.busy_s - cut * worked,
-                    had.util_pct_s - pct * cut,
-                    had.memory_peak_mib,
-                )
-        if worked and covered < MINUTE_S:
-            free[node, index] += MINUTE_S - covered
-    return free
-
-
-def _floor_minute(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
-
-
-def _held_s(span: Held, minute: datetime) -> float:
-    """The seconds of the minute starting at `minute` that `span` held."""
-    until = minute + timedelta(seconds=MINUTE_S)
-    end = until if span.end is None else min(span.end, until)
-    return max(0.0, (end - max(span.start, minute)).total_seconds())
-
-
-#: Minutes read per statement (three bound values each, under SQLite's limit).
-_EDGES_AT_ONCE = 5_000
-
-
-def _edge_minutes(
-    session: Session, keys: Sequence[tuple[str, int, datetime]]
-) -> dict[tuple[str, int, datetime], tuple[int, float | None]]:
-    """The stored minutes at these (node, index, minute): ok readings and utilisation."""
-    m = GpuMinuteRow
-    out: dict[tuple[str, int, datetime], tuple[int, float | None]] = {}
-    for first in range(0, len(keys), _EDGES_AT_ONCE):
-        chunk = keys[first : first + _EDGES_AT_ONCE]
-        stmt = sa.select(
-            col(m.node), col(m.index), col(m.minute), col(m.ok_samples), col(m.util_avg_pct)
-        ).where(
-            # The range first: SQLite reads those minutes from the minute index; a list of
-            # row values alone would have it scan every stored minute.
-            col(m.minute) >= min(at for _, _, at in chunk),
-            col(m.minute) <= max(at for _, _, at in chunk),
-            sa.tuple_(col(m.node), col(m.index), col(m.minute)).in_(chunk),
-        )
-        for node, index, minute, ok, util in session.connection().execute(stmt).all():
-            out[node, index, _aware(minute)] = (int(ok), None if util is None else float(util))
-    return out
 
 
 def _minute_of(session: Session, at: Any) -> Any:
@@ -358,9 +254,9 @@ def _pools(session: Session) -> dict[tuple[str, int], str]:
     return {(node, index): pool for node, index, pool in session.connection().execute(stmt)}
 
 
-def _leased(hour: datetime, span: Held, minutes: _Minutes | None) -> dict[str, Any]:
+def _leased(hour: datetime, span: Held, minutes: Minutes | None) -> dict[str, Any]:
     allocated = span.seconds_in(hour)
-    m = minutes or _Minutes(0.0, 0.0, 0.0, None)
+    m = minutes or Minutes(0.0, 0.0, 0.0, None)
     busy, idle = _ms(m.busy_s), _ms(m.observed_s - m.busy_s)
     return {
         "hour": hour,

@@ -7,7 +7,6 @@ everything: any person, team, pool and the whole lab.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, tzinfo
 
 from bot.services.context import SYSTEM, Context
@@ -21,7 +20,6 @@ from rules.reports import (
     ScopeKind,
     Usage,
     Window,
-    WindowError,
     biggest_first,
     day_keys,
     percentile,
@@ -30,7 +28,6 @@ from rules.reports import (
 from storage import keyvalue, reports
 from storage.reports import Filter
 
-_PERSON = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>|@?([UW][A-Z0-9]{2,})")
 #: What each scope is broken down by unless the caller asks for something else.
 DEFAULT_BY: dict[ScopeKind, GroupBy] = {
     ScopeKind.ME: "pool",
@@ -52,26 +49,6 @@ def default_scope(ctx: Context, viewer: str) -> Scope:
         if viewer in team.managers:
             return Scope(ScopeKind.TEAM, team.name)
     return Scope(ScopeKind.ME, viewer)
-
-
-def parse_scope(viewer: str, text: str, default: Scope | None = None) -> tuple[Scope, str]:
-    """`me`, `team T`, `pool P`, `lab` or a person (`@U…`), then the window text.
-    Without a scope word, `default` (the viewer's own use when None)."""
-    words = text.split()
-    head = words[0].lower() if words else ""
-    rest = words[1:]
-    if head == "me":
-        return Scope(ScopeKind.ME, viewer), " ".join(rest)
-    if head == "lab":
-        return Scope(ScopeKind.LAB), " ".join(rest)
-    if head in ("team", "pool"):
-        if not rest:
-            raise WindowError(f"Name the {head}: `/gpu report {head} <name> 7d`.")
-        kind = ScopeKind.TEAM if head == "team" else ScopeKind.POOL
-        return Scope(kind, rest[0].lower()), " ".join(rest[1:])
-    if words and (m := _PERSON.fullmatch(words[0])):
-        return Scope(ScopeKind.USER, m.group(1) or m.group(2)), " ".join(rest)
-    return default or Scope(ScopeKind.ME, viewer), text.strip()
 
 
 def build(

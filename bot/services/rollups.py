@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from bot.services.context import SYSTEM, Context
 from bot.services.overview import BUSY_PCT
 from storage import keyvalue, rollups
-from storage.rollups import HOUR, floor_hour
+from storage.rollup_spans import HOUR
+from storage.rollups import floor_hour
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ from zoneinfo import ZoneInfo
 from bot.services.borrowing import BorrowAsk
 from bot.slack import texts
 from bot.slack.freetext import Words, clip, quote, read_words
+from bot.slack.report_words import FILLERS, SCOPES, joined_spans, unread_word, window_like
 from rules.domain import Priority, format_duration
-from rules.reports import ScopeKind, WindowError, parse_window
+from rules.reports import ScopeKind, WindowError, normal_window, parse_window
 
 SUBCOMMANDS = texts.SUBCOMMANDS
 ADMIN_ACTIONS = ("pause", "resume", "reload", "drain", "undrain")
@@ -356,33 +357,39 @@ def _admin(args: str, env: _Env) -> Command | ParseProblem:
     return ParseProblem([], problem + f"Admin commands: {', '.join(ADMIN_ACTIONS)}.", example)
 
 
-_SCOPES = {"me": ScopeKind.ME, "lab": ScopeKind.LAB, "team": ScopeKind.TEAM, "pool": ScopeKind.POOL}
-
-
 def _report(args: str, env: _Env) -> Command | ParseProblem:
     """`[me | team T | pool P | lab] [7d | 30d | 24h | YYYY-MM]`, scope and window in any order."""
-    words = args.lower().split()
-    read = f"I read {quote(' '.join(['report', *words]))}:"
+    # Problems quote what was typed as typed (a user id or a name keeps its case).
+    typed = joined_spans(args.split())
+    read = f"I read {quote(' '.join(['report', *args.split()]))}:"
+    words = [word.lower() for word in typed]
     scope: ScopeKind | None = None
     name, window = "", ""
     observe = bool(words) and words[0] == "observe"
     if observe:
         words.pop(0)
+        typed.pop(0)
     while words:
-        word = words.pop(0)
-        kind = _SCOPES.get(word)
+        word, as_typed = words.pop(0), typed.pop(0)
+        kind = SCOPES.get(word)
         if kind is not None and scope is None and not observe:
             scope = kind
             if kind in (ScopeKind.TEAM, ScopeKind.POOL) and words and _a_name(words[0], env):
                 name = words.pop(0)
-        elif not window and _window_like(word):
+                typed.pop(0)
+        elif not window and window_like(word):
             window = word
+        elif word in FILLERS and words:
+            continue
         else:
-            return _report_problem(f"{read} I do not know what {quote(word)} means here.")
+            problem, instead = unread_word(as_typed, scope, window, observe=observe)
+            return _report_problem(
+                f"{read} {problem}", scope, name, window or instead, observe=observe
+            )
     if scope is ScopeKind.POOL and not name:
         pools = _names(env.pools)
         return _report_problem(
-            f"{read} which pool? Pools: {pools}.", scope, min(env.pools, default="")
+            f"{read} which pool? Pools: {pools}.", scope, min(env.pools, default=""), window
         )
     problem, fixed = _report_names(scope, name, env)
     if problem:
@@ -390,20 +397,14 @@ def _report(args: str, env: _Env) -> Command | ParseProblem:
     try:
         parse_window(window, env.now, env.tz)
     except WindowError as exc:
-        return _report_problem(f"{read} {exc}", scope, name)
-    return Report(scope, name, window, observe=observe)
-
-
-_WINDOW_LIKE = re.compile(r"\d[\w-]*", re.ASCII)
-
-
-def _window_like(word: str) -> bool:
-    return _WINDOW_LIKE.fullmatch(word) is not None
+        return _report_problem(f"{read} {exc}", scope, name, observe=observe)
+    # The window travels in buttons and file names: written as reports write it.
+    return Report(scope, name, normal_window(window), observe=observe)
 
 
 def _a_name(word: str, env: _Env) -> bool:
     """After `team` or `pool`: a name, unless it reads as a window (a known name always wins)."""
-    return word in env.teams or word in env.pools or not _window_like(word)
+    return word in env.teams or word in env.pools or not window_like(word)
 
 
 def _report_names(scope: ScopeKind | None, name: str, env: _Env) -> tuple[str, str]:
@@ -423,12 +424,16 @@ def _names(known: Collection[str]) -> str:
 
 
 def _report_problem(
-    problem: str, scope: ScopeKind | None = None, name: str = "", window: str = ""
+    problem: str,
+    scope: ScopeKind | None = None,
+    name: str = "",
+    window: str = "",
+    *,
+    observe: bool = False,
 ) -> ParseProblem:
-    example = texts.COMMANDS["report"].example
-    if scope is not None:
-        example = " ".join(filter(None, ["/gpu report", str(scope), name, window or "7d"]))
-    return ParseProblem([], problem, example.replace("`", "'"))
+    """The problem, and an example that keeps what was read well and fills in the rest."""
+    words = ["/gpu report", "observe" if observe else str(scope or ""), name, window or "7d"]
+    return ParseProblem([], problem, " ".join(filter(None, words)).replace("`", "'"))
 
 
 def _help(args: str, env: _Env) -> Command | ParseProblem:

@@ -297,13 +297,14 @@ def _chunks(rows: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield chunk
 
 
-def run(url: str, gpus: int, days: int) -> tuple[Size, float, simulate.Simulation]:
-    """Generate the history into the database at `url`, then time one simulation of it."""
+def run(url: str, gpus: int, days: int) -> tuple[Size, float, float, simulate.Simulation]:
+    """Generate the history into the database at `url`, then time one simulation of it: its
+    seconds, and this process's CPU seconds (SQLite reads in it), then what it found."""
     migrate.upgrade(url)
     db = Database(url)
     try:
         size = generate(db, gpus, days)
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         sim = simulate.simulate(
             db,
             load_policy(default_sources()),
@@ -311,7 +312,7 @@ def run(url: str, gpus: int, days: int) -> tuple[Size, float, simulate.Simulatio
             since=START,
             until=START + timedelta(days=days),
         )
-        return size, time.perf_counter() - began, sim
+        return size, time.perf_counter() - began, time.process_time() - cpu, sim
     finally:
         db.dispose()
 
@@ -324,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"python {platform.python_version()} on {platform.machine()}, SQLite file")
     with tempfile.TemporaryDirectory() as scratch:
         url = f"sqlite:///{Path(scratch) / 'simulate.db'}"
-        size, took, sim = run(url, args.gpus, args.days)
+        size, took, cpu_s, sim = run(url, args.gpus, args.days)
     s = sim.summary
     days = f"{args.days} day" + ("s" if args.days != 1 else "")
     print(
@@ -336,12 +337,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{s.leases:,} leases, {s.reclaims_added:,} reclaims added, "
         f"{s.reclaims_removed:,} removed, {s.gpu_h_freed:,.1f} GPU-h freed"
     )
-    full = took * (FULL_DAYS / args.days) * (1_000 / size.gpus)
+    scale = (FULL_DAYS / args.days) * (1_000 / size.gpus)
+    full = took * scale
     print(f"{'':<40}{'ours':>10}{'budget':>10}{'ratio':>8}")
     print(f"{f'{size.gpus:,} GPUs x {days} (measured)':<40}{took:>9.1f}s")
+    # On a busy machine the wall time counts others' work too; the CPU time is this run's.
+    print(f"{'  of which CPU time in this process':<40}{cpu_s:>9.1f}s")
     label = "1,000 GPUs x 30 days" + (" (extrapolated)" if args.days != FULL_DAYS else "")
     verdict = "PASS" if full < BUDGET_S else "MISS"
     print(f"{label:<40}{full:>9.1f}s{BUDGET_S:>9.0f}s{full / BUDGET_S:>8.2f}  {verdict}")
+    if args.days != FULL_DAYS:
+        print(f"{'  the same from CPU time':<40}{cpu_s * scale:>9.1f}s")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The weekly digests end to end: the sweep job owes them, the outbox delivers them to the local
-Slack API, once per period across repeated sweeps and a restart of the bot."""
+"""The weekly digests end to end, on SQLite and PostgreSQL: the sweep job owes them, the outbox
+delivers them to the local Slack API, once per period across repeated sweeps and a restart."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from freezegun import freeze_time
 
 from bot.localslack import LocalSlack
@@ -26,13 +27,24 @@ SCHEDULES = f"""
 """
 
 
-def digest_settings(local: LocalSlack, tmp_path: Path) -> Settings:
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """The bot's database: its SQLite file, then a PostgreSQL database."""
+    return str(request.getfixturevalue("postgres_url")) if request.param == "postgres" else None
+
+
+def digest_settings(local: LocalSlack, tmp_path: Path, database_url: str | None) -> Settings:
     """The shipped rules with a weekly lab digest in #gpu and personal digests."""
     rules = tmp_path / "rules"
     shutil.copytree(DEFAULT_RULES_DIR, rules)
     with (rules / "reports.yaml").open("a", encoding="utf-8") as reports:
         reports.write(SCHEDULES)
-    return settings_for(local, tmp_path).model_copy(update={"rules_dir": rules})
+    return settings_for(local, tmp_path, database_url).model_copy(update={"rules_dir": rules})
 
 
 def alices_week(bot: Bot) -> None:
@@ -72,9 +84,9 @@ def digests_in(local: LocalSlack, channel: str) -> list[str]:
 
 
 def test_a_digest_is_sent_once_across_sweeps_and_a_restart(
-    local: LocalSlack, tmp_path: Path
+    local: LocalSlack, tmp_path: Path, database_url: str | None
 ) -> None:
-    settings = digest_settings(local, tmp_path)
+    settings = digest_settings(local, tmp_path, database_url)
     with freeze_time(T0) as clock:
         bot = assemble(settings)
         try:
@@ -104,10 +116,12 @@ def test_a_digest_is_sent_once_across_sweeps_and_a_restart(
     )
 
 
-def test_the_next_weeks_digest_goes_out_the_next_week(local: LocalSlack, tmp_path: Path) -> None:
+def test_the_next_weeks_digest_goes_out_the_next_week(
+    local: LocalSlack, tmp_path: Path, database_url: str | None
+) -> None:
     """Not before its send time; at it, once the sweep has rolled the week's last hour (the
     rollup job had not looked yet)."""
-    settings = digest_settings(local, tmp_path)
+    settings = digest_settings(local, tmp_path, database_url)
     with freeze_time(T0) as clock:
         bot = assemble(settings)
         try:

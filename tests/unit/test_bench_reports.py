@@ -18,7 +18,9 @@ def test_a_tiny_run_prints_every_figure_and_budget_line(
     assert "(a) the rollup" in out
     assert "(c) a 30-day lab report" in out
     verdicts = [line for line in out.splitlines() if line.endswith(("PASS", "MISS"))]
-    assert 3 == len(verdicts)
+    # the hour's rollup, then five report reads: the lab by team and built, a manager's team,
+    # a member's own use, by lease
+    assert 6 == len(verdicts)
 
 
 def test_the_generated_minutes_roll_into_hours_that_add_up() -> None:

@@ -12,7 +12,7 @@ from tests.bench import simulate
 
 def test_the_generated_history_is_replayed_whole(tmp_path: Path) -> None:
     """Every GPU has every minute; every lease and request of the day is replayed."""
-    size, took, sim = simulate.run(f"sqlite:///{tmp_path / 'bench.db'}", gpus=16, days=1)
+    size, took, _, sim = simulate.run(f"sqlite:///{tmp_path / 'bench.db'}", gpus=16, days=1)
     assert (16, 16 * 1440) == (size.gpus, size.minutes)
     assert size.leases > 0
     assert (size.requests, size.leases) == (sim.summary.requests, sim.summary.leases)

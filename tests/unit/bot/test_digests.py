@@ -270,3 +270,50 @@ def test_after_three_hours_down_the_digest_rolls_the_missing_hours_first(
         (line.key, line.usage.allocated_h) for line in view.report.lines
     ]
     assert [LAB_CHANNEL, ALICE, CAROL] == [recipient for _, recipient, _ in digests(services)]
+
+
+@pytest.mark.parametrize(
+    ("period", "sent_at", "since", "hours", "days"),
+    [
+        # Spring: Monday 30 March 09:00 is CEST (07:00 UTC); the week began at 09:00 CET on
+        # the 23rd (08:00 UTC): 167 hours, and Sunday 29 March has 23.
+        ("2026-W14", datetime(2026, 3, 30, 7, 0, tzinfo=UTC),
+         datetime(2026, 3, 23, 8, 0, tzinfo=UTC), 167,
+         [15, 24, 24, 24, 24, 24, 23, 9]),
+        # Autumn: Monday 26 October 09:00 is CET (08:00 UTC); the week began at 09:00 CEST on
+        # the 19th (07:00 UTC): 169 hours, and Sunday 25 October has 25.
+        ("2026-W44", datetime(2026, 10, 26, 8, 0, tzinfo=UTC),
+         datetime(2026, 10, 19, 7, 0, tzinfo=UTC), 169,
+         [15, 24, 24, 24, 24, 24, 25, 9]),
+    ],
+)  # fmt: skip
+def test_a_week_across_a_clock_change_goes_out_at_local_nine_and_holds_its_real_hours(  # noqa: PLR0917 - a parametrized table
+    services: Services, clock: Clock, period: str, sent_at: datetime, since: datetime,
+    hours: int, days: list[int],
+) -> None:  # fmt: skip
+    """Alice holds one GPU every hour around Berlin's clock change: the digest goes out at
+    09:00 on the new clock, once, and its week is the hours between two local 09:00s, each
+    local day with the hours it really had."""
+    first = since - timedelta(days=1)
+    held(services, 1, ALICE, "vision", first, hours=hours + 48, used_s=1800, busy_s=3600)
+    with services.ctx.db.write() as session:
+        keyvalue.set_rolled_until(session, sent_at + timedelta(days=2), at=first, by="test")
+    clock.now = sent_at - timedelta(minutes=1)  # 08:59 in Berlin: the week before's
+    assert 2 == services.send_digests()
+    clock.now = sent_at
+    assert 2 == services.send_digests()
+    clock.now = sent_at + timedelta(hours=1)  # the old clock's 09:00: nothing more
+    assert 0 == services.send_digests()
+    keys = [key for _, _, key in digests(services)][2:]
+    assert [f"digest:lab:{period}", f"digest:U0ALICE01:{period}"] == keys
+    with services.ctx.db.read() as session:
+        rows = session.exec(select(OutboxRow).where(OutboxRow.kind == "digest")).all()
+    lab, mine = (services.digest(row) for row in rows[2:])
+    assert isinstance(lab, LabDigest)
+    assert isinstance(mine, PersonalDigest)
+    window = lab.report.window
+    assert (since, sent_at) == (window.since, window.until)
+    assert (hours, hours / 2) == (lab.report.figures.usage.allocated_h,
+                                  lab.report.figures.usage.used_h)  # fmt: skip
+    assert days == [round(day.usage.allocated_h) for day in lab.report.days]
+    assert hours == mine.report.figures.usage.allocated_h

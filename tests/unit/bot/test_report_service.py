@@ -9,12 +9,14 @@ import pytest
 
 from bot.services import Services
 from bot.services.context import SYSTEM
-from bot.services.reports import build, default_scope, for_everyone, parse_scope
+from bot.services.reports import build, default_scope, for_everyone
 from bot.services.results import Refused
 from bot.slack.blocks.reports import report_message
-from rules.reports import Report, Scope, ScopeKind, Window, WindowError
+from rules.reports import Report, Scope, ScopeKind, Window
+from storage.db import Database
 from storage.tables import GpuHourRow, RequestRow
-from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, T0, VICTOR
+from tests.builders import default_sources
+from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, T0, VICTOR, Clock
 
 WEEK = Window(T0 - timedelta(days=7), T0, "last 7 days")
 
@@ -99,13 +101,9 @@ def test_unknown_teams_and_pools_are_named(week: Services) -> None:
     assert "no team `visoin`; teams: nlp, platform, vision" in refused.message
 
 
-def test_scopes_are_read_from_the_command_text(services: Services) -> None:
-    assert (Scope(ScopeKind.TEAM, "vision"), "30d") == parse_scope(ALICE, "team Vision 30d")
-    assert (Scope(ScopeKind.ME, ALICE), "7d") == parse_scope(ALICE, "me 7d")
-    assert (Scope(ScopeKind.USER, BOB), "") == parse_scope(ADA, f"<@{BOB}|bob>")
-    assert (Scope(ScopeKind.LAB), "2026-11") == parse_scope(ADA, "2026-11", Scope(ScopeKind.LAB))
-    with pytest.raises(WindowError, match="Name the pool"):
-        parse_scope(ADA, "pool")
+def test_without_a_scope_admins_see_the_lab_managers_their_team_members_themselves(
+    services: Services,
+) -> None:
     ctx = services.ctx
     assert [Scope(ScopeKind.LAB), Scope(ScopeKind.TEAM, "vision"), Scope(ScopeKind.ME, ALICE)] == [
         default_scope(ctx, ADA),
@@ -147,3 +145,20 @@ def test_requests_still_waiting_are_counted_beside_the_waits(week: Services) -> 
                                   mine.figures.oldest_wait_s)  # fmt: skip
     said = json.dumps(report_message(mine, viewer=ALICE, window_text="", tz=UTC).blocks)
     assert "no request was granted; 1 still waiting, the oldest for 3h" in said
+
+
+def test_the_cost_is_in_the_currency_the_rule_files_name(database: Database, clock: Clock) -> None:
+    """`reports.currency: EUR`: the same prices, named in euros in the figures and the answer."""
+    sources = default_sources()
+    sources["reports.yaml"] = sources["reports.yaml"].replace("currency: USD", "currency: EUR")
+    services = Services.open(database, sources, clock=clock)
+    try:
+        hours(services, ALICE, "vision", count=4, util=0.5)  # 4 a100 GPU-h at 2.40
+        mine = report(services, ALICE, Scope(ScopeKind.ME))
+        assert "EUR" == mine.currency
+        assert pytest.approx(9.6) == mine.figures.usage.cost
+        said = json.dumps(report_message(mine, viewer=ALICE, window_text="", tz=UTC).blocks)
+        assert "9.60 EUR" in said
+        assert "USD" not in said
+    finally:
+        services.close()

@@ -7,7 +7,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rules.reports import Usage, WindowError, day_keys, parse_window, percentile, total
+from rules.reports import (
+    Usage,
+    WindowError,
+    day_keys,
+    normal_window,
+    parse_window,
+    percentile,
+    total,
+)
 
 NOW = datetime(2026, 12, 2, 10, 30, tzinfo=UTC)
 TOKYO = ZoneInfo("Asia/Tokyo")
@@ -33,6 +41,10 @@ def test_nothing_allocated_has_no_efficiency() -> None:
         ("30d", NOW - timedelta(days=30), "last 30 days"),
         ("24h", NOW - timedelta(hours=24), "last 24 hours"),
         ("1w", NOW - timedelta(weeks=1), "last week"),
+        ("30days", NOW - timedelta(days=30), "last 30 days"),
+        ("2 weeks", NOW - timedelta(weeks=2), "last 2 weeks"),
+        ("48hrs", NOW - timedelta(hours=48), "last 48 hours"),
+        ("400d", NOW - timedelta(days=400), "last 400 days"),
     ],
 )
 def test_spans_count_back_from_now(text: str, since: datetime, label: str) -> None:
@@ -51,6 +63,8 @@ def test_a_month_is_its_local_days_and_ends_now_while_it_runs() -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [("soon", "could not read `soon`"), ("2026-13", "not a month"), ("500d", "1h to 400d"),
+     ("9601h", "1h to 400d"), ("58w", "1h to 400d"), ("0h", "1h to 400d"),
+     ("99999999999999999999d", "1h to 400d"),
      ("2027-01", "^January 2027 has not begun yet.$"),
      ("9999-12", "^December 9999 has not begun yet.$"),
      ("0000-05", "^`0000-05` is before what reports cover; write a month from 2000-01 to "
@@ -81,3 +95,12 @@ def test_percentiles_interpolate() -> None:
 def test_day_keys_follow_the_local_calendar() -> None:
     since = datetime(2026, 11, 30, 22, 0, tzinfo=UTC)  # 23:00 in Berlin
     assert ["2026-11-30", "2026-12-01"] == day_keys(since, since + timedelta(hours=2), BERLIN)
+
+
+@pytest.mark.parametrize(
+    ("typed", "written"),
+    [("7 days", "7d"), ("007D", "7d"), ("48hrs", "48h"), ("2 Weeks", "2w"), ("2026-11", "2026-11"),
+     ("", "")],
+)  # fmt: skip
+def test_a_span_is_written_as_reports_write_it(typed: str, written: str) -> None:
+    assert written == normal_window(typed)

@@ -58,6 +58,11 @@ def read(text: str) -> object:
         ("report pool a100 2026-11", Report(ScopeKind.POOL, "a100", "2026-11")),
         ("report 24h lab", Report(ScopeKind.LAB, "", "24h")),
         ("report 30d", Report(None, "", "30d")),
+        ("report the last 30 days", Report(None, "", "30d")),
+        ("report team vision 2 weeks", Report(ScopeKind.TEAM, "vision", "2w")),
+        ("report me 48hrs", Report(ScopeKind.ME, "", "48h")),
+        ("report lab 007D", Report(ScopeKind.LAB, "", "7d")),
+        ("report observe 30d", Report(None, "", "30d", observe=True)),
     ],
 )
 def test_report_text_reads_as_a_scope_and_a_window(text: str, expected: Report) -> None:
@@ -87,9 +92,24 @@ def test_report_text_reads_as_a_scope_and_a_window(text: str, expected: Report) 
         ("report pool", ["which pool? Pools: a100, l40s, inference.", "`/gpu report pool a100"]),
         ("report lab 7x", ["I read `report lab 7x`:", "`7x`", "Try: `/gpu report lab 7d`"]),
         ("report everyone", ["I do not know what `everyone` means here."]),
-        ("report me lab", ["I do not know what `lab` means here."]),
+        ("report me lab", ["`lab` is a second scope after `me`; a report covers one.",
+                           "Try: `/gpu report me 7d`"]),
+        ("report 7d 30d", ["`30d` is a second window after `7d`; give one."]),
+        ("report team vision nlp", ["I do not know what `nlp` means here. A report takes a "
+                                    "scope (me, team T, pool P or lab) and a window",
+                                    "Try: `/gpu report team vision 7d`"]),
+        ("report 2027-01", ["January 2027 has not begun yet.", "Try: `/gpu report 7d`"]),
+        ("report 99999999999999999999d", ["outside what reports cover (1h to 400d)"]),
+        ("report last month", ["I read `report last month`: for a month, write 30d.",
+                               "Try: `/gpu report 30d`"]),
+        ("report lab today", ["for today, write 24h.", "Try: `/gpu report lab 24h`"]),
+        ("report <@U0BOB0001>", ["I read `report <@U0BOB0001>`: a report covers you, a team, "
+                                 "a pool or the lab, not `<@U0BOB0001>`; a manager sees their "
+                                 "team person by person with `/gpu report team`."]),
+        ("report observe lab", ["`report observe` covers every observe-only rule and takes "
+                                "only a window", "Try: `/gpu report observe 7d`"]),
     ],
-)
+)  # fmt: skip
 def test_report_text_that_cannot_be_read_says_what_was_read_and_how_to_fix_it(
     text: str, fragments: list[str]
 ) -> None:

@@ -4,6 +4,8 @@ run, and pruned."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,6 +15,7 @@ from sqlmodel import Session, col, select
 from storage import leases, rollups, usage
 from storage.db import Database
 from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, PoolRow
+from tests.support import postgres
 from tests.unit.storage.builders import a_lease
 
 T = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
@@ -368,3 +371,46 @@ def test_held_usage_weights_the_minutes_at_the_ends_as_the_rollup_does(
         whole.allocated_s, whole.used_s, whole.busy_s, whole.idle_s, whole.unknown_s
     )  # fmt: skip
     assert (10.0, 10.0, 10.0, 0.0) == (late.allocated_s, late.used_s, late.busy_s, late.unknown_s)
+
+
+def _a_writer_waits_on_an_hour(database: Database) -> None:
+    """Return once a session waits for an advisory lock; fail if none does within 30 s."""
+    waiting = sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+    for _ in range(600):
+        with database.read() as session:
+            if session.execute(waiting).scalar_one() > 0:
+                return
+        time.sleep(0.05)
+    pytest.fail("the second writer never waited for the first")
+
+
+@pytest.mark.postgres
+def test_two_writers_rolling_one_hour_at_once_leave_one_set_of_rows(
+    postgres_server: postgres.PostgresServer,
+) -> None:
+    """A leader and the one taking over roll the same hour at once: the second waits for the
+    first to commit, then replaces its rows instead of adding to them."""
+    database = postgres_server.database_with_schema()
+    try:
+        with database.write() as session:
+            gpus = a_fleet(session)
+            lease = a_lease(session, at=T, gpu_ids=gpus)
+            ended(session, lease, T + H)
+            for index in (0, 1):
+                minutes(session, index, T, 60, 50.0)
+        with database.read() as session:
+            rows = rollups.hour_rows(session, T, rollups.held(session, T, T + H), busy_pct=BUSY_PCT)
+
+        def second() -> int:
+            with database.write() as session:
+                return rollups.replace(session, T, T + H, rows)
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            with database.write() as session:
+                rollups.replace(session, T, T + H, rows)
+                other = pool.submit(second)
+                _a_writer_waits_on_an_hour(database)
+            assert 2 == other.result(timeout=60)
+        assert 2 == len(stored(database))
+    finally:
+        database.dispose()

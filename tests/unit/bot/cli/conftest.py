@@ -27,6 +27,23 @@ def url(tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def url_either(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated SQLite file, then a migrated PostgreSQL database (a module that runs its
+    commands on both names it as its `url`)."""
+    if request.param == "postgres":
+        url = str(request.getfixturevalue("postgres_url"))
+    else:
+        url = f"sqlite:///{tmp_path}/x.db"
+    migrate.upgrade(url)
+    return url
+
+
 @pytest.fixture
 def database(url: str) -> Iterator[Database]:
     db = Database(url)

@@ -30,6 +30,12 @@ H = 3600.0
 MAIN = "from bot.cli.app import main; main()"
 
 
+@pytest.fixture
+def url(url_either: str) -> str:
+    """The command on a migrated SQLite file, then on a migrated PostgreSQL database."""
+    return url_either
+
+
 @pytest.fixture(autouse=True)
 def _utc_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "UTC")

@@ -1,5 +1,6 @@
 """`gpubot report observe`: the observe-only rules over a scripted timeline of real sweeps,
-read by the command line from a SQLite file with the rules in GPUBOT_RULES_DIR."""
+read by the command line from a SQLite file and from PostgreSQL, with the rules in
+GPUBOT_RULES_DIR."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from storage.db import Database
 from tests.unit.bot.cli.builders import a_copy_of_the_rules, gpubot
 from tests.unit.bot.conftest import T0, Clock
 from tests.unit.bot.observing import OBSERVED_RULE, observing_sources, three_idle_leases
+
+
+@pytest.fixture
+def url(url_either: str) -> str:
+    """The command on a migrated SQLite file, then on a migrated PostgreSQL database."""
+    return url_either
 
 
 @pytest.fixture

@@ -19,6 +19,12 @@ from tests.unit.bot.history import candidate_dir, candidate_sources, record_hist
 
 
 @pytest.fixture
+def url(url_either: str) -> str:
+    """The command on a migrated SQLite file, then on a migrated PostgreSQL database."""
+    return url_either
+
+
+@pytest.fixture
 def recorded(database: Database) -> Database:
     """The simulation's recorded history (three borrows in March 2026) in a migrated file."""
     clock = Clock()
