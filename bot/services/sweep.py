@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
+from bot import memory
 from bot.services import admin, approval_lifecycle, enforcement, notices, recall
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
@@ -49,6 +50,13 @@ SWEEPER = "gpubot"
 
 
 def sweep(ctx: Context, readings: Readings) -> SweepReport:
+    # A pass allocates a few objects per GPU and lease and frees them as it goes: the garbage
+    # collector has nothing to find there, and at 100,000 GPUs it cost a third of the pass.
+    with memory.collector_paused():
+        return _sweep(ctx, readings)
+
+
+def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     now = ctx.now()
     with ctx.db.read() as session:
         active, warned = leases.active_snapshots(session)
