@@ -436,7 +436,10 @@ def _utc(value: Any) -> datetime:
     """A timestamp as `UtcDateTime` reads it: SQLite gives the stored text (UTC, naive),
     PostgreSQL's driver a datetime with its zone."""
     if isinstance(value, str):
-        value = datetime.fromisoformat(value)
+        try:  # the zone written into the text: several times faster than replace(tzinfo=)
+            return datetime.fromisoformat(value + "+00:00")
+        except ValueError:  # text with a zone of its own
+            value = datetime.fromisoformat(value)
     assert isinstance(value, datetime), value
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 

@@ -22,7 +22,7 @@ from bot.services import admin, approval_lifecycle, enforcement, notices, recall
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.shrinking import shrink_in
-from bot.services.sweep_gpus import act_on_gpu
+from bot.services.sweep_gpus import act_on_gpu, settle_unreserved
 from bot.services.sweep_pass import Pass, SweepReport
 from rules.decision import Decision, Match
 from rules.domain import LeaseState, Reason, Subject
@@ -77,9 +77,14 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
             _narrow_idle(run, lease)
 
     act(active, warned)
+    acted_on = decisions.acted_on  # a GPU no rule matched has no decision to act on
     for gpu in gpus:
         facts = gpu_facts(gpu, reading(gpu.node, gpu.index))
-        act_on_gpu(run, gpu, decide(Subject.GPU, facts))
+        decision = acted_on(Subject.GPU, facts)
+        if decision is not None:
+            act_on_gpu(run, gpu, decision)
+        else:
+            settle_unreserved(run, gpu, facts)
     # Recalls last, once this pass's reclaims freed what they free, in every pool where
     # requests wait or a recall is under way; the leases recalled now are warned at once.
     recalled = recall.reconcile(ctx, waiting | {s.pool for s in active if s.warnings.recalled})
