@@ -104,6 +104,30 @@ class PassDecisions:
         return sum(m.answered for m in self._memos)
 
     def decide(self, subject: Subject, facts: Mapping[str, Any]) -> Decision:
+        """The decision on one subject. The Decision keeps `facts` as given when they are a
+        dict (no copy per subject: the sweep builds them for this call alone)."""
+        policy, memo, found = self._match(subject, facts)
+        if not found and subject != Subject.REQUEST and type(facts) is dict:
+            # Most sweep subjects: nothing to do; as rules.engine._decision makes it.
+            return Decision(subject, policy.revision, memo.name, facts, (), "default", None)
+        rules = policy.rules_for(subject)
+        # As rules.engine.decide makes it, from the subject's own facts.
+        return _decision(policy, memo.name, subject, facts, [rules[i] for i in found])
+
+    def acted_on(self, subject: Subject, facts: Mapping[str, Any]) -> Decision | None:
+        """`decide` for a sweep subject, but None where no rule matched: nothing to do and
+        nothing to record, so no Decision is made (most of the 100,000 GPUs of a sweep)."""
+        assert subject != Subject.REQUEST, "a request always has a decision"
+        policy, memo, found = self._match(subject, facts)
+        if not found:
+            return None
+        rules = policy.rules_for(subject)
+        return _decision(policy, memo.name, subject, facts, [rules[i] for i in found])
+
+    def _match(
+        self, subject: Subject, facts: Mapping[str, Any]
+    ) -> tuple[Policy, MemoEngine, Sequence[int]]:
+        """The rules of the revision in force that match, checked and through its memo."""
         while True:
             policy, engine = self._current()
             memo = self._memos[-1] if self._memos else None
@@ -112,17 +136,14 @@ class PassDecisions:
                     memo.close()
                 memo = MemoEngine(policy, engine)
                 self._memos.append(memo)
-            shape = (subject, tuple(facts), tuple(map(type, facts.values())))
+            shape = (subject, *facts, *map(type, facts.values()))  # one tuple, hashed once
             if shape not in memo.checked:
                 check_facts(subject, facts)
                 memo.checked.add(shape)
             try:
-                found = memo.match(subject, facts)
+                return policy, memo, memo.match(subject, facts)
             except RevisionRetiredError:
                 continue  # raced with a reload: the new revision answers, from a new memo
-            rules = policy.rules_for(subject)
-            # As rules.engine.decide makes it, from the subject's own facts.
-            return _decision(policy, memo.name, subject, facts, [rules[i] for i in found])
 
     def close(self) -> None:
         for memo in self._memos:

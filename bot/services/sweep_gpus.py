@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from bot.services import device_records, notices
 from bot.services.context import Context, record
 from bot.services.sweep_pass import Pass
@@ -25,7 +28,13 @@ def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
             _unreserved(run, gpu, users, match, decision.for_action(match))
-    if run.unreserved and not decision.facts["gpu.unreserved"]:  # most passes: none told
+    settle_unreserved(run, gpu, decision.facts)
+
+
+def settle_unreserved(run: Pass, gpu: GpuSnapshot, facts: Mapping[str, Any]) -> None:
+    """A GPU told of as in unreserved use and no longer in such use: its episode is over (the
+    next one tells its users again). Called for every GPU, whatever the rules decided."""
+    if run.unreserved and not facts["gpu.unreserved"]:  # most passes: none told
         key = keyvalue.unreserved_key(gpu.node, gpu.index)
         if key in run.unreserved:
             _clear(run.ctx, key)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import sys
+import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -55,3 +58,62 @@ def test_taming_twice_starts_one_thread() -> None:
     first, second = memory.tame(every_s=3600), memory.tame(every_s=3600)
     assert first == second == GLIBC
     assert len(memory._running) == (1 if GLIBC else 0)
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """The collector on, as in a serving process; left as the test found it."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_a_paused_pass_runs_without_the_collector_and_collects_after() -> None:
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    with memory.collector_paused():
+        assert not gc.isenabled()
+        Cycle()  # cyclic garbage: refcounting cannot free it
+        left = sum(type(o) is Cycle for o in gc.get_objects(generation=0))
+        assert left == 1
+    assert gc.isenabled()
+    assert not any(type(o) is Cycle for o in gc.get_objects())
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_overlapping_passes_turn_the_collector_back_on_once_both_ended() -> None:
+    """Two threads' passes overlap, the first ending before the second."""
+    inside, first_done = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def second() -> None:
+        with memory.collector_paused():
+            inside.set()
+            first_done.wait(10)
+            seen.append(gc.isenabled())  # the first ended: still off, this pass runs
+
+    thread = threading.Thread(target=second)
+    with memory.collector_paused():
+        thread.start()
+        assert inside.wait(10)
+    first_done.set()
+    thread.join(10)
+    assert [False] == seen
+    assert gc.isenabled()
+
+
+def test_a_collector_turned_off_before_stays_off() -> None:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with memory.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        if was:
+            gc.enable()

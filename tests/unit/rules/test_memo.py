@@ -61,6 +61,29 @@ def test_the_memo_decides_exactly_as_the_engine(
         assert decide(POLICY, engine, subject, facts) == decisions.decide(subject, facts)
 
 
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(subject=st.sampled_from([Subject.LEASE, Subject.GPU]), data=st.data())
+def test_a_sweep_subject_is_acted_on_exactly_where_a_rule_matched(
+    subject: Subject, data: st.DataObject
+) -> None:
+    """`acted_on` gives the engine's decision where any rule matched, and None where none did
+    (the sweep then has nothing to do with the subject)."""
+    decisions = PassDecisions(lambda: (POLICY, REFERENCE))
+    subjects = data.draw(a_pass(subject))
+    for facts in subjects:
+        expected = decide(POLICY, REFERENCE, subject, facts)
+        assert (expected if expected.matches else None) == decisions.acted_on(subject, facts)
+    assert len(subjects) == decisions.asked + decisions.answered
+
+
+def test_a_gpu_no_rule_matches_is_not_acted_on_and_a_faulty_one_is() -> None:
+    decisions = PassDecisions(lambda: (POLICY, REFERENCE))
+    assert decisions.acted_on(Subject.GPU, a_gpu()) is None
+    faulty = decisions.acted_on(Subject.GPU, a_gpu(gpu__healthy=False, gpu__health="xid"))
+    assert faulty is not None
+    assert faulty.actions
+
+
 def test_subjects_that_read_alike_are_evaluated_once_and_keep_their_own_facts() -> None:
     decisions = PassDecisions(lambda: (POLICY, DURABLE))
     gpus = [a_gpu(gpu__node=f"node-{k}", gpu__index=k % 8) for k in range(50)]

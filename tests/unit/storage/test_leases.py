@@ -93,6 +93,46 @@ def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(database: Datab
     assert {"expiry": NOW, "idle": None} == dict(warned[lease_id].delivered)
 
 
+def test_the_sweeps_snapshot_reads_each_lease_as_the_table_does(database: Database) -> None:
+    """The snapshot's plain reads give the values the ORM gives: aware UTC times (to the
+    microsecond), the snooze or none, the protection, the marks whether empty or not."""
+    odd = NOW + timedelta(microseconds=123_456)
+    kept = Marks().with_kept(at=NOW).with_notice("notice:idle", at=NOW)
+    with database.write() as session:
+        gpus = a_fleet(session)
+        plain = a_lease(session, at=odd, gpu_ids=gpus[:1])
+        marked = a_lease(session, at=START, gpu_ids=gpus[1:3], marks=kept)
+        unheld = a_lease(session, at=START)  # no GPU rows: no slots
+        row = leases.get(session, marked)
+        assert row is not None
+        row.snoozed_until, row.protected = odd + timedelta(hours=1), True
+        session.add(row)
+    with database.read() as session:
+        snapshots, warned = leases.active_snapshots(session)
+        rows = {i: leases.get(session, i) for i in (plain, marked, unheld)}
+    assert [plain, marked, unheld] == [s.id for s in snapshots]
+    for snapshot in snapshots:
+        row = rows[snapshot.id]
+        assert row is not None
+        expected = (row.granted_at, row.expires_at, row.snoozed_until, row.warnings, row.protected)
+        got = (
+            snapshot.granted_at,
+            snapshot.expires_at,
+            snapshot.snoozed_until,
+            snapshot.warnings,
+            snapshot.protected,
+        )
+        assert expected == got
+        assert UTC == snapshot.granted_at.tzinfo == snapshot.expires_at.tzinfo
+        assert {} == dict(warned[snapshot.id].delivered)
+    assert (odd, True, kept) == (
+        snapshots[0].granted_at,
+        snapshots[1].protected,
+        snapshots[1].warnings,
+    )
+    assert () == snapshots[2].slots
+
+
 def test_what_each_team_held_since_an_instant(database: Database) -> None:
     """Active leases run on; ended ones count from grant to end if they ended since; leases of
     other pools and ones that ended before are left out."""
