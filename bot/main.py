@@ -413,6 +413,7 @@ def _serve(settings: Settings, *, socket_mode: bool, host: str, port: int) -> No
     # collection (tens of milliseconds over every import and compiled rule) never stalls acks.
     gc.collect()
     gc.freeze()
+    memory.schedule_collector()  # full walks every five minutes, not every few seconds of pushes
     drained = bot.inbox.run_due()  # what an earlier run acknowledged and did not finish
     if drained:
         log.info("carrying out %d acknowledged requests left by the last run", drained)

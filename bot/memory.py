@@ -5,8 +5,9 @@ holding its peak), so RSS stays at the burst's high-water mark long after the ob
 `tame()` caps the arenas and starts a thread that hands freed memory back to the system once
 RSS has grown since it last did. glibc only: elsewhere both are no-ops.
 
-`collector_paused()` keeps the cyclic garbage collector out of one large pass (the sweep):
-see there.
+`collector_paused()` keeps the cyclic garbage collector out of one large pass (the sweep),
+and `schedule_collector()` makes its full walks one every five minutes instead of whenever
+allocations add up: see there.
 """
 
 from __future__ import annotations
@@ -145,3 +146,63 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
         if last:
             gc.collect(1)
+
+
+# ---- full collections at chosen moments -------------------------------------------------
+
+YOUNG_THRESHOLD = 10_000  # allocations between young collections (Python's default is 700)
+FULL_EVERY_S = 300.0  # the one full collection of every five minutes
+
+
+class _Schedule:
+    lock = threading.Lock()
+    thread: threading.Thread | None = None
+    stop = threading.Event()
+    thresholds: tuple[int, int, int] | None = None
+
+
+def schedule_collector(every_s: float = FULL_EVERY_S) -> bool:
+    """Take the collector's full walks off its allocation counts and make them one every
+    `every_s`, from a thread of their own; young collections go on as before, less often.
+
+    A full collection stops every thread while it walks every object the process holds. In a
+    bot that keeps a reading per GPU (100,000 of them on a large fleet), Python starts one
+    whenever the objects that survived to the old generation since the last one reach a
+    quarter of it: agents' pushes replace the readings all the time, so that came every few
+    seconds, and each stalled the pushes and commands under way (the tail of agent ingest).
+    Cycles that reach the old generation are still freed, within `every_s`. Once per process;
+    False when a schedule already runs."""
+    with _Schedule.lock:
+        if _Schedule.thread is not None:
+            return False
+        _Schedule.thresholds = gc.get_threshold()
+        young, middle, _ = _Schedule.thresholds
+        # The old generation's count never reaches this: only the thread below walks it.
+        gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, 1 << 30)
+        _Schedule.stop.clear()
+        thread = threading.Thread(target=_collect_every, args=(every_s,), daemon=True)
+        thread.name = "gpubot-gc"
+        _Schedule.thread = thread
+        thread.start()
+    return True
+
+
+def unschedule_collector() -> None:
+    """Stop the schedule and give the collector back its own thresholds (tests, benchmarks)."""
+    with _Schedule.lock:
+        thread, _Schedule.thread = _Schedule.thread, None
+        _Schedule.stop.set()
+        if _Schedule.thresholds is not None:
+            gc.set_threshold(*_Schedule.thresholds)
+            _Schedule.thresholds = None
+    if thread is not None:
+        thread.join()
+
+
+def _collect_every(every_s: float) -> None:
+    while not _Schedule.stop.wait(every_s):
+        try:
+            gc.collect()
+        except Exception:  # never let housekeeping take the process down with it
+            log.exception("a scheduled garbage collection failed")
+            return

@@ -57,6 +57,7 @@ from typing import Any
 import sqlalchemy as sa
 from slack_bolt import App
 
+from bot import memory
 from bot.server import AGENT_PATH, Background, SlackAsgi
 from bot.services import BorrowAsk, Refused, Services
 from bot.services.rule_files import read_rules_dir
@@ -908,9 +909,10 @@ INGEST_WAYS = ("handler", "http", "http + sweeps")
 
 def ingest_ways(f: Fleet, seconds: float, ways: tuple[str, ...]) -> list[Ingested]:
     # As serve does once started: what start-up built is out of the collector's way (what
-    # the pushes bring is not).
+    # the pushes bring is not), and full collections come on serve's schedule.
     gc.collect()
     gc.freeze()
+    memory.schedule_collector()
     try:
         runs = []
         for how in ways:
@@ -921,6 +923,7 @@ def ingest_ways(f: Fleet, seconds: float, ways: tuple[str, ...]) -> list[Ingeste
                 runs.append(bench_ingest_http(f, seconds, sweeping=how != "http"))
         return runs
     finally:
+        memory.unschedule_collector()
         gc.unfreeze()
 
 

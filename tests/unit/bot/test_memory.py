@@ -6,6 +6,7 @@ import ctypes
 import gc
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -117,3 +118,32 @@ def test_a_collector_turned_off_before_stays_off() -> None:
     finally:
         if was:
             gc.enable()
+
+
+def test_the_schedule_takes_full_walks_off_the_allocation_counts() -> None:
+    """While scheduled, allocations start young collections only; the thread walks everything
+    every period, so a cycle that reached the old generation is still freed; stopping gives
+    the collector back its thresholds."""
+    before = gc.get_threshold()
+    assert memory.schedule_collector(every_s=0.05)
+    try:
+        assert not memory.schedule_collector()  # once per process
+        young, _, full = gc.get_threshold()
+        assert young >= memory.YOUNG_THRESHOLD
+        assert full >= 1 << 30
+
+        class Node:
+            other: object = None
+
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gc.collect(1)
+        gc.collect(1)  # survived twice: in the old generation, which allocations never walk
+        gone = threading.Event()
+        weakref.finalize(a, gone.set)
+        del a, b
+        [[] for _ in range(200_000)]  # young collections only
+        assert gone.wait(5), "the scheduled full collection freed the cycle"
+    finally:
+        memory.unschedule_collector()
+    assert gc.get_threshold() == before
