@@ -277,6 +277,10 @@ def free_for(
     out = (_free_on(session, pool, nodes) if nodes else FreeGpus()).adding(
         [slot for slot in own if slot[0] in nodes]
     )
+    if sum(len(out.get(node, ())) for node in nodes) < sum(counts[n][0] for n in nodes):
+        # a GPU of those nodes was taken or turned busy between the two reads (PostgreSQL
+        # reads each statement afresh): place over the whole pool, as without `placing`
+        return _free_on(session, pool).adding(own)
     out.total = sum(free for free, _ in counts.values())
     return out
 

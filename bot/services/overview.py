@@ -29,6 +29,7 @@ from rules.reports import Usage
 from storage import nodes, reports
 from storage.gpus import Place, gpu_lines, place_counts, stranded
 from storage.leases import held_by_team
+from storage.metrics import one_snapshot
 from storage.reports import Filter
 from storage.requests import pending, pools_with_queue, queued_count, queued_sizes
 from storage.tables import RequestRow
@@ -40,6 +41,9 @@ def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
     out-of-service GPUs by model (storage.gpus.Place: the definition placement uses), counted
     in SQL."""
     counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    # place_counts moves the held GPUs out of a count of every GPU, in separate statements:
+    # on PostgreSQL they must see one snapshot, or a GPU changing meanwhile is counted twice
+    one_snapshot(session)
     for found in place_counts(session):
         tally = counts[found.pool][found.model or "GPU"]
         tally[found.place] += found.gpus
