@@ -273,6 +273,9 @@ def rows(
     if since is not None:
         params.append(stored_at(since) if dialect == "sqlite" else since)
     if dialect == "postgresql":
+        # The text arrives as the server sends it, in the client's encoding: the hash covers
+        # UTF-8 (a LATIN1 client would make every accented name look altered).
+        connection.execute("SET client_encoding TO 'UTF8'")
         # A server-side cursor: PostgreSQL sends the rows a batch at a time.
         cursor = connection.cursor(name=f"audit_{low}_{high}", binary=True)
         for name in _AS_BYTES:
