@@ -106,8 +106,10 @@ def parse_window(text: str, now: datetime, tz: tzinfo) -> Window:
     in `tz`, from 2000-01 to the current month); "" is 7d."""
     raw = text.strip().lower() or DEFAULT_WINDOW
     if m := _SPAN.fullmatch(raw):
-        count, unit = int(m.group(1)), m.group(2)[0]
-        # The count is bounded before it multiplies: a long run of digits would overflow.
+        digits, unit = m.group(1).lstrip("0") or "0", m.group(2)[0]
+        # The count is bounded before it is read or multiplies: int() refuses thousands of
+        # digits, and a long run of them would overflow.
+        count = int(digits) if len(digits) <= 6 else _LONGEST // _UNITS[unit] + 1
         if not 1 <= count <= _LONGEST // _UNITS[unit]:
             raise WindowError(f"`{text.strip()}` is outside what reports cover (1h to 400d).")
         return Window(now - count * _UNITS[unit], now, _span_label(count, unit))
@@ -136,7 +138,7 @@ def normal_window(text: str) -> str:
     """A span as reports write it (`7 days`, `007d` -> `7d`); anything else as it was."""
     raw = text.strip().lower()
     if m := _SPAN.fullmatch(raw):
-        return f"{int(m.group(1))}{m.group(2)[0]}"
+        return f"{m.group(1).lstrip('0') or '0'}{m.group(2)[0]}"
     return raw
 
 
