@@ -88,7 +88,7 @@ class PrometheusSource:
         self._known: dict[tuple[str, int], Sample] = {}  # (node, index) -> newest good sample
         self.problems = Problems("Prometheus at")
         self._stale = Problems("Prometheus's samples of", "are fresh again")
-        self._missing: frozenset[str] = frozenset()  # nodes its last answer left out
+        self._failing: frozenset[str] = frozenset()  # nodes none of whose GPUs it read
 
     def poll(self, now: datetime) -> list[Sample]:
         try:
@@ -107,6 +107,7 @@ class PrometheusSource:
         newest = _newest(stamps)
         samples: list[Sample] = []
         stale: dict[str, str] = {}
+        stale_gpus: set[tuple[str, int]] = set()
         for node, series in by_node.items():
             for sample in samples_from_series(node, series, now):
                 key = (node, sample.index)
@@ -114,6 +115,7 @@ class PrometheusSource:
                 if when is not None and now - when > self.stale_after:
                     why = f"its newest sample is from {when:%Y-%m-%d %H:%M:%S} UTC"
                     stale.setdefault(node, why)
+                    stale_gpus.add(key)
                     samples.append(unknown(sample, f"Prometheus: {why}", now))
                     continue
                 if sample.error is None:
@@ -125,7 +127,13 @@ class PrometheusSource:
         why = "missing from Prometheus's answer (its exporter's target is down or dropped)"
         missing = [last for key, last in self._known.items() if key not in answered]
         samples.extend(unknown(last, why, now) for last in missing)
-        self._missing = frozenset(last.node for last in missing)
+        # A node fails when none of its GPUs is read: one GPU left out is that GPU's unknown
+        # sample, not a node (or, on every node, the whole feed) down.
+        bad = stale_gpus | {(last.node, last.index) for last in missing}
+        gpus_of: dict[str, set[tuple[str, int]]] = defaultdict(set)
+        for key in (*self._known, *stale_gpus):
+            gpus_of[key[0]].add(key)
+        self._failing = frozenset(node for node, gpus in gpus_of.items() if gpus <= bad)
         return samples
 
     def close(self) -> None:
@@ -138,7 +146,7 @@ class PrometheusSource:
         if self.problems.now:
             why = "the Prometheus server does not answer"
             return Reach(tuple(sorted(nodes)), True, why)
-        failing = set(self._stale.now) | self._missing
+        failing = set(self._failing)
         whole = bool(failing) and failing >= nodes
         return Reach(tuple(sorted(failing)), whole, "no node has fresh samples" if whole else "")
 

@@ -4,8 +4,10 @@ ok."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from tests.unit.telemetry.loopback import Answer, Recorded, nothing_listening, r
 
 A100, H100 = "a100-node-01", "h100-node-01"
 JSON = "application/json"
+FIXTURES = Path(__file__).parents[3] / "fixtures" / "dcgm"
 
 
 @pytest.fixture
@@ -85,6 +88,26 @@ def test_a_stale_or_missing_node_in_prometheus_is_named(prometheus: Recorded) ->
     assert (("h100-node-02",), False) == (stale.failing, stale.whole)
     assert Reach() == fresh
     assert (("a100-node-01", "h100-node-02"), True) == (gone.failing, gone.whole)
+
+
+def test_one_gpu_left_out_of_prometheus_answer_is_not_its_node_failing(
+    prometheus: Recorded,
+) -> None:
+    """a100-node-01's GPU 1 drops out of the answer while its GPU 0 is read: that GPU's
+    samples are unknown, but the node still reports, and the source is not down."""
+    source = PrometheusSource(prometheus.url(), stale_after=timedelta(minutes=3))
+    source.poll(START)
+    answer = json.loads((FIXTURES / "prometheus-values.json").read_text())
+    answer["data"]["result"] = [
+        row
+        for row in answer["data"]["result"]
+        if (row["metric"].get("Hostname"), row["metric"].get("gpu")) != (A100, "1")
+    ]
+    prometheus.answers[f"query:{VALUES}"] = Answer(json.dumps(answer))
+    samples = source.poll(at(0.5))
+    left_out = source.reach()
+    assert [s.index for s in samples if s.node == A100 and s.error is not None] == [1]
+    assert Reach() == left_out
 
 
 def test_prometheus_not_answering_fails_every_node_it_answered_for(
