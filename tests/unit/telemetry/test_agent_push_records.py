@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -181,11 +181,19 @@ def test_nonces_arriving_together_share_a_transaction_and_replays_still_fail(
             if shared_db.dialect == "postgresql":
                 connection.execute(sa.text("LOCK TABLE agent_nonce IN EXCLUSIVE MODE"))
             threads = [threading.Thread(target=push, args=(k,)) for k in range(40)]
-            for thread in threads:
-                thread.start()
             book = agents._book(services.ctx)
-            while len(book.waiting) < 39:  # the first push waits in its transaction
-                time.sleep(0.01)
+
+            def until(done: Callable[[], bool]) -> None:
+                deadline = time.monotonic() + 30
+                while not done():
+                    assert time.monotonic() < deadline, "the pushes never queued up"
+                    time.sleep(0.01)
+
+            threads[0].start()  # the first push takes its batch and waits in its transaction
+            until(lambda: book.writing and not book.waiting)
+            for thread in threads[1:]:
+                thread.start()
+            until(lambda: len(book.waiting) == 39)
             commits.clear()
         for thread in threads:
             thread.join()
