@@ -379,9 +379,14 @@ async function refresh() {
   clearTimeout(ui.timer);
   try {
     const reading = ui.where === HOME || ui.where === DM ? "" : ui.where;
-    const query = new URLSearchParams({ as: ui.me, in: reading });
+    const asked = ui.me;
+    const query = new URLSearchParams({ as: asked, in: reading });
     const response = await fetch(`/ui/state?${query}`);
-    ui.state = await response.json();
+    const state = await response.json();
+    // The person was switched while this view was on its way: it is the last person's, and
+    // taking it would switch back. The switch has asked for the new person's own.
+    if (ui.me !== asked) return;
+    ui.state = state;
     ui.me = ui.state.me;
     document.body.dataset.ready = "yes";
     document.body.dataset.person = ui.me;
