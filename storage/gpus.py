@@ -120,14 +120,10 @@ def gpu_lines(
     ) in session.connection().execute(stmt).all():
         if lease_id is not None:
             where = Place.LEASED
-        elif drained or state != GpuState.OK:
+        elif drained:
             where = Place.OUT
-        elif observed == Observed.SILENT:
-            where = Place.SILENT
-        elif observed == Observed.OCCUPIED:
-            where = Place.OCCUPIED
         else:
-            where = Place.FREE
+            where = _own_place(state, observed)
         users = tuple(sorted({str(p.get("user") or "") for p in occupants or []}))
         out.append(
             GpuLine(
@@ -156,6 +152,17 @@ class PlaceCount:
     place: Place
     drained: bool
     gpus: int
+
+
+def _own_place(state: str, observed: str) -> Place:
+    """Where a GPU neither held nor on a drained node stands, by its own columns."""
+    if state != GpuState.OK:
+        return Place.OUT
+    if observed == Observed.SILENT:
+        return Place.SILENT
+    if observed == Observed.OCCUPIED:
+        return Place.OCCUPIED
+    return Place.FREE
 
 
 def place_counts(session: Session) -> list[PlaceCount]:
@@ -208,15 +215,7 @@ def place_counts(session: Session) -> list[PlaceCount]:
     for (pool, model, _, _), n in drained.items():
         out[pool, model, Place.OUT, True] += n
     for (pool, model, state, observed), n in rest.items():
-        if state != GpuState.OK:
-            where = Place.OUT
-        elif observed == Observed.SILENT:
-            where = Place.SILENT
-        elif observed == Observed.OCCUPIED:
-            where = Place.OCCUPIED
-        else:
-            where = Place.FREE
-        out[pool, model, where, False] += n
+        out[pool, model, _own_place(state, observed), False] += n
     return [
         PlaceCount(pool, model, place, drained_node, n)
         for (pool, model, place, drained_node), n in out.items()
