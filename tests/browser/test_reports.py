@@ -28,7 +28,8 @@ def test_a_manager_reads_his_teams_week_from_the_seeded_history(slack: SlackPage
     expect(report.get_by_role("button", name="Chart", exact=True)).to_be_visible()
     expect(report.get_by_role("button", name="CSV", exact=True)).to_be_visible()
     slack.click(report, "Chart")
-    chart = slack.message("the chart Victor Vision asked for").locator(".file-image img")
+    drawn = slack.message("the chart Victor Vision asked for", timeout_ms=20_000)
+    chart = drawn.locator(".file-image img")
     expect(chart).to_be_visible(timeout=20_000)
     expect(chart).to_have_js_property("complete", value=True)
     assert chart.evaluate("img => img.naturalWidth") > 0

@@ -25,7 +25,8 @@ class SlackPage:
     def act_as(self, person: str) -> None:
         """The switch at the top of the sidebar; waits until the page shows their view."""
         self.page.select_option("#person", person)
-        expect(self.page.locator(f"body[data-person={person}]")).to_be_attached()
+        # the page asks for the new person's view after telling the demo; under load, a while
+        expect(self.page.locator(f"body[data-person={person}]")).to_be_attached(timeout=15_000)
 
     def go(self, conversation: str) -> None:
         """A channel by id, `dm` for the DM with the bot, `home` for the App Home."""
@@ -41,10 +42,11 @@ class SlackPage:
             self.page.press("#text", "Enter")
         assert answer.value.ok, answer.value.text()
 
-    def message(self, containing: str) -> Locator:
-        """The newest message in view with this text; waits for it to arrive."""
+    def message(self, containing: str, *, timeout_ms: float = 5_000) -> Locator:
+        """The newest message in view with this text; waits for it to arrive (longer for what
+        the bot makes after its answer, such as a chart, on a loaded machine)."""
         found = self.page.locator(".message", has_text=containing).last
-        expect(found).to_be_visible()
+        expect(found).to_be_visible(timeout=timeout_ms)
         return found
 
     def thread(self, message: Locator) -> Locator:

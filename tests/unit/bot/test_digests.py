@@ -214,7 +214,9 @@ def test_digests_count_the_requests_of_the_week_still_waiting(week: Services) ->
     week.send_digests()
     found = {}
     with week.ctx.db.read() as session:
-        rows = session.exec(select(OutboxRow).where(OutboxRow.kind == "digest")).all()
+        rows = session.exec(
+            select(OutboxRow).where(OutboxRow.kind == "digest").order_by(col(OutboxRow.id))
+        ).all()
     for row in rows:
         view = week.digest(row)
         assert view is not None
@@ -307,7 +309,9 @@ def test_a_week_across_a_clock_change_goes_out_at_local_nine_and_holds_its_real_
     keys = [key for _, _, key in digests(services)][2:]
     assert [f"digest:lab:{period}", f"digest:U0ALICE01:{period}"] == keys
     with services.ctx.db.read() as session:
-        rows = session.exec(select(OutboxRow).where(OutboxRow.kind == "digest")).all()
+        rows = session.exec(
+            select(OutboxRow).where(OutboxRow.kind == "digest").order_by(col(OutboxRow.id))
+        ).all()
     lab, mine = (services.digest(row) for row in rows[2:])
     assert isinstance(lab, LabDigest)
     assert isinstance(mine, PersonalDigest)
