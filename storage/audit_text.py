@@ -6,7 +6,7 @@ as that canonical text, so the hashed body is the stored text put together; a ro
 not canonical (written before rows were stored that way, or by hand) is decoded and encoded
 again, as every row once was. Each row stores its previous hash, so a range of ids is checked
 on its own (in a worker process for a big log, storage/audit_workers.py) and the ranges are
-linked afterwards, in order.
+linked afterwards, in order. The reads themselves are in storage/audit_reads.py.
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from json.encoder import encode_basestring  # the C one where the interpreter has it
-from pathlib import Path
 from typing import Any
 
 #: What the first row's previous hash is.
@@ -46,28 +44,6 @@ HEADER = (
     "prev_hash",
     "hash",
 )
-#: A read of the stored bytes (UTF-8, nothing decoded), in `HEADER` order: the id, the time as
-#: "YYYY-MM-DD HH:MM:SS.ffffff" (UTC), the text and JSON columns.
-_COLUMNS = {
-    "sqlite": ", ".join(
-        [
-            "id",
-            *(f"CAST({name} AS BLOB)" for name in HEADER[1:]),
-        ]
-    ),
-    # Text and JSON columns as they are sent, read as bytes (`_AS_BYTES`): the server
-    # converts nothing, and nothing is decoded here.
-    "postgresql": ", ".join(
-        [
-            "id",
-            "to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
-            *HEADER[2:],
-        ]
-    ),
-}
-#: The PostgreSQL types `_COLUMNS` reads, loaded as the bytes the server sent.
-_AS_BYTES = ("text", "varchar", "json")
-_MARK = {"sqlite": "?", "postgresql": "%s"}
 #: A row's hashed bytes put together from its stored bytes: its previous hash, then the head and
 #: tail of its body (`body_parts`), the text columns between quotes as they are stored.
 _HEAD = (
@@ -84,7 +60,6 @@ _HASHED = b"%s" + _HEAD + _TAIL
 #: strings between hold no quote, and no separator can overlap itself). A row whose JSON texts
 #: hold none is read as stored; the few others are decoded, which finds where each one ends.
 _SEPARATORS = (b',"engine":', b',"id":')
-_BATCH = 1_000  # rows fetched at a time: memory stays flat whatever the size of the log
 
 Row = Sequence[Any]
 
@@ -247,72 +222,6 @@ def _unreadable(row: Row) -> ValueError:
 
 
 # ---- reading ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a worker process reads from: its own connection to the same database, inside the
-    snapshot the verify took (PostgreSQL), or bounded by the ids read in it (SQLite)."""
-
-    dialect: str
-    target: str  # the SQLite file, or a libpq connection string
-    snapshot: str = ""  # pg_export_snapshot() of the reading transaction
-
-
-def _query(dialect: str, since: bool) -> str:
-    mark = _MARK[dialect]
-    where = f"id > {mark} AND id <= {mark}" + (f" AND at >= {mark}" if since else "")
-    return f"SELECT {_COLUMNS[dialect]} FROM audit WHERE {where} ORDER BY id"  # noqa: S608  (constants only)
-
-
-def rows(
-    connection: Any, dialect: str, low: int, high: int, since: datetime | None = None
-) -> Generator[Row, None, None]:
-    """The stored rows with `low < id <= high` (and `at >= since`) in id order, streamed."""
-    params: list[Any] = [low, high]
-    if since is not None:
-        params.append(stored_at(since) if dialect == "sqlite" else since)
-    if dialect == "postgresql":
-        # The text arrives as the server sends it, in the client's encoding: the hash covers
-        # UTF-8 (a LATIN1 client would make every accented name look altered).
-        connection.execute("SET client_encoding TO 'UTF8'")
-        # A server-side cursor: PostgreSQL sends the rows a batch at a time.
-        cursor = connection.cursor(name=f"audit_{low}_{high}", binary=True)
-        for name in _AS_BYTES:
-            cursor.adapters.register_loader(name, _bytes_loader())
-        cursor.itersize = _BATCH
-    else:
-        cursor = connection.cursor()
-    try:
-        cursor.execute(_query(dialect, since is not None), params)
-        while batch := cursor.fetchmany(_BATCH):
-            yield from batch
-    finally:
-        cursor.close()
-
-
-def _bytes_loader() -> type:
-    from psycopg.types.string import ByteaBinaryLoader  # noqa: PLC0415  (see `connect`)
-
-    return ByteaBinaryLoader
-
-
-def connect(source: Source) -> Any:
-    """A connection of the worker's own, read-only, inside the verify's snapshot."""
-    if source.dialect == "sqlite":
-        uri = f"{Path(source.target).resolve().as_uri()}?mode=ro"
-        return sqlite3.connect(uri, uri=True, timeout=30)
-    # Imported here: a worker on SQLite starts without it (a fifth of a second).
-    import psycopg  # noqa: PLC0415
-    from psycopg import sql  # noqa: PLC0415
-
-    connection = psycopg.connect(source.target)
-    connection.read_only = True
-    if source.snapshot:
-        connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        snapshot = sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(source.snapshot))
-        connection.execute(snapshot)
-    return connection
 
 
 # ---- verifying a range ---------------------------------------------------------------------

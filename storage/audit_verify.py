@@ -17,7 +17,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from storage import audit_text, audit_workers
+from storage import audit_reads, audit_text, audit_workers
 from storage.audit_text import GENESIS_HASH, HEAD_ID, Span
 from storage.tables import AuditHeadRow, AuditRow
 
@@ -90,12 +90,12 @@ def _is_memory(url: sa.URL) -> bool:
     return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
 
 
-def _source(session: Session, snapshot: str) -> audit_text.Source:
+def _source(session: Session, snapshot: str) -> audit_reads.Source:
     url = session.get_bind().engine.url
     if url.get_backend_name() == "sqlite":
-        return audit_text.Source("sqlite", str(Path(url.database or "").resolve()))
+        return audit_reads.Source("sqlite", str(Path(url.database or "").resolve()))
     target = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    return audit_text.Source("postgresql", target, snapshot)
+    return audit_reads.Source("postgresql", target, snapshot)
 
 
 def _driver_connection(session: Session) -> Any:
@@ -135,7 +135,7 @@ def verify(
             spans = audit_workers.spans(pool)
         else:
             raw = _driver_connection(session)
-            spans = (audit_text.check(audit_text.rows(raw, dialect, *span)) for span in ranges)
+            spans = (audit_text.check(audit_reads.rows(raw, dialect, *span)) for span in ranges)
         return _linked(spans, bounds.head)
 
 
@@ -187,7 +187,7 @@ def export(
     dialect = session.get_bind().dialect.name
     bounds = _bounds(session, export_snapshot=False)
     # One query, streamed: a million-row log never sits in memory.
-    rows = audit_text.rows(_driver_connection(session), dialect, bounds.low, bounds.high, since)
+    rows = audit_reads.rows(_driver_connection(session), dialect, bounds.low, bounds.high, since)
     lines = audit_text.jsonl_lines(rows) if fmt == "jsonl" else audit_text.csv_lines(rows)
     # Closed with this generator: a reader that stops early leaves no server-side cursor open.
     with closing(rows), closing(lines):

@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from storage.audit_text import Source, Span, check, connect, csv_lines, jsonl_bytes, rows
+from storage.audit_reads import Source, connect, rows
+from storage.audit_text import Span, check, csv_lines, jsonl_bytes
 
 
 class WorkerError(RuntimeError):

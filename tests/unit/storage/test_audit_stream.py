@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from storage import audit, audit_text, audit_workers, migrate
+from storage import audit, audit_reads, audit_text, audit_workers, migrate
 from storage.db import Database
 from storage.tables import AuditHeadRow, AuditRow
 from tests.bench.audit_scale import insert_chain, measure
@@ -181,7 +181,7 @@ def test_rows_are_stored_as_the_canonical_json_their_hash_covers(database: Datab
     assert expected == stored_json(database, 2)
     with database.read() as session:
         raw = session.connection().connection.driver_connection
-        rows = list(audit_text.rows(raw, database.dialect, 0, 3))
+        rows = list(audit_reads.rows(raw, database.dialect, 0, 3))
     # row 2's deciding rule has a quote JSON escapes: it is decoded to be checked
     assert [True, False, True] == [audit_text.is_stored_hash(row) for row in rows]
     assert [True, True, True] == [audit_text.holds(row) for row in rows]
@@ -383,7 +383,7 @@ def test_a_text_column_json_escapes_verifies_and_exports_decoded(
         )
     with database.read() as session:
         raw = session.connection().connection.driver_connection
-        (row,) = audit_text.rows(raw, database.dialect, 0, 1)
+        (row,) = audit_reads.rows(raw, database.dialect, 0, 1)
     assert not audit_text.is_stored_hash(row)
     assert audit_text.holds(row)
     assert audit.VerifyReport(ok=True, checked=1) == verified(database, 1)
@@ -629,7 +629,7 @@ def test_the_scale_benchmark_measures_a_small_log(postgres_url: str) -> None:
 
 def test_a_worker_that_cannot_start_its_work_is_reported_not_waited_for(tmp_path: Path) -> None:
     """A worker whose database cannot be opened ends; the reader says so instead of hanging."""
-    source = audit_text.Source("sqlite", str(tmp_path / "missing" / "gpubot.db"))
+    source = audit_reads.Source("sqlite", str(tmp_path / "missing" / "gpubot.db"))
     pool = audit_workers.Workers(source, "verify", [(0, 8), (8, 16)], 2)
     try:
         with pytest.raises(audit_workers.WorkerError, match="ended early"):
