@@ -20,7 +20,7 @@ from rules.lease_facts import LeaseSnapshot, Warned
 from rules.marks import RECALL, Marks
 from storage import outbox
 from storage.db import lock_for_update
-from storage.tables import GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
+from storage.tables import RECALLED_WHERE, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
 
 #: A lease GPU held now, written as ix_lease_gpu_active's own condition (`WHERE active`):
 #: SQLite uses a partial index only for a query that repeats its condition, and SQLAlchemy
@@ -77,7 +77,7 @@ def recalled_for(session: Session, pool: str, request_id: int, since: datetime) 
     marks: Any = sa.type_coerce(col(LeaseRow.warnings), sa.JSON)
     serves = marks[(RECALL, "request")].as_integer() == request_id
     active = sa.select(col(LeaseRow.id)).where(
-        col(LeaseRow.state) == LeaseState.ACTIVE, col(LeaseRow.pool) == pool, serves
+        col(LeaseRow.pool) == pool, _being_recalled(session), serves
     )
     preempted = sa.select(col(LeaseRow.id)).where(
         col(LeaseRow.end_reason) == "preempted",
@@ -147,18 +147,16 @@ def active_in(session: Session, pool: str) -> list[LeaseRow]:
     return list(session.exec(stmt).all())
 
 
-def _recalled() -> sa.ColumnElement[bool]:
-    """The lease carries a recall (`Marks.recalled`), asked of its stored JSON in SQL."""
-    marks: Any = sa.type_coerce(col(LeaseRow.warnings), sa.JSON)
-    found: sa.ColumnElement[bool] = marks[RECALL].as_string().is_not(None)
-    return found
+def _being_recalled(session: Session) -> sa.TextClause:
+    """The lease is active and carries a recall (`Marks.recalled`), written as the condition
+    of ix_lease_recalled itself: each database uses a partial index only for a query that
+    repeats its condition, and the recalls under way are a few leases of a pool's thousands."""
+    return sa.text(RECALLED_WHERE[session.get_bind().dialect.name])
 
 
 def any_recalled(session: Session, pool: str) -> bool:
     """Is any active lease of the pool being recalled?"""
-    stmt = sa.select(col(LeaseRow.id)).where(
-        col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE, _recalled()
-    )
+    stmt = sa.select(col(LeaseRow.id)).where(col(LeaseRow.pool) == pool, _being_recalled(session))
     return flushed(session).execute(stmt.limit(1)).first() is not None
 
 
@@ -198,7 +196,9 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
     )
     here = (col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE)
     db = flushed(session)
-    marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(*here, _recalled())
+    marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(
+        col(LeaseRow.pool) == pool, _being_recalled(session)
+    )
     recalled: dict[int | None, Marks] = {row[0]: row[1] for row in db.execute(marked)}
     rows = db.execute(
         sa.select(

@@ -170,6 +170,15 @@ class ApprovalRow(SQLModel, table=True):
     at: datetime = _ts()
 
 
+#: A lease being recalled (its marks hold a recall, rules.marks), as each database writes it:
+#: the condition of ix_lease_recalled, which a query repeats word for word to be served by it
+#: (storage.leases), so that finding the recalls under way reads those leases, not the pool's.
+RECALLED_WHERE = {
+    "sqlite": "state = 'active' AND json_extract(warnings, '$.recall') IS NOT NULL",
+    "postgresql": "state = 'active' AND (warnings ->> 'recall') IS NOT NULL",
+}
+
+
 class LeaseRow(SQLModel, table=True):
     __tablename__ = "lease"
     # The recall cooldown asks for the leases preempted since a time (bot.services.recall);
@@ -179,6 +188,13 @@ class LeaseRow(SQLModel, table=True):
         sa.Index("ix_lease_ended_at_state", "ended_at", "state"),
         # Quota sums (GPUs held per team in a pool) read this index alone.
         sa.Index("ix_lease_pool_state_team_gpus", "pool", "state", "team", "gpus"),
+        sa.Index(
+            "ix_lease_recalled",
+            "pool",
+            "state",
+            sqlite_where=sa.text(RECALLED_WHERE["sqlite"]),
+            postgresql_where=sa.text(RECALLED_WHERE["postgresql"]),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)

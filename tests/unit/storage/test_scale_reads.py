@@ -252,6 +252,9 @@ def test_held_lease_gpus_are_read_through_the_partial_index(
 INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("ix_lease_end_reason_ended_at", lambda s: leases.last_preempted_since(s, START)),
     ("ix_lease_end_reason_ended_at", lambda s: leases.recalled_for(s, "a100", 5, START)),
+    ("ix_lease_recalled", lambda s: leases.recalled_for(s, "a100", 5, START)),
+    ("ix_lease_recalled", lambda s: leases.any_recalled(s, "a100")),
+    ("ix_lease_recalled", lambda s: leases.pool_leases(s, "a100")),
     ("ix_request_lease_id", lambda s: requests.ids_for_lease(s, 1)),
     ("ix_lease_holder", lambda s: leases.listed(s, holder="U1")),
     ("ix_lease_holder", lambda s: leases.lock_active_of(s, "U1")),
@@ -265,8 +268,9 @@ INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
 def test_cooldown_recall_lease_requests_and_a_person_s_leases_use_their_index(
     sqlite_fleet: Database, index: str, read: Callable[[Session], object]
 ) -> None:
-    """The recall cooldown, the recalls of a request, the requests of a lease and a person's
-    active leases are found through their index, whatever the history holds; quota sums,
+    """The recall cooldown, the recalls of a request (and whether any is under way), the
+    requests of a lease and a person's active leases are found through their index, whatever
+    the history holds (or the pool's active leases: the recalled are few of them); quota sums,
     status counts and free GPUs per node read an index that holds all they ask."""
     assert any(index in plan for plan in plans(sqlite_fleet, read))
 
