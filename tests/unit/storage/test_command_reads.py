@@ -149,6 +149,40 @@ def test_free_gpus_for_placing_place_as_all_of_them(database: Database, seed: in
             assert gpus.free_gpus(session, pool).count() == gpus.free_count(session, pool)
 
 
+# Names a locale's collation orders otherwise than their code points (case, and punctuation
+# it skips at first): placement breaks ties by name as Python compares them.
+TIE_NAMES = ("node_b", "Node-a", "node-a", "nodeb", "NODE.c", "node.a", "node-B", "nodea")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_node_a_borrow_fits_on_is_the_one_placement_takes(
+    database: Database, seed: int
+) -> None:
+    """Placing GPUs that one node holds, told from one row of SQL (`best_fit`), takes what
+    placement over every free GPU takes, also where nodes tie on their free GPUs and only
+    their names part them; more than any node holds is left to the counts of every node."""
+    rng = random.Random(seed)
+    with database.write() as session:
+        session.add(PoolRow(name="a100"))
+        session.flush()
+        for name in rng.sample(TIE_NAMES, len(TIE_NAMES)):
+            node = NodeRow(name=name, pool="a100")
+            session.add(node)
+            session.flush()
+            assert node.id is not None
+            for index in range(rng.choice((2, 4, 4, 6))):
+                observed = rng.choice((Observed.EMPTY, Observed.EMPTY, Observed.UNKNOWN))
+                session.add(GpuRow(node_id=node.id, index=index, pool="a100", observed=observed))
+    policy = default_policy()
+    with database.read() as session:
+        every = gpus.free_for(session, policy, "U9", "a100")
+        for count in range(1, 8):
+            some = gpus.free_for(session, policy, "U9", "a100", placing=count)
+            assert every.count() == some.count()
+            assert place(every, count, every.unknown) == place(some, count, some.unknown)
+        assert gpus.best_fit(session, "a100", 7) is None
+
+
 def test_a_pool_with_nothing_free_places_nothing(database: Database) -> None:
     with database.write() as session:
         session.add(PoolRow(name="a100"))
