@@ -77,6 +77,16 @@ def _placed(*columns: Any) -> sa.Select[Any]:
     )
 
 
+def _counted(*columns: Any) -> sa.Select[Any]:
+    """GPUs with their node, for reads that ask only whether a GPU is held (`gpu.held`), not
+    by which lease."""
+    return (
+        sa.select(*columns)
+        .select_from(GpuRow)
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+    )
+
+
 def gpu_lines(
     session: Session,
     pool: str | None = None,
@@ -168,54 +178,40 @@ def _own_place(state: str, observed: str) -> Place:
 def place_counts(session: Session) -> list[PlaceCount]:
     """The GPUs counted by pool, model, place and drained node: what `/gpu status` shows,
     without a line per GPU, and without a join per GPU either. Every GPU is counted by what
-    the inventory and telemetry say of it from one index alone; the GPUs held now and those
-    on drained nodes (what `Place` puts before the GPU's own columns) are counted apart and
-    moved to their place."""
+    the inventory, telemetry and `held` say of it from one index alone; the GPUs on drained
+    nodes (what `Place` puts before the GPU's own columns, but for a lease) are counted apart
+    and moved to their place."""
     db = session.connection()
-    facts = (col(GpuRow.pool), col(GpuRow.model), col(GpuRow.state), col(GpuRow.observed))
-    # grouped in ix_gpu_pool_state_observed_model's order, so that no sort is needed
-    index_order = (col(GpuRow.pool), col(GpuRow.state), col(GpuRow.observed), col(GpuRow.model))
+    held = col(GpuRow.held)
+    facts = (col(GpuRow.pool), col(GpuRow.model), col(GpuRow.state), col(GpuRow.observed), held)
+    # grouped in ix_gpu_pool_held_state_observed_model's order, so that no sort is needed
+    index_order = (
+        col(GpuRow.pool),
+        held,
+        col(GpuRow.state),
+        col(GpuRow.observed),
+        col(GpuRow.model),
+    )
     every = db.execute(sa.select(*facts, sa.func.count()).group_by(*index_order)).all()
     out_nodes = [i for (i,) in db.execute(sa.select(col(NodeRow.id)).where(col(NodeRow.drained)))]
-    # whether the node is drained, asked only when some node is
-    off = (col(GpuRow.node_id).in_(out_nodes),) if out_nodes else ()
-    # `+ 0`: the held GPUs are found through ix_lease_gpu_active, then each by its id; left
-    # to itself SQLite walks every GPU instead and asks the lease index of each
-    held = db.execute(
-        sa.select(*facts, sa.func.count(), *off)
-        .select_from(LeaseGpuRow)
-        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id) + 0)
-        .where(HELD)
-        .group_by(*facts, *off)
-    ).all()
     # the drained nodes' GPUs, through ix_gpu_node_id (few: counted here, not in SQL, where
     # grouping them would walk the whole GPU index instead)
-    drained = Counter(
-        tuple(row)
-        for row in (
-            db.execute(sa.select(*facts).where(col(GpuRow.node_id).in_(out_nodes)))
-            if out_nodes
-            else []
-        )
-    )
-    # GPUs neither held nor on a drained node, by (pool, model, state, observed)
-    rest: Counter[tuple[str, str, str, str]] = Counter()
-    for pool, model, state, observed, n in every:
-        rest[pool, model, state, observed] += int(n)
-    for (pool, model, state, observed), n in drained.items():
-        rest[pool, model, state, observed] -= n
+    drained: Counter[tuple[str, str, str, str, bool]] = Counter()
+    if out_nodes:
+        for pool, model, state, observed, is_held in db.execute(
+            sa.select(*facts).where(col(GpuRow.node_id).in_(out_nodes))
+        ):
+            drained[pool, model, state, observed, bool(is_held)] += 1
+    rest: Counter[tuple[str, str, str, str, bool]] = Counter()
+    for pool, model, state, observed, is_held, n in every:
+        rest[pool, model, state, observed, bool(is_held)] += int(n)
     out: Counter[tuple[str, str, Place, bool]] = Counter()
-    for pool, model, state, observed, n, *drained_node in held:
-        on_drained = bool(drained_node and drained_node[0])
-        out[pool, model, Place.LEASED, on_drained] += int(n)
-        if on_drained:  # counted among the drained node's GPUs: not out of service
-            out[pool, model, Place.OUT, True] -= int(n)
-        else:
-            rest[pool, model, state, observed] -= int(n)
-    for (pool, model, _, _), n in drained.items():
-        out[pool, model, Place.OUT, True] += n
-    for (pool, model, state, observed), n in rest.items():
-        out[pool, model, _own_place(state, observed), False] += n
+    for (pool, model, state, observed, is_held), n in drained.items():
+        rest[pool, model, state, observed, bool(is_held)] -= n
+        out[pool, model, Place.LEASED if is_held else Place.OUT, True] += n
+    for (pool, model, state, observed, is_held), n in rest.items():
+        where = Place.LEASED if is_held else _own_place(state, observed)
+        out[pool, model, where, False] += n
     return [
         PlaceCount(pool, model, place, drained_node, n)
         for (pool, model, place, drained_node), n in out.items()
@@ -297,22 +293,28 @@ def free_for(
 
 
 def _free_here(pool: str) -> tuple[sa.ColumnElement[bool], ...]:
-    """`Place.FREE` in a pool written out as plain conditions, for a query of `_placed`: the
+    """`Place.FREE` in a pool written out as plain conditions, for a query of `_counted`: the
     CASE of `_place` would hide the GPU's columns from the indexes that hold them."""
     return (
         col(GpuRow.pool) == pool,
+        _not_held(),
         col(GpuRow.state) == GpuState.OK.value,
         col(GpuRow.observed).not_in([Observed.SILENT.value, Observed.OCCUPIED.value]),
         sa.not_(col(NodeRow.drained)),
-        col(LeaseGpuRow.lease_id).is_(None),
     )
+
+
+def _not_held() -> sa.ColumnElement[bool]:
+    """In no active lease, asked of `gpu.held` (kept by the database from lease_gpu), which the
+    GPU index holds: no probe of the lease index for each GPU."""
+    return col(GpuRow.held) == sa.false()
 
 
 def _free_on(session: Session, pool: str, nodes: Collection[str] | None = None) -> FreeGpus:
     """The pool's free GPUs (only those on `nodes`), in one read of plain columns: the free
     ones are most of a large pool, so no line each."""
     stmt = (
-        _placed(col(NodeRow.name), col(GpuRow.index), col(GpuRow.observed))
+        _counted(col(NodeRow.name), col(GpuRow.index), col(GpuRow.observed))
         .where(*_free_here(pool))
         .order_by(col(NodeRow.name), col(GpuRow.index))
     )
@@ -330,7 +332,7 @@ def _free_on(session: Session, pool: str, nodes: Collection[str] | None = None) 
 
 def free_count(session: Session, pool: str) -> int:
     """How many GPUs of the pool are free, counted in SQL."""
-    stmt = _placed(sa.func.count()).where(*_free_here(pool))
+    stmt = _counted(sa.func.count()).where(*_free_here(pool))
     return int(session.connection().execute(stmt).scalar() or 0)
 
 
@@ -339,7 +341,7 @@ def free_per_node(session: Session, pool: str) -> dict[str, tuple[int, int]]:
     fresh telemetry showing them empty)}; nodes with none free are left out."""
     known = sa.func.sum(sa.case((col(GpuRow.observed) == Observed.EMPTY.value, 1), else_=0))
     stmt = (
-        _placed(col(NodeRow.name), sa.func.count(), known)
+        _counted(col(NodeRow.name), sa.func.count(), known)
         .where(*_free_here(pool))
         .group_by(col(NodeRow.name))
     )
@@ -361,7 +363,7 @@ def best_fit(session: Session, pool: str, count: int) -> tuple[str, int, int] | 
     if session.get_bind().dialect.name == "postgresql":
         name = name.collate("C")  # by code point, as Python compares names in placing_nodes
     stmt = (
-        _placed(col(NodeRow.name), free, sa.func.sum(free).over())
+        _counted(col(NodeRow.name), free, sa.func.sum(free).over())
         .where(*_free_here(pool))
         .group_by(col(NodeRow.name))
         .order_by(sa.case((free >= count, 0), else_=1), unknown_taken, free, name)
@@ -400,12 +402,12 @@ def placing_nodes(counts: Mapping[str, tuple[int, int]], count: int) -> set[str]
 def _occupied(session: Session, pool: str) -> list[GpuLine]:
     """The lines of the pool's GPUs in use without a lease (healthy, on an undrained node):
     few, and read through the index that holds what telemetry showed."""
-    stmt = _placed(col(GpuRow.id)).where(
+    stmt = _counted(col(GpuRow.id)).where(
         col(GpuRow.pool) == pool,
+        _not_held(),
         col(GpuRow.state) == GpuState.OK.value,
         col(GpuRow.observed) == Observed.OCCUPIED.value,
         sa.not_(col(NodeRow.drained)),
-        col(LeaseGpuRow.lease_id).is_(None),
     )
     taken = [gpu_id for (gpu_id,) in session.connection().execute(stmt)]
     return gpu_lines(session, pool, ids=taken) if taken else []

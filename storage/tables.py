@@ -74,9 +74,15 @@ class GpuRow(SQLModel, table=True):
     __tablename__ = "gpu"
     __table_args__ = (
         sa.UniqueConstraint("node_id", "index", name="uq_gpu_node_index"),
-        # where a GPU stands, but for its lease and node: status and placement count it here
+        # where a GPU stands, but for its node: status and placement count it here
         sa.Index(
-            "ix_gpu_pool_state_observed_model", "pool", "state", "observed", "model", "node_id"
+            "ix_gpu_pool_held_state_observed_model",
+            "pool",
+            "held",
+            "state",
+            "observed",
+            "model",
+            "node_id",
         ),
     )
 
@@ -101,6 +107,12 @@ class GpuRow(SQLModel, table=True):
     temperature_c: float | None = None
     power_w: float | None = None
     profiled_at: datetime | None = _ts(nullable=True)
+    # In an active lease: kept by the database itself from lease_gpu (HELD_TRIGGERS), never
+    # written by code, so that counting where GPUs stand reads one index, not every lease.
+    held: bool = Field(
+        default=False,
+        sa_column=sa.Column(sa.Boolean(), nullable=False, default=False, server_default=sa.false()),
+    )
 
 
 class DeviceEventRow(SQLModel, table=True):
@@ -488,3 +500,39 @@ class AgentNonceRow(SQLModel, table=True):
     node: str = Field(max_length=128)
     nonce: str = Field(max_length=128)
     expires_at: datetime = _ts(index=True)
+
+
+#: `gpu.held` kept from `lease_gpu.active` by triggers, in the same statement as the change: a
+#: GPU is held while a lease_gpu row of it is active (ix_lease_gpu_active: at most one).
+#: Migrations create the same (0016).
+HELD_TRIGGERS = {
+    "sqlite": (
+        "CREATE TRIGGER tr_lease_gpu_held_insert AFTER INSERT ON lease_gpu WHEN NEW.active "
+        "BEGIN UPDATE gpu SET held = 1 WHERE id = NEW.gpu_id; END",
+        "CREATE TRIGGER tr_lease_gpu_held_update AFTER UPDATE OF active, gpu_id ON lease_gpu "
+        "BEGIN UPDATE gpu SET held = 0 WHERE id = OLD.gpu_id AND OLD.active; "
+        "UPDATE gpu SET held = 1 WHERE id = NEW.gpu_id AND NEW.active; END",
+        "CREATE TRIGGER tr_lease_gpu_held_delete AFTER DELETE ON lease_gpu WHEN OLD.active "
+        "BEGIN UPDATE gpu SET held = 0 WHERE id = OLD.gpu_id; END",
+    ),
+    "postgresql": (
+        "CREATE FUNCTION lease_gpu_held() RETURNS trigger LANGUAGE plpgsql AS $$\n"
+        "BEGIN\n"
+        "  IF TG_OP <> 'INSERT' THEN\n"
+        "    IF OLD.active THEN UPDATE gpu SET held = false WHERE id = OLD.gpu_id; END IF;\n"
+        "  END IF;\n"
+        "  IF TG_OP <> 'DELETE' THEN\n"
+        "    IF NEW.active THEN UPDATE gpu SET held = true WHERE id = NEW.gpu_id; END IF;\n"
+        "  END IF;\n"
+        "  RETURN NULL;\n"
+        "END $$",
+        "CREATE TRIGGER tr_lease_gpu_held AFTER INSERT OR UPDATE OF active, gpu_id OR DELETE "
+        "ON lease_gpu FOR EACH ROW EXECUTE FUNCTION lease_gpu_held()",
+    ),
+}
+
+for _dialect, _statements in HELD_TRIGGERS.items():
+    for _statement in _statements:
+        # create_all (tests, a new SQLite file) builds them with the table
+        _ddl = sa.DDL(_statement).execute_if(dialect=_dialect)  # type: ignore[no-untyped-call]  # DDL has no annotations
+        sa.event.listen(LeaseGpuRow.__table__, "after_create", _ddl)  # type: ignore[attr-defined]

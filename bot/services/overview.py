@@ -41,7 +41,7 @@ def pool_status(session: Session, ctx: Context) -> list[PoolStatus]:
     out-of-service GPUs by model (storage.gpus.Place: the definition placement uses), counted
     in SQL."""
     counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
-    # place_counts moves the held GPUs out of a count of every GPU, in separate statements:
+    # place_counts moves the drained nodes' GPUs out of a count of every GPU, in two statements:
     # on PostgreSQL they must see one snapshot, or a GPU changing meanwhile is counted twice
     one_snapshot(session)
     for found in place_counts(session):

@@ -10,14 +10,16 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from sqlmodel import Session
+import sqlalchemy as sa
+from sqlmodel import Session, col
 
 from rules.domain import GpuState, Observed
 from rules.placement import place
-from storage import gpus
+from storage import gpus, leases
 from storage.db import Database
 from storage.gpus import FreeGpus, Place, placing_nodes
-from storage.tables import GpuRow, NodeRow, PoolRow
+from storage.leases import HELD
+from storage.tables import GpuRow, LeaseGpuRow, NodeRow, PoolRow
 from tests.builders import default_policy
 from tests.unit.storage.builders import a_lease
 
@@ -147,6 +149,43 @@ def test_free_gpus_for_placing_place_as_all_of_them(database: Database, seed: in
                 assert every.count() == some.count()
                 assert place(every, count, every.unknown) == place(some, count, some.unknown)
             assert gpus.free_gpus(session, pool).count() == gpus.free_count(session, pool)
+
+
+def held_now(session: Session) -> tuple[set[int], set[int]]:
+    """The GPUs `gpu.held` names, and those in an active lease GPU row."""
+    db = session.connection()
+    flagged = {i or 0 for (i,) in db.execute(sa.select(col(GpuRow.id)).where(col(GpuRow.held)))}
+    active = {i for (i,) in db.execute(sa.select(col(LeaseGpuRow.gpu_id)).where(HELD))}
+    return flagged, active
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_held_is_kept_by_the_database_through_grants_shrinks_and_releases(
+    database: Database, seed: int
+) -> None:
+    """`gpu.held` is true exactly for the GPUs of active lease GPU rows, whatever changes
+    them: leases granted, a GPU given back, leases ended, a lease GPU deleted."""
+    rng = random.Random(seed)
+    with database.write() as session:
+        ids = a_random_fleet(session, rng)
+        flagged, active = held_now(session)
+        assert (flagged, active) == (active, active)
+        assert active
+        some = sorted(active)[0]
+        session.execute(
+            sa.update(LeaseGpuRow)
+            .where(col(LeaseGpuRow.gpu_id) == some, HELD)
+            .values(active=False, released_at=NOW)
+        )
+        assert held_now(session)[0] == held_now(session)[1]
+        lease = session.execute(sa.select(col(LeaseGpuRow.lease_id)).where(HELD)).scalars().first()
+        leases.let_go(session, lease)
+        assert held_now(session)[0] == held_now(session)[1]
+        session.execute(sa.delete(LeaseGpuRow).where(HELD))
+        free = [i for i in ids if i not in active][:2]
+        a_lease(session, at=NOW, gpu_ids=free)
+        flagged, active = held_now(session)
+        assert (set(free), set(free)) == (flagged, active)
 
 
 # Names a locale's collation orders otherwise than their code points (case, and punctuation

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlmodel import SQLModel
+from sqlmodel import SQLModel, col
 
 from storage import migrate
 from storage.db import Database
@@ -96,5 +96,75 @@ def test_the_migrated_schema_refuses_a_gpu_in_two_active_leases(empty_url: str) 
             session.add(LeaseGpuRow(lease_id=2, gpu_id=1))
         with pytest.raises(sa.exc.IntegrityError), database.write() as session:
             session.add(LeaseGpuRow(lease_id=3, gpu_id=1))
+    finally:
+        database.dispose()
+
+
+def held_gpus(database: Database) -> dict[int, bool]:
+    with database.read() as session:
+        rows = session.connection().execute(sa.select(col(GpuRow.id), col(GpuRow.held))).all()
+    return {int(gpu_id or 0): bool(held) for gpu_id, held in rows}
+
+
+def rows_of(name: str, rows: list[dict[str, object]]) -> sa.Insert:
+    """An insert of plain rows into a table as an older revision has it (no model columns)."""
+    return sa.insert(sa.table(name, *(sa.column(key) for key in rows[0]))).values(rows)
+
+
+def test_the_migration_marks_the_held_gpus_and_its_triggers_keep_them(empty_url: str) -> None:
+    """Upgraded over leases already granted, `gpu.held` names the GPUs in active leases; the
+    migrated triggers then follow a grant, a release and a deleted lease GPU."""
+    migrate.upgrade(empty_url, "0015")
+    database = Database(empty_url)
+    lease = {"holder": "U1", "team": "vision", "pool": "a100", "gpus": 1, "priority": "normal"}
+    more = {"protected": False, "reason": "", "state": "active", "end_reason": ""}
+    counts = {"extensions": 0, "extended_s": 0, "snoozes": 0, "warnings": "{}"}
+    try:
+        with database.begin() as connection:
+            connection.execute(rows_of("pool", [{"name": "a100", "model": "", "protected": False}]))
+            node = {"id": 1, "name": "node-1", "pool": "a100", "drained": False}
+            connection.execute(
+                rows_of("node", [{**node, "reporting": "unknown", "driver": "", "cuda": ""}])
+            )
+            gpu = {"node_id": 1, "model": "", "memory_mib": 0, "pool": "a100", "state": "ok"}
+            connection.execute(
+                rows_of(
+                    "gpu",
+                    [
+                        {"id": i, "index": i, **gpu, "observed": "unknown", "occupants": "[]"}
+                        for i in (1, 2, 3)
+                    ],
+                )
+            )
+            connection.execute(
+                rows_of(
+                    "lease",
+                    [
+                        {"id": i, **lease, **more, **counts, "granted_at": NOW, "expires_at": NOW}
+                        for i in (1, 2, 3)
+                    ],
+                )
+            )
+            connection.execute(
+                rows_of(
+                    "lease_gpu",
+                    [
+                        {"lease_id": 1, "gpu_id": 1, "active": True},
+                        {"lease_id": 2, "gpu_id": 2, "active": False},
+                    ],
+                )
+            )
+        migrate.upgrade(empty_url)
+        assert {1: True, 2: False, 3: False} == held_gpus(database)
+        with database.write() as session:
+            session.add(LeaseGpuRow(lease_id=3, gpu_id=3))
+            session.execute(
+                sa.update(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == 1).values(active=False)
+            )
+            session.add(LeaseGpuRow(lease_id=2, gpu_id=1))
+        assert {1: True, 2: False, 3: True} == held_gpus(database)
+        with database.write() as session:
+            session.execute(sa.delete(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == 3))
+        assert {1: True, 2: False, 3: False} == held_gpus(database)
     finally:
         database.dispose()

@@ -209,12 +209,7 @@ def sqlite_fleet() -> Iterator[Database]:
 
 
 HELD_READS: dict[str, Callable[[Session], object]] = {
-    "free_gpus": lambda s: gpus.free_gpus(s, "a100"),
     "gpu_lines": gpus.gpu_lines,
-    "place_counts": gpus.place_counts,
-    "stranded": lambda s: gpus.stranded(s, "a100", 2),
-    "free_per_node": lambda s: gpus.free_per_node(s, "a100"),
-    "free_count": lambda s: gpus.free_count(s, "a100"),
     "gpu_snapshots": gpus.gpu_snapshots,
     "held_gpus": leases.held_gpus,
     "active_snapshots": leases.active_snapshots,
@@ -249,6 +244,26 @@ def test_held_lease_gpus_are_read_through_the_partial_index(
             assert "USING INDEX ix_lease_gpu_active" in line, line
 
 
+#: Reads that ask only whether a GPU is held, of `gpu.held`.
+COUNTED_READS: dict[str, Callable[[Session], object]] = {
+    "free_gpus": lambda s: gpus.free_gpus(s, "a100"),
+    "place_counts": gpus.place_counts,
+    "stranded": lambda s: gpus.stranded(s, "a100", 2),
+    "free_per_node": lambda s: gpus.free_per_node(s, "a100"),
+    "free_count": lambda s: gpus.free_count(s, "a100"),
+    "best_fit": lambda s: gpus.best_fit(s, "a100", 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COUNTED_READS))
+def test_free_gpus_and_status_counts_read_no_lease(sqlite_fleet: Database, name: str) -> None:
+    """Counting the free GPUs, or where every GPU stands, reads the GPU index (which holds
+    `held`), never the leases: no probe of the lease index for each GPU."""
+    found = plans(sqlite_fleet, COUNTED_READS[name])
+    assert not [plan for plan in found if "lease" in plan], found
+    assert any("ix_gpu_pool_held_state_observed_model" in plan for plan in found), found
+
+
 INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("ix_lease_end_reason_ended_at", lambda s: leases.last_preempted_since(s, START)),
     ("ix_lease_end_reason_ended_at", lambda s: leases.recalled_for(s, "a100", 5, START)),
@@ -259,8 +274,8 @@ INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("ix_lease_holder", lambda s: leases.listed(s, holder="U1")),
     ("ix_lease_holder", lambda s: leases.lock_active_of(s, "U1")),
     ("COVERING INDEX ix_lease_pool_state_team_gpus", lambda s: leases.held_by_team(s, "a100")),
-    ("COVERING INDEX ix_gpu_pool_state_observed_model", gpus.place_counts),
-    ("COVERING INDEX ix_gpu_pool_state_observed_model", lambda s: gpus.free_per_node(s, "a100")),
+    ("COVERING INDEX ix_gpu_pool_held_state_observed_model", gpus.place_counts),
+    ("ix_gpu_pool_held_state_observed_model", lambda s: gpus.free_per_node(s, "a100")),
 ]
 
 
