@@ -374,7 +374,22 @@ class GpuHourRow(SQLModel, table=True):
     __tablename__ = "gpu_hour"
     __table_args__ = (
         sa.UniqueConstraint("hour", "node", "index", "lease_id", name="uq_gpu_hour"),
-        sa.Index("ix_gpu_hour_team_hour", "team", "hour"),
+        # A team's window read from the index alone (migration 0016), in the order a report
+        # of the team person by person groups it: hour, then pool and holder.
+        sa.Index(
+            "ix_gpu_hour_team_window",
+            "team",
+            "hour",
+            "pool",
+            "holder",
+            "lease_id",
+            "allocated_s",
+            "used_s",
+            "busy_s",
+            "idle_s",
+            "unknown_s",
+            "unreserved_s",
+        ),
         sa.Index("ix_gpu_hour_holder_hour", "holder", "hour"),
         # A window read from the index alone (migration 0012): what reports group by and sum.
         sa.Index(
