@@ -42,8 +42,8 @@ _KEYS: Mapping[str, Any] = {
     "day": _H.hour,
     "hour": _H.hour,
 }
-#: What a breakdown is first summed by, hour by hour: the hour and a prefix of the columns
-#: after it in the window index (storage.tables.GpuHourRow), so the database reads the window
+#: What a breakdown is first summed by on SQLite, hour by hour: the hour and a prefix of the
+#: columns after it in the window index (storage.tables.GpuHourRow), so SQLite reads the window
 #: in index order and sums as it goes, where grouping the rows by the key at once sorted every
 #: one of them (half a million in a month of a 1,000-GPU lab). The hours are summed away after.
 _PER_HOUR: Mapping[GroupBy | None, tuple[Any, ...]] = {
@@ -68,10 +68,11 @@ def usage(
     allocated GPU-hours times their pool's price (pools without one cost nothing)."""
     _room_to_group(session)
     window = (_H.hour >= since, _H.hour < until, *_conditions(where))
-    per_hour = _PER_HOUR.get(by)
-    if by == "lease" and session.connection().dialect.name == "sqlite":
+    sqlite = session.connection().dialect.name == "sqlite"
+    per_hour = _PER_HOUR.get(by) if sqlite else None  # PostgreSQL hashes the groups instead
+    if by == "lease" and sqlite:
         stmt = _by_lease_day_first(since, until, window)
-    elif per_hour is None:  # by lease, day or hour: grouped at once
+    elif per_hour is None:  # grouped at once
         key = _KEYS[by] if by is not None else sa.literal("")
         stmt = sa.select(key, _H.pool, *_SUMS).where(*window).group_by(key, _H.pool)
     else:
@@ -175,7 +176,9 @@ def usage_and_days(
     stmt = (
         sa.select(_H.hour, key, _H.pool, *_SUMS)
         .where(_H.hour >= since, _H.hour < until, *_conditions(where))
-        .group_by(_H.hour, key, _H.pool)
+        # In the indexes' order (hour, pool, then team or holder): PostgreSQL then sums as it
+        # reads instead of hashing tens of thousands of groups.
+        .group_by(_H.hour, _H.pool, key)
     )
     # Summed as plain seconds per (key, pool) and per (hour, pool), unrolled, and priced once
     # per group at the end: a manager's month person by person is tens of thousands of rows,
