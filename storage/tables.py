@@ -409,7 +409,7 @@ class GpuHourRow(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    hour: datetime = _ts(index=True)
+    hour: datetime = _ts()  # no index of its own: the window index and uq_gpu_hour lead with it
     pool: str = Field(default="", max_length=64)
     node: str = Field(max_length=128)
     index: int

@@ -1,8 +1,11 @@
-"""Reports by lease and a team's reports person by person read their rows from an index alone,
-already in the order they group them:
+"""The hourly rows' indexes for reports: a breakdown by lease and a team's month person by
+person read their rows from an index alone, in the order they group them.
 
 - a team's index covers what reports sum (team, hour, pool, holder, lease, the seconds),
   replacing the one on (team, hour) that sent every row's read to the table;
+- the index on the hour alone goes: the window index and the unique key both lead with the
+  hour and serve every read and delete it served, and each index costs the hourly rollup
+  its inserts;
 - on SQLite, an index by UTC day, then lease and pool: SQLite groups by sorting, and this
   yields each day's rows in lease order (storage.reports groups by lease day by day first).
   PostgreSQL groups by hashing and needs none. The models do not declare it: it indexes an
@@ -28,6 +31,7 @@ LEASE_DAY = "ix_gpu_hour_lease_day"
 
 
 def upgrade() -> None:
+    op.drop_index("ix_gpu_hour_hour", table_name="gpu_hour")
     op.drop_index("ix_gpu_hour_team_hour", table_name="gpu_hour")
     op.create_index(
         "ix_gpu_hour_team_window",
@@ -46,3 +50,4 @@ def downgrade() -> None:
         op.execute(f"DROP INDEX {LEASE_DAY}")
     op.drop_index("ix_gpu_hour_team_window", table_name="gpu_hour")
     op.create_index("ix_gpu_hour_team_hour", "gpu_hour", ["team", "hour"])
+    op.create_index("ix_gpu_hour_hour", "gpu_hour", ["hour"])
