@@ -136,8 +136,8 @@ def _by_lease_day_first(since: datetime, until: datetime, window: Sequence[Any])
 
 
 def _room_to_group(session: Session) -> None:
-    """On PostgreSQL, memory enough for this transaction to group a window's rows by lease in
-    one pass: with the default 4 MB, 42,000 leases spill to disk in batches."""
+    """On PostgreSQL, memory enough for this transaction to hash a window's groups in one
+    pass: with the default 4 MB, a month's 42,000 leases spilled to disk in batches."""
     connection = session.connection()
     if connection.dialect.name == "postgresql":
         connection.exec_driver_sql("SET LOCAL work_mem = '64MB'")
