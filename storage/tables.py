@@ -402,7 +402,22 @@ class GpuHourRow(SQLModel, table=True):
     __tablename__ = "gpu_hour"
     __table_args__ = (
         sa.UniqueConstraint("hour", "node", "index", "lease_id", name="uq_gpu_hour"),
-        sa.Index("ix_gpu_hour_team_hour", "team", "hour"),
+        # A team's window read from the index alone (migration 0016), in the order a report
+        # of the team person by person groups it: hour, then pool and holder.
+        sa.Index(
+            "ix_gpu_hour_team_window",
+            "team",
+            "hour",
+            "pool",
+            "holder",
+            "lease_id",
+            "allocated_s",
+            "used_s",
+            "busy_s",
+            "idle_s",
+            "unknown_s",
+            "unreserved_s",
+        ),
         sa.Index("ix_gpu_hour_holder_hour", "holder", "hour"),
         # A window read from the index alone (migration 0012): what reports group by and sum.
         sa.Index(
@@ -422,7 +437,7 @@ class GpuHourRow(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    hour: datetime = _ts(index=True)
+    hour: datetime = _ts()  # no index of its own: the window index and uq_gpu_hour lead with it
     pool: str = Field(default="", max_length=64)
     node: str = Field(max_length=128)
     index: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +39,13 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def differences(url: str) -> list[object]:
     database = Database(url)
     try:
-        with database.read() as session:
+        with database.read() as session, warnings.catch_warnings():
+            # The one index the models leave out on purpose (migration 0016): SQLAlchemy
+            # cannot reflect an index on an expression, says so, and compares the rest.
+            warnings.filterwarnings(
+                "ignore", "Skipped unsupported reflection of expression-based index "
+                "ix_gpu_hour_lease_day", sa.exc.SAWarning,
+            )  # fmt: skip
             context = MigrationContext.configure(session.connection())
             return list(compare_metadata(context, SQLModel.metadata))
     finally:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
 from rules.reports import Counts
-from storage import reports
+from storage import migrate, reports
 from storage.audit import AuditEntry, AuditTag, append
 from storage.db import Database
 from storage.reports import Filter
@@ -70,6 +73,72 @@ def test_usage_filters_windows_and_groups_by_local_day(database: Database) -> No
     assert 4.0 == mine[""].allocated_h  # hours 1 and 2 of both GPUs
     assert {"2026-11-30": 4.0, "2026-12-01": 2.0} == {k: u.allocated_h for k, u in days.items()}
     assert ["L2"] == list(leases)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A database built by the migrations, with the indexes only they make (SQLite's by day
+    and lease)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'gpubot.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    migrate.upgrade(url)
+    database = Database(url)
+    yield database
+    database.dispose()
+
+
+def test_usage_by_lease_sums_each_lease_across_midnight(migrated: Database) -> None:
+    """Lease 1 holds two GPUs 22:00 to 01:00, across midnight UTC (SQLite sums it day by day
+    first); lease 2 one l40s hour; unheld use in two pools is one line, priced at nothing."""
+    fill(migrated)
+    with migrated.write() as session:
+        session.add(GpuHourRow(hour=T0 + timedelta(hours=2), pool="l40s", node="n2", index=0,
+                               unreserved_s=600))  # fmt: skip
+    with migrated.read() as session:
+        whole = reports.usage(session, T0, T0 + timedelta(hours=3), Filter(), "lease",
+                              prices=PRICES)  # fmt: skip
+        middle = reports.usage(session, T0 + timedelta(hours=1), T0 + timedelta(hours=2),
+                               Filter(), "lease", prices=PRICES)  # fmt: skip
+    one, two, unheld = whole["L1"], whole["L2"], whole[""]
+    assert (6.0, 3.0, 0.5, 12.0) == (one.allocated_h, one.used_h, one.efficiency, one.cost)
+    assert (1.0, 1.0, 0.0) == (two.allocated_h, two.used_h, two.cost)
+    assert (0.0, 1800.0, 0.0) == (unheld.allocated_s, unheld.unreserved_s, unheld.cost)
+    assert {"L1": 2.0, "L2": 1.0} == {k: u.allocated_h for k, u in middle.items()}
+
+
+def test_sqlite_reads_a_breakdown_by_lease_from_the_index_by_day(tmp_path: Path) -> None:
+    """The statement spells the day as migration 0016's index does, so SQLite reads the rows
+    from it in lease order rather than sorting them."""
+    url = f"sqlite:///{tmp_path / 'gpubot.db'}"
+    migrate.upgrade(url)
+    database = Database(url)
+    seen: list[tuple[str, Any]] = []
+
+    def record(*args: Any) -> None:
+        seen.append((args[2], args[3]))
+
+    try:
+        with database.read() as session:
+            sa.event.listen(session.get_bind(), "before_cursor_execute", record)
+            try:
+                reports.usage(session, T0, T0 + timedelta(days=1), Filter(), "lease", prices={})
+            finally:
+                sa.event.remove(session.get_bind(), "before_cursor_execute", record)
+            statement, parameters = next((s, p) for s, p in seen if "gpu_hour" in s)
+            plan = session.connection().exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {statement}", parameters
+            )
+            details = " ".join(str(row[-1]) for row in plan)
+    finally:
+        database.dispose()
+    assert "ix_gpu_hour_lease_day" in details
 
 
 def request(
