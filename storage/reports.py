@@ -111,7 +111,7 @@ def usage(
 
 
 #: The UTC day of an hourly row on SQLite (hours are stored as `YYYY-MM-DD HH:MM:SS.ffffff`),
-#: spelled exactly as migration 0016's index on it, so that the database reads it from there.
+#: spelled exactly as migration 0017's index on it, so that the database reads it from there.
 _SQLITE_DAY = sa.func.substr(_H.hour, sa.literal_column("1"), sa.literal_column("10"))
 
 

@@ -402,7 +402,7 @@ class GpuHourRow(SQLModel, table=True):
     __tablename__ = "gpu_hour"
     __table_args__ = (
         sa.UniqueConstraint("hour", "node", "index", "lease_id", name="uq_gpu_hour"),
-        # A team's window read from the index alone (migration 0016), in the order a report
+        # A team's window read from the index alone (migration 0017), in the order a report
         # of the team person by person groups it: hour, then pool and holder.
         sa.Index(
             "ix_gpu_hour_team_window",

@@ -40,7 +40,7 @@ def differences(url: str) -> list[object]:
     database = Database(url)
     try:
         with database.read() as session, warnings.catch_warnings():
-            # The one index the models leave out on purpose (migration 0016): SQLAlchemy
+            # The one index the models leave out on purpose (migration 0017): SQLAlchemy
             # cannot reflect an index on an expression, says so, and compares the rest.
             warnings.filterwarnings(
                 "ignore", "Skipped unsupported reflection of expression-based index "

@@ -114,7 +114,7 @@ def test_usage_by_lease_sums_each_lease_across_midnight(migrated: Database) -> N
 
 
 def test_sqlite_reads_a_breakdown_by_lease_from_the_index_by_day(tmp_path: Path) -> None:
-    """The statement spells the day as migration 0016's index does, so SQLite reads the rows
+    """The statement spells the day as migration 0017's index does, so SQLite reads the rows
     from it in lease order rather than sorting them."""
     url = f"sqlite:///{tmp_path / 'gpubot.db'}"
     migrate.upgrade(url)

@@ -12,8 +12,8 @@ person read their rows from an index alone, in the order they group them.
   expression only SQLite computes on these timestamps (stored there as text,
   `YYYY-MM-DD HH:MM:SS.ffffff`), and SQLAlchemy cannot reflect one to compare it.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-02
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | None = "0015"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | None = None
 depends_on: str | None = None
 
