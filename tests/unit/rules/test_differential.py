@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ DURABLE = DurableEngine(DEFAULT)
 REFERENCE = ReferenceEngine(DEFAULT)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(subject=st.sampled_from(list(Subject)), data=st.data())
 def test_both_engines_agree_on_the_shipped_policy(subject: Subject, data: st.DataObject) -> None:
@@ -126,6 +128,7 @@ BASE = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(whens=st.lists(conditions, min_size=1, max_size=6), data=st.data())
 def test_both_engines_agree_on_random_conditions(whens: list[str], data: st.DataObject) -> None:
