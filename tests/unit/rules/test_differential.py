@@ -3,6 +3,7 @@ of random facts, and on random conditions built from the whole language."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -47,6 +48,7 @@ def value_of(kind: FactType) -> st.SearchStrategy[Any]:
     return st.sampled_from(NUMBERS) | st.integers(-5, 40)
 
 
+@functools.cache  # built and validated once: building one per example took most of its time
 def facts_for(subject: Subject) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries(
         {name: value_of(spec.type) for name, spec in CATALOGUE[subject].items()}
@@ -73,6 +75,7 @@ REQUEST = CATALOGUE[Subject.REQUEST]
 BY_TYPE = {kind: [n for n, s in REQUEST.items() if s.type == kind] for kind in FactType}
 
 
+@functools.cache
 def literal(kind: FactType, fact: str = "") -> st.SearchStrategy[str]:
     if kind == FactType.STRING:
         if fact.endswith(".pool"):  # the loader refuses pool and team names nobody defined
