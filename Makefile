@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 PORT ?= 8080
 # The suite's worker processes (pytest-xdist), one per core: more would starve the tests that
-# hold the bot to its ack and timing budgets. Tests are handed out one at a time, so both workers
-# stay busy to the end; those sharing a module- or package-scoped set-up go to one worker
-# together (tests/conftest.py groups them for --dist loadgroup).
+# hold the bot to its ack and timing budgets. Tests are handed out one at a time, the long ones
+# (marked slow) first, so both workers stay busy to the end; those sharing a module- or
+# package-scoped set-up go to one worker together (tests/conftest.py groups and orders them for
+# --dist loadgroup).
 TEST_WORKERS ?= $(shell nproc)
 
 .PHONY: help demo test check fmt lint typecheck bench imports screenshots system-deps clean

@@ -154,6 +154,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     skip_without_durable(items)
     group_shared_setups(items)
+    slow_first(items)
 
 
 def skip_without_durable(items: list[pytest.Item]) -> None:
@@ -187,3 +188,10 @@ def group_shared_setups(items: list[pytest.Item]) -> None:
         )
         if shared:
             item.add_marker(pytest.mark.xdist_group(shared[0]))
+
+
+def slow_first(items: list[pytest.Item]) -> None:
+    """Tests marked `slow` (a minute or more each on a loaded 2-core machine) first, the rest
+    in their order: xdist hands tests out in this order, and one of them handed out last kept
+    one worker busy long after the other had run out of work."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -180,6 +180,7 @@ def _rig(local: LocalSlack, tmp_path: Path, database_url: str | None) -> Iterato
         bot.close()
 
 
+@pytest.mark.slow
 def test_slack_failing_every_way_loses_no_reply_and_slows_no_ack(rig: Rig) -> None:
     """500s, 429s, 15-second answers and a two-minute outage: every ack in time, every
     request answered, no message twice; replies whose fate Slack never told are counted."""
@@ -207,6 +208,7 @@ def test_slack_failing_every_way_loses_no_reply_and_slows_no_ack(rig: Rig) -> No
     assert figures["replies repeated"] <= 1  # only the reply whose 15 s answer was given up on
 
 
+@pytest.mark.slow
 def test_a_sqlite_write_lock_held_40_s_loses_nothing_and_sends_nothing_twice(
     rig: Rig, tmp_path: Path
 ) -> None:
@@ -269,6 +271,7 @@ def test_a_full_disk_loses_nothing_and_sends_nothing_twice(
         subprocess.run(["/bin/umount", "-l", str(mount)], check=False)  # noqa: S603
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_stopped_and_restarted_loses_nothing(local: LocalSlack, tmp_path: Path) -> None:
     """PostgreSQL goes away under load and comes back: what was recorded is carried out and

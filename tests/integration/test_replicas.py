@@ -234,6 +234,7 @@ def replicas(local: LocalSlack, tmp_path: Path, postgres_url: str) -> Iterator[l
             served.stop()
 
 
+@pytest.mark.slow
 def test_the_other_replica_takes_over_and_nothing_is_done_twice(
     local: LocalSlack, replicas: list[Served], postgres_url: str
 ) -> None:

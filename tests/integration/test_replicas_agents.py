@@ -115,6 +115,7 @@ def replicas(local: LocalSlack, tmp_path: Path, postgres_url: str) -> Iterator[l
             served.stop()
 
 
+@pytest.mark.slow
 def test_a_push_to_the_follower_is_taken_by_the_leader(replicas: list[Served]) -> None:
     """Forwarded as signed and answered by the leader, whose ingest took the samples (its
     /healthz counts what it received); a replay is refused by the leader; a forwarded push is

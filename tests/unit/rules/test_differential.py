@@ -3,8 +3,10 @@ of random facts, and on random conditions built from the whole language."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +48,7 @@ def value_of(kind: FactType) -> st.SearchStrategy[Any]:
     return st.sampled_from(NUMBERS) | st.integers(-5, 40)
 
 
+@functools.cache  # built and validated once: building one per example took most of its time
 def facts_for(subject: Subject) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries(
         {name: value_of(spec.type) for name, spec in CATALOGUE[subject].items()}
@@ -57,6 +60,7 @@ DURABLE = DurableEngine(DEFAULT)
 REFERENCE = ReferenceEngine(DEFAULT)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(subject=st.sampled_from(list(Subject)), data=st.data())
 def test_both_engines_agree_on_the_shipped_policy(subject: Subject, data: st.DataObject) -> None:
@@ -71,6 +75,7 @@ REQUEST = CATALOGUE[Subject.REQUEST]
 BY_TYPE = {kind: [n for n, s in REQUEST.items() if s.type == kind] for kind in FactType}
 
 
+@functools.cache
 def literal(kind: FactType, fact: str = "") -> st.SearchStrategy[str]:
     if kind == FactType.STRING:
         if fact.endswith(".pool"):  # the loader refuses pool and team names nobody defined
@@ -126,6 +131,7 @@ BASE = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(whens=st.lists(conditions, min_size=1, max_size=6), data=st.data())
 def test_both_engines_agree_on_random_conditions(whens: list[str], data: st.DataObject) -> None:

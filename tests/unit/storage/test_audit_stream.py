@@ -617,6 +617,7 @@ def test_the_export_command_writes_a_big_log_from_its_workers_into_the_file(
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_the_scale_benchmark_measures_a_small_log(postgres_url: str) -> None:
     """`tests.bench.audit_scale.measure` on an empty database (PostgreSQL: the harder path,
     COPY and a snapshot): migrated, filled, verified and exported by the commands, its figures
