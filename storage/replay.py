@@ -76,29 +76,43 @@ def _facts(session: Session, ids: list[int]) -> dict[int, Mapping[str, Any]]:
 
 def leases_in(session: Session, since: datetime, until: datetime) -> list[LeaseLife]:
     """Every lease that held GPUs at some time in [since, until), by grant, with its GPUs."""
+    # Only the columns a lease's life needs, as plain values: a month holds tens of thousands
+    # of leases, and whole rows (their warnings and texts) took most of the read.
+    lease = LeaseRow.__table__.c  # type: ignore[attr-defined]
     stmt = (
-        select(LeaseRow)
-        .where(
-            col(LeaseRow.granted_at) < until,
-            sa.or_(col(LeaseRow.ended_at).is_(None), col(LeaseRow.ended_at) > since),
+        sa.select(
+            lease.id,
+            lease.holder,
+            lease.team,
+            lease.pool,
+            lease.gpus,
+            lease.priority,
+            lease.protected,
+            lease.granted_at,
+            lease.expires_at,
+            lease.ended_at,
         )
-        .order_by(col(LeaseRow.granted_at), col(LeaseRow.id))
+        .where(
+            lease.granted_at < until,
+            sa.or_(lease.ended_at.is_(None), lease.ended_at > since),
+        )
+        .order_by(lease.granted_at, lease.id)
     )
-    rows = list(session.exec(stmt).all())
-    slots = _slots(session, [int(r.id or 0) for r in rows])
+    rows = session.connection().execute(stmt).all()
+    slots = _slots(session, [int(r.id) for r in rows])
     return [
         LeaseLife(
-            id=int(r.id or 0),
+            id=int(r.id),
             holder=r.holder,
             team=r.team,
             pool=r.pool,
             gpus=r.gpus,
             priority=r.priority,
-            protected=r.protected,
+            protected=bool(r.protected),
             granted_at=r.granted_at,
             expires_at=r.expires_at,
             ended_at=r.ended_at,
-            slots=tuple(slots.get(int(r.id or 0), ())),
+            slots=tuple(slots.get(int(r.id), ())),
         )
         for r in rows
     ]
