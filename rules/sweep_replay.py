@@ -155,6 +155,24 @@ class SweepReplay:
             compares += found
         self._compares = compares
         self._threshold = policy.timing.idle_threshold / MINUTE
+        # The comparisons sorted out once, each kind once (several rules share a threshold):
+        # (fact or None, literal) for what the moving fact is compared with.
+        self._idle: list[tuple[str | None, float | None, str]] = []
+        self._clock: list[tuple[str, int, str | None, float | None]] = []
+        for name, other, op in compares or ():
+            fact, value = (
+                (None, other.value) if isinstance(other, expr.Literal) else (other.name, None)
+            )
+            if fact is None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                continue  # a literal that is not a number is never crossed
+            if name in _IDLE_FACTS:
+                one: Any = (fact, value, op)
+                if one not in self._idle:
+                    self._idle.append(one)
+            else:
+                one = (*_CLOCK_FACTS[name], fact, value)
+                if one not in self._clock:
+                    self._clock.append(one)
 
     def events(
         self,
@@ -184,7 +202,7 @@ class SweepReplay:
             acts = decision.matches or state.delivered
             if acts and _apply(policy, state, snapshot, decision, warned, now=t):
                 break
-            last, t = t, min([grid.after(t), *(k for k in state.keys if k > t)])
+            last, t = t, min(grid.after(t), *filter(t.__lt__, state.keys))
             if state.marks is marks:  # nothing changed: skip what would decide the same
                 found = self._next_change(
                     life, traces, state, facts, grid, crossings=crossings, last=last, end=end
@@ -216,22 +234,20 @@ class SweepReplay:
         if read is None:
             return last
         changes, idle_since = read
-        moments = [*changes, *(k for k in state.keys if k > last)]
+        moments = [*changes, *state.keys]
         granted = life.granted_at
         for since in idle_since:  # when the GPU counts as idle one by one
             moments += _crossing(crossings, grid, granted, since, self._threshold, op=">=")
+        for fact, literal, op in self._idle if idle_since else ():
+            value = _number(facts, fact, literal)
+            if value is None:
+                continue
+            for since in idle_since:
+                moments += _crossing(crossings, grid, granted, since, value, op=op)
         anchors = {"granted": granted, "expires": life.expires_at, **state.delivered}
-        for name, other, op in self._compares:
-            value = other.value if isinstance(other, expr.Literal) else facts[other.name]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            if name in _IDLE_FACTS:
-                for since in idle_since:
-                    moments += _crossing(crossings, grid, granted, since, value, op=op)
-                continue
-            anchor_name, sign = _CLOCK_FACTS[name]
-            anchor = anchors.get(anchor_name)
-            if anchor is None:
+        for anchor_name, sign, fact, literal in self._clock:
+            value, anchor = _number(facts, fact, literal), anchors.get(anchor_name)
+            if value is None or anchor is None:
                 continue
             key = (anchor, sign, value)
             found = crossings.get(key)
@@ -239,7 +255,15 @@ class SweepReplay:
                 crossed = anchor + sign * timedelta(minutes=value)
                 found = crossings[key] = [grid.at_or_after(crossed), grid.after(crossed)]
             moments += found
-        return min((m for m in moments if m > last), default=end)
+        return min(filter(last.__lt__, moments), default=end)
+
+
+def _number(facts: dict[str, Any], fact: str | None, literal: float | None) -> float | None:
+    """What a moving fact is compared with, when it is a number (None: never crossed)."""
+    value = literal if fact is None else facts[fact]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
 
 
 def _crossing(
