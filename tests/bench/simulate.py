@@ -38,7 +38,6 @@ from storage import migrate
 from storage.db import Database
 from storage.tables import (
     AuditRow,
-    GpuMinuteRow,
     GpuRow,
     LeaseGpuRow,
     LeaseRow,
@@ -135,7 +134,9 @@ def generate(db: Database, gpus: int, days: int, seed: int = 7) -> Size:
     text = db.engine.dialect.name == "sqlite"
     for chunk in _chunks(_minute_rows(nodes, idle_after, until, as_text=text)):
         with db.engine.begin() as conn:
-            conn.exec_driver_sql(_INSERT_MINUTE.format(mark=_MARKS[text]), chunk)
+            conn.exec_driver_sql(
+                _INSERT_MINUTE if text else _INSERT_MINUTE.replace("?", "%s"), chunk
+            )
         count += len(chunk)
     return Size(len(nodes) * PER_NODE, len(leases), len(leases), count, time.perf_counter() - began)
 
@@ -264,21 +265,10 @@ def _facts(policy: Policy, lease: _Lease) -> dict[str, Any]:
     )
 
 
-_MINUTE_COLUMNS = (
-    "node",
-    '"index"',
-    "minute",
-    "util_avg_pct",
-    "util_max_pct",
-    "memory_used_max_mib",
-    "samples",
-    "ok_samples",
+_INSERT_MINUTE = (  # sqlite3's parameter style; psycopg's is %s
+    'INSERT INTO gpu_minute (node, "index", minute, util_avg_pct, util_max_pct, '
+    "memory_used_max_mib, samples, ok_samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_INSERT_MINUTE = (
-    f"INSERT INTO {GpuMinuteRow.__tablename__} ({', '.join(_MINUTE_COLUMNS)}) "
-    f"VALUES ({', '.join(['{mark}'] * len(_MINUTE_COLUMNS))})"
-)
-_MARKS = {True: "?", False: "%s"}  # the DBAPI parameter style: sqlite3, psycopg
 
 
 def _minute_rows(
@@ -366,8 +356,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     label = "1,000 GPUs x 30 days" + (" (extrapolated)" if args.days != FULL_DAYS else "")
     verdict = "PASS" if full < BUDGET_S else "MISS"
     print(f"{label:<40}{full:>9.1f}s{BUDGET_S:>9.0f}s{full / BUDGET_S:>8.2f}  {verdict}")
-    if args.days != FULL_DAYS:
-        print(f"{'  the same from CPU time':<40}{cpu_s * scale:>9.1f}s")
+    # The CPU time is what to compare across runs on a shared machine; the budget is wall time.
+    by_cpu = cpu_s * scale
+    verdict = "PASS" if by_cpu < BUDGET_S else "MISS"
+    label = "  the same from CPU time" if args.days != FULL_DAYS else "  its CPU time"
+    print(f"{label:<40}{by_cpu:>9.1f}s{BUDGET_S:>9.0f}s{by_cpu / BUDGET_S:>8.2f}  {verdict}")
     return 0
 
 
