@@ -151,14 +151,22 @@ def minute_states(
     if session.get_bind().dialect.name == "sqlite":
         # Grouped on the unique index (node, index, minute), so each GPU's minutes are
         # visited, and strung together, in order (SQLite before 3.44 takes no ORDER BY here).
-        joined = sa.func.group_concat(state, "")
+        joined = sa.func.group_concat(state, sa.literal_column("''"))
     else:
         joined = sa.func.string_agg(state, aggregate_order_by(sa.literal(""), minute))
-    stmt = (
-        sa.select(index, sa.func.count(), sa.func.min(minute), sa.func.max(minute), joined)
+    each = (
+        sa.select(index.label("gpu"), sa.func.count().label("stored"), joined.label("text"))
         .where(*where)
         .group_by(index)
+        .subquery()
     )
+    # Each GPU's first and last stored minute looked up in the index, not kept up along the
+    # scan: an aggregate min and max over every row took a third of the read.
+    first, last = (
+        sa.select(edge(minute)).where(*where, index == each.c.gpu).scalar_subquery()
+        for edge in (sa.func.min, sa.func.max)
+    )
+    stmt = sa.select(each.c.gpu, each.c.stored, first, last, each.c.text)
     out: dict[int, bytearray] = {}
     gaps = []
     for gpu, stored, first, last, text in session.connection().execute(stmt).all():
@@ -184,11 +192,18 @@ def _state(busy_pct: float, *, as_text: bool = False) -> sa.ColumnElement[Any]:
     """A stored minute as a `Minute` (or its digit, as text)."""
     util = sa.func.coalesce(col(GpuMinuteRow.util_max_pct), col(GpuMinuteRow.util_avg_pct))
 
-    def value(m: Minute) -> int | str:
-        return str(int(m)) if as_text else int(m)
+    # Constants written into the statement, not bound: SQLite then works each out once per
+    # statement instead of once per row, a quarter of a month's read.
+    def value(m: Minute) -> sa.ColumnElement[Any]:
+        if as_text:
+            return sa.literal_column(f"'{int(m)}'", sa.String)
+        return sa.literal_column(str(int(m)), sa.Integer)
 
     return sa.case(
-        (sa.or_(col(GpuMinuteRow.ok_samples) <= 0, util.is_(None)), value(Minute.UNKNOWN)),
+        (
+            sa.or_(col(GpuMinuteRow.ok_samples) <= sa.literal_column("0"), util.is_(None)),
+            value(Minute.UNKNOWN),
+        ),
         (util >= busy_pct, value(Minute.BUSY)),
         else_=value(Minute.IDLE),
     )
