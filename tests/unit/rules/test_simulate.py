@@ -98,6 +98,38 @@ def test_a_reading_rebuilt_from_stored_minutes(
     assert (fresh, timedelta(minutes=idle_min)) == (reading.fresh, reading.idle_for), case
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_how_a_reading_goes_on_is_what_reading_it_minute_by_minute_finds(seed: int) -> None:
+    """Until where `ahead` says the reading holds, reading it again each minute finds the
+    same freshness and state, an idle one's minutes adding up from the stretch it names."""
+    rng = random.Random(seed)
+    minutes = [rng.choice((IDLE, BUSY, UNKNOWN)) for _ in range(rng.randint(1, 6))]
+    minutes = [m for m in minutes for _ in range(rng.randint(1, 12))]
+    trace = GpuTrace(T0, minutes)
+    for now in (at(m + rng.choice((0, 0.5))) for m in range(len(minutes) + 2)):
+        found = trace.ahead(now, STALE)
+        first = trace.reading(now, STALE)
+        if found is None:
+            continue
+        since, until = found
+        assert (since is not None) == (first.idle_for > timedelta(0))
+        if since is not None:
+            assert first.idle_for == floor_minute(now) - since
+        t = now
+        while t + MINUTE_STEP < until:
+            t += MINUTE_STEP
+            later = trace.reading(t, STALE)
+            grown = first.idle_for + (t - now) if since is not None else timedelta(0)
+            assert (first.fresh, grown) == (later.fresh, later.idle_for)
+
+
+MINUTE_STEP = timedelta(minutes=1)
+
+
+def floor_minute(when: datetime) -> datetime:
+    return when.replace(second=0, microsecond=0)
+
+
 def a_life(minutes: int = 100, *, gpus: int = 2, hours: float = 6, late_s: int = 0) -> LeaseLife:
     """Granted at T0 (`late_s` seconds after it: off the minute), ended `minutes` after T0."""
     granted = T0 + timedelta(seconds=late_s)
