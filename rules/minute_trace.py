@@ -51,7 +51,7 @@ class GpuTrace:
 
     def _last(self, now: datetime) -> int:
         """The last minute complete at `now` (-1: none yet)."""
-        return min(int((now - self.start) / MINUTE), len(self.states)) - 1
+        return min((now - self.start) // MINUTE, len(self.states)) - 1  # below 0: none
 
     def _seen(self, k: int) -> int:
         """The last minute up to `k` with a working reading (-1: none)."""

@@ -260,7 +260,11 @@ class SweepReplay:
 
 def _number(facts: dict[str, Any], fact: str | None, literal: float | None) -> float | None:
     """What a moving fact is compared with, when it is a number (None: never crossed)."""
-    value = literal if fact is None else facts[fact]
+    if fact is None:
+        return literal  # a number: others were left out once
+    value = facts[fact]
+    if type(value) is float:  # most: minutes
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return value
