@@ -4,6 +4,7 @@ Callers own the session."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -172,10 +173,42 @@ def minute_states(
     character each, so a GPU's window crosses over as one row; a GPU whose stored minutes
     have gaps is read minute by minute instead."""
     count = max(0, math.ceil((until - since) / MINUTE))
+    stmt = _strung(session.get_bind().dialect.name, busy_pct)
+    window = {"node": node, "since": since, "until": until}
+    out: dict[int, bytearray] = {}
+    gaps = []
+    for gpu, stored, first, last, text in session.connection().execute(stmt, window).all():
+        states = out[gpu] = bytearray(count)
+        start = round((_aware(first) - since) / MINUTE)
+        end = round((_aware(last) - since) / MINUTE) + 1
+        if not (end - start == stored == len(text) and start >= 0 and end <= count):
+            gaps.append(gpu)
+            continue
+        states[start : start + stored] = text.encode().translate(_AS_STATES)
+    if not gaps:
+        return out
     index, minute = col(GpuMinuteRow.index), col(GpuMinuteRow.minute)
     where = (col(GpuMinuteRow.node) == node, minute >= since, minute < until)
+    by_minute = sa.select(index, _minutes_after(session, since), _state(busy_pct))
+    for gpu in gaps:
+        for _, at, value in session.connection().execute(by_minute.where(*where, index == gpu)):
+            if 0 <= at < count:
+                out[gpu][at] = value
+    return out
+
+
+@functools.cache
+def _strung(dialect: str, busy_pct: float) -> sa.Select[Any]:
+    """The statement that strings each GPU's minutes together, built once (a month of a large
+    lab asks it for thousands of nodes): the node and the window are bound at each call."""
+    index, minute = col(GpuMinuteRow.index), col(GpuMinuteRow.minute)
+    where = (
+        col(GpuMinuteRow.node) == sa.bindparam("node"),
+        minute >= sa.bindparam("since", type_=UtcDateTime()),
+        minute < sa.bindparam("until", type_=UtcDateTime()),
+    )
     state = _state(busy_pct, as_text=True)
-    if session.get_bind().dialect.name == "sqlite":
+    if dialect == "sqlite":
         # Grouped on the unique index (node, index, minute), so each GPU's minutes are
         # visited, and strung together, in order (SQLite before 3.44 takes no ORDER BY here).
         joined = sa.func.group_concat(state, sa.literal_column("''"))
@@ -193,23 +226,7 @@ def minute_states(
         sa.select(edge(minute)).where(*where, index == each.c.gpu).scalar_subquery()
         for edge in (sa.func.min, sa.func.max)
     )
-    stmt = sa.select(each.c.gpu, each.c.stored, first, last, each.c.text)
-    out: dict[int, bytearray] = {}
-    gaps = []
-    for gpu, stored, first, last, text in session.connection().execute(stmt).all():
-        states = out[gpu] = bytearray(count)
-        start = round((_aware(first) - since) / MINUTE)
-        end = round((_aware(last) - since) / MINUTE) + 1
-        if not (end - start == stored == len(text) and start >= 0 and end <= count):
-            gaps.append(gpu)
-            continue
-        states[start : start + stored] = text.encode().translate(_AS_STATES)
-    by_minute = sa.select(index, _minutes_after(session, since), _state(busy_pct))
-    for gpu in gaps:
-        for _, at, value in session.connection().execute(by_minute.where(*where, index == gpu)):
-            if 0 <= at < count:
-                out[gpu][at] = value
-    return out
+    return sa.select(each.c.gpu, each.c.stored, first, last, each.c.text)
 
 
 _AS_STATES = bytes.maketrans(b"012", bytes([Minute.UNKNOWN, Minute.IDLE, Minute.BUSY]))
