@@ -51,7 +51,7 @@ class GpuTrace:
 
     def _last(self, now: datetime) -> int:
         """The last minute complete at `now` (-1: none yet)."""
-        return min(int((now - self.start) / MINUTE), len(self.states)) - 1
+        return min((now - self.start) // MINUTE, len(self.states)) - 1  # below 0: none
 
     def _seen(self, k: int) -> int:
         """The last minute up to `k` with a working reading (-1: none)."""
@@ -75,28 +75,34 @@ class GpuTrace:
         began = max(s.rfind(_UNKNOWN, 0, seen), s.rfind(_BUSY, 0, seen)) + 1
         return MinuteReading(True, (seen - began + 1) * MINUTE)
 
-    def steady_until(self, now: datetime, stale_after: timedelta) -> datetime | None:
-        """Until when the reading stays as it is at `now` at least; None when it may change
-        with the next minute (idle, or about to go stale)."""
+    def ahead(
+        self, now: datetime, stale_after: timedelta
+    ) -> tuple[datetime | None, datetime] | None:
+        """How the reading at `now` goes on: (since when the GPU has been idle, None when it
+        is not idle; until when the reading stays as it is at least, an idle one's minutes
+        adding up aside: its next other minute complete). None when it may change with the
+        next minute (about to go stale), or nothing is known past `now`."""
         k = self._last(now)
         s = self.states
-        if k < 0 or k >= len(s) - 1 or s[k] == Minute.IDLE:
+        if k < 0 or k >= len(s) - 1:
             return None
-        if s[k] == Minute.UNKNOWN and self.reading(now, stale_after).fresh:
-            return None  # goes stale soon
-        others = (_UNKNOWN, _IDLE) if s[k] == Minute.BUSY else (_IDLE, _BUSY)
-        found = [j for j in (s.find(o, k + 1) for o in others) if j >= 0]
-        j = min(found, default=len(s))
-        return self.start + j * MINUTE + MINUTE  # when minute j is complete
+        state = s[k]
+        if state == Minute.IDLE:
+            began = max(s.rfind(_UNKNOWN, 0, k), s.rfind(_BUSY, 0, k)) + 1
+            j = _first(s, k + 1, _UNKNOWN, _BUSY)
+            return self.start + began * MINUTE, self.start + j * MINUTE + MINUTE
+        if state == Minute.UNKNOWN:
+            if self.reading(now, stale_after).fresh:
+                return None  # goes stale soon
+            j = _first(s, k + 1, _IDLE, _BUSY)
+        else:
+            j = _first(s, k + 1, _UNKNOWN, _IDLE)
+        return None, self.start + j * MINUTE + MINUTE  # when minute j is complete
 
-    def idle_run(self, now: datetime) -> tuple[datetime, datetime] | None:
-        """While idle at `now`: since when (its stretch's first minute) and until when it
-        stays idle at least (its next other minute complete); None when not idle."""
-        k = self._last(now)
-        s = self.states
-        if k < 0 or k >= len(s) - 1 or s[k] != Minute.IDLE:
-            return None
-        began = max(s.rfind(_UNKNOWN, 0, k), s.rfind(_BUSY, 0, k)) + 1
-        found = [j for j in (s.find(o, k + 1) for o in (_UNKNOWN, _BUSY)) if j >= 0]
-        j = min(found, default=len(s))
-        return self.start + began * MINUTE, self.start + j * MINUTE + MINUTE
+
+def _first(states: bytes, start: int, one: bytes, other: bytes) -> int:
+    """The first minute from `start` that is `one` or `other` (the end when none is)."""
+    a, b = states.find(one, start), states.find(other, start)
+    if a < 0:
+        return len(states) if b < 0 else b
+    return a if b < 0 or a < b else b

@@ -15,6 +15,7 @@ from rules.decision import Decision
 from rules.domain import Subject
 from rules.engine import RuleEngine, decide
 from rules.facts import minutes
+from rules.memo import PassDecisions
 from rules.policy import Policy
 from rules.quota import enforce
 from rules.sweep_replay import LeaseLife, SweepEvent
@@ -59,6 +60,34 @@ def request_decision(policy: Policy, engine: RuleEngine, facts: Mapping[str, Any
     """The decision `policy` gives the stored facts, with the quota invariant the code adds.
     Raises FactError when the facts are not those of today's catalogue."""
     return enforce(decide(policy, engine, Subject.REQUEST, refreshed(policy, facts)))
+
+
+class RequestDecisions:
+    """`request_decision` for a whole history under one policy. Recorded requests repeat
+    their facts (the same people ask for the same pools and sizes), so each distinct set of
+    stored facts is decided once, and each distinct combination of what the conditions read
+    is matched once (rules.memo). The policy is fixed for the run: nothing goes stale."""
+
+    def __init__(self, policy: Policy, engine: RuleEngine) -> None:
+        self.policy = policy
+        self._decisions = PassDecisions(lambda: (policy, engine))
+        self._seen: dict[tuple[Any, ...], Decision] = {}
+
+    def __call__(self, facts: Mapping[str, Any]) -> Decision:
+        """As `request_decision(policy, engine, facts)`; raises FactError as it does."""
+        try:
+            # Types are part of the key: 1, 1.0 and True are equal in Python, not as facts.
+            key = (*facts.items(), *map(type, facts.values()))
+            found = self._seen.get(key)
+        except TypeError:  # a value that cannot be hashed (a list kept in the facts)
+            return self._decide(facts)
+        if found is None:
+            found = self._seen[key] = self._decide(facts)
+        return found
+
+    def _decide(self, facts: Mapping[str, Any]) -> Decision:
+        fresh = refreshed(self.policy, facts)
+        return enforce(self._decisions.decide(Subject.REQUEST, fresh))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from rules import expr
@@ -24,6 +25,7 @@ from rules.domain import Subject
 from rules.engine import RuleEngine, decide
 from rules.lease_facts import LeaseSnapshot, Warned, expiry_stage, lease_facts
 from rules.marks import Marks
+from rules.memo import PassDecisions
 from rules.minute_trace import MINUTE, GpuTrace
 from rules.policy import Policy
 from rules.reclaim import Do, lease_steps
@@ -134,8 +136,16 @@ class SweepReplay:
     def __init__(
         self, policy: Policy, engine: RuleEngine, step: timedelta = STEP, *, skip: bool = True
     ) -> None:
-        """`skip=False` evaluates every step (what the skipping is proved against)."""
+        """`skip=False` evaluates every step, each decided afresh by the engine (the reference
+        the skipping and the memo are proved against)."""
         self.policy, self.engine, self.step = policy, engine, step
+        if skip:
+            # A lease's facts repeat from step to step and lease to lease (a busy lease looks
+            # like every other busy lease to the rules): each distinct combination of what the
+            # conditions read is evaluated once. The policy is fixed, so nothing goes stale.
+            self._decide = PassDecisions(lambda: (policy, engine)).decide
+        else:
+            self._decide = partial(decide, policy, engine)
         compares: list[_Moving] | None = [] if skip else None
         for rule in policy.rules_for(Subject.LEASE):
             found = _moving_compares(rule.condition)
@@ -144,6 +154,25 @@ class SweepReplay:
                 break
             compares += found
         self._compares = compares
+        self._threshold = policy.timing.idle_threshold / MINUTE
+        # The comparisons sorted out once, each kind once (several rules share a threshold):
+        # (fact or None, literal) for what the moving fact is compared with.
+        self._idle: list[tuple[str | None, float | None, str]] = []
+        self._clock: list[tuple[str, int, str | None, float | None]] = []
+        for name, other, op in compares or ():
+            fact, value = (
+                (None, other.value) if isinstance(other, expr.Literal) else (other.name, None)
+            )
+            if fact is None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                continue  # a literal that is not a number is never crossed
+            if name in _IDLE_FACTS:
+                one: Any = (fact, value, op)
+                if one not in self._idle:
+                    self._idle.append(one)
+            else:
+                one = (*_CLOCK_FACTS[name], fact, value)
+                if one not in self._clock:
+                    self._clock.append(one)
 
     def events(
         self,
@@ -159,20 +188,26 @@ class SweepReplay:
         state = _State(keys=_expiry_keys(policy, life))
         base = t = max(life.granted_at, since)
         end = life.end(until)
+        grid = _Grid(base, self.step)
+        stale = policy.timing.stale_after
+        marks, snapshot, warned = state.marks, _snapshot(life, state.marks), state.warned()
+        crossings: dict[tuple[Any, ...], list[datetime]] = {}  # this lease's, worked out once
         while t < end:
-            stale = policy.timing.stale_after
             readings = [tr.reading(t, stale) if tr is not None else None for tr in traces]
-            snapshot = _snapshot(life, state.marks)
-            warned = state.warned()
+            if state.marks is not marks:  # a warning was given or forgotten since
+                marks, snapshot, warned = state.marks, _snapshot(life, state.marks), state.warned()
             facts = lease_facts(policy, snapshot, readings, warned, t)
-            decision = decide(policy, self.engine, Subject.LEASE, facts)
-            before = state.marks
-            if _apply(policy, state, snapshot, decision, warned, now=t):
+            decision = self._decide(Subject.LEASE, facts)
+            # No rule matched and no warning to forget: no step to take (most steps).
+            acts = decision.matches or state.delivered
+            if acts and _apply(policy, state, snapshot, decision, warned, now=t):
                 break
-            grid = _Grid(base, self.step)
-            last, t = t, min([grid.after(t), *(k for k in state.keys if k > t)])
-            if state.marks is before:  # nothing changed: skip what would decide the same
-                t = max(t, self._next_change(life, traces, state, facts, grid, last=last, end=end))
+            last, t = t, min(grid.after(t), *filter(t.__lt__, state.keys))
+            if state.marks is marks:  # nothing changed: skip what would decide the same
+                found = self._next_change(
+                    life, traces, state, facts, grid, crossings=crossings, last=last, end=end
+                )
+                t = max(t, found)
         return tuple(sorted(state.events.values(), key=lambda e: e.at))
 
     def _next_change(
@@ -183,6 +218,7 @@ class SweepReplay:
         facts: dict[str, Any],
         grid: _Grid,
         *,
+        crossings: dict[tuple[Any, ...], list[datetime]],
         last: datetime,
         end: datetime,
     ) -> datetime:
@@ -190,33 +226,65 @@ class SweepReplay:
         a reading changes other than by an idle GPU's minutes adding up, a time a rule
         compares a moving fact with is crossed, a GPU's idle time reaches the idle threshold,
         or a key moment comes (`end` when none does before it). `last` when that cannot be
-        worked out."""
+        worked out. `crossings` keeps the lease's crossing steps by what they depend on: the
+        same idle stretch and the same warning are asked about step after step."""
         if self._compares is None:
             return last
         read = _reading_changes(traces, grid, last, self.policy.timing.stale_after)
         if read is None:
             return last
         changes, idle_since = read
-        moments = [*changes, *(k for k in state.keys if k > last)]
-        threshold = self.policy.timing.idle_threshold / MINUTE
+        moments = [*changes, *state.keys]
+        granted = life.granted_at
         for since in idle_since:  # when the GPU counts as idle one by one
-            moments += _idle_crossings(grid, life.granted_at, since, threshold, ">=")
-        anchors = {"granted": life.granted_at, "expires": life.expires_at, **state.delivered}
-        for name, other, op in self._compares:
-            value = other.value if isinstance(other, expr.Literal) else facts[other.name]
-            if isinstance(value, bool) or not isinstance(value, int | float):
+            moments += _crossing(crossings, grid, granted, since, self._threshold, op=">=")
+        for fact, literal, op in self._idle if idle_since else ():
+            value = _number(facts, fact, literal)
+            if value is None:
                 continue
-            if name in _IDLE_FACTS:
-                for since in idle_since:
-                    moments += _idle_crossings(grid, life.granted_at, since, value, op)
+            for since in idle_since:
+                moments += _crossing(crossings, grid, granted, since, value, op=op)
+        anchors = {"granted": granted, "expires": life.expires_at, **state.delivered}
+        for anchor_name, sign, fact, literal in self._clock:
+            value, anchor = _number(facts, fact, literal), anchors.get(anchor_name)
+            if value is None or anchor is None:
                 continue
-            anchor_name, sign = _CLOCK_FACTS[name]
-            anchor = anchors.get(anchor_name)
-            if anchor is None:
-                continue
-            crossed = anchor + sign * timedelta(minutes=value)
-            moments += [grid.at_or_after(crossed), grid.after(crossed)]
-        return min((m for m in moments if m > last), default=end)
+            key = (anchor, sign, value)
+            found = crossings.get(key)
+            if found is None:
+                crossed = anchor + sign * timedelta(minutes=value)
+                found = crossings[key] = [grid.at_or_after(crossed), grid.after(crossed)]
+            moments += found
+        return min(filter(last.__lt__, moments), default=end)
+
+
+def _number(facts: dict[str, Any], fact: str | None, literal: float | None) -> float | None:
+    """What a moving fact is compared with, when it is a number (None: never crossed)."""
+    if fact is None:
+        return literal  # a number: others were left out once
+    value = facts[fact]
+    if type(value) is float:  # most: minutes
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def _crossing(
+    crossings: dict[tuple[Any, ...], list[datetime]],
+    grid: _Grid,
+    granted: datetime,
+    since: datetime,
+    value: float,
+    *,
+    op: str,
+) -> list[datetime]:
+    """`_idle_crossings`, kept in `crossings`."""
+    key = (since, value, op)
+    found = crossings.get(key)
+    if found is None:
+        found = crossings[key] = _idle_crossings(grid, granted, since, value, op)
+    return found
 
 
 def _reading_changes(
@@ -229,12 +297,11 @@ def _reading_changes(
     for trace in traces:
         if trace is None:
             continue
-        steady = trace.steady_until(last, stale)
-        if steady is None:
-            run = trace.idle_run(last)
-            if run is None:
-                return None
-            since, steady = run
+        found = trace.ahead(last, stale)
+        if found is None:
+            return None
+        since, steady = found
+        if since is not None:
             idle_since.append(since)
         moments.append(grid.at_or_after(steady))
     return moments, idle_since

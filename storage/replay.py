@@ -4,6 +4,7 @@ Callers own the session."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,36 +33,63 @@ _CHUNK = 500  # ids per IN list: well inside every database's limit on bound par
 
 
 @dataclass(frozen=True)
-class Asked:
-    """A request as recorded: its row, the facts it was decided on (None: its audit row is
-    gone or holds none), and how long it waited for a lease (None: it got none)."""
+class Recorded:
+    """What a simulation shows of a recorded request."""
 
-    request: RequestRow
+    id: int
+    kind: str
+    requester: str
+    pool: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A request as recorded: what is shown of it, the facts it was decided on (None: its
+    audit row is gone or holds none), and how long it waited for a lease (None: it got
+    none)."""
+
+    request: Recorded
     facts: Mapping[str, Any] | None
     waited_s: float | None
 
 
 def requests_in(session: Session, since: datetime, until: datetime) -> list[Asked]:
     """Every borrow and extend request made in [since, until), oldest first."""
+    # Only the columns shown, as plain values: whole rows (their JSON lists decoded) took
+    # most of the read of a month's tens of thousands of requests.
+    requests: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
+    leases: sa.Table = LeaseRow.__table__  # type: ignore[attr-defined]
+    request, lease = requests.c, leases.c
     stmt = (
-        select(RequestRow, LeaseRow.granted_at)
-        .join(LeaseRow, col(LeaseRow.id) == col(RequestRow.lease_id), isouter=True)
-        .where(
-            col(RequestRow.kind).in_([RequestKind.BORROW, RequestKind.EXTEND]),
-            col(RequestRow.created_at) >= since,
-            col(RequestRow.created_at) < until,
+        sa.select(
+            request.id,
+            request.kind,
+            request.requester,
+            request.pool,
+            request.gpus,
+            request.audit_id,
+            request.created_at,
+            lease.granted_at,
         )
-        .order_by(col(RequestRow.created_at), col(RequestRow.id))
+        .join_from(requests, leases, lease.id == request.lease_id, isouter=True)
+        .where(
+            request.kind.in_([RequestKind.BORROW, RequestKind.EXTEND]),
+            request.created_at >= since,
+            request.created_at < until,
+        )
+        .order_by(request.created_at, request.id)
     )
-    rows = list(session.exec(stmt).all())
-    facts = _facts(session, [r.audit_id for r, _ in rows if r.audit_id is not None])
+    rows = session.connection().execute(stmt).all()
+    facts = _facts(session, [r.audit_id for r in rows if r.audit_id is not None])
     out = []
-    for request, granted_at in rows:
+    for r in rows:
         waited = None
-        if request.kind == RequestKind.BORROW and granted_at is not None:
-            waited = max(0.0, (granted_at - request.created_at).total_seconds())
-        found = facts.get(request.audit_id) if request.audit_id is not None else None
-        out.append(Asked(request, found or None, waited))
+        if r.kind == RequestKind.BORROW and r.granted_at is not None:
+            waited = max(0.0, (r.granted_at - r.created_at).total_seconds())
+        found = facts.get(r.audit_id) if r.audit_id is not None else None
+        shown = Recorded(int(r.id), str(r.kind), r.requester, r.pool, r.gpus)
+        out.append(Asked(shown, found or None, waited))
     return out
 
 
@@ -76,29 +104,43 @@ def _facts(session: Session, ids: list[int]) -> dict[int, Mapping[str, Any]]:
 
 def leases_in(session: Session, since: datetime, until: datetime) -> list[LeaseLife]:
     """Every lease that held GPUs at some time in [since, until), by grant, with its GPUs."""
+    # Only the columns a lease's life needs, as plain values: a month holds tens of thousands
+    # of leases, and whole rows (their warnings and texts) took most of the read.
+    lease = LeaseRow.__table__.c  # type: ignore[attr-defined]
     stmt = (
-        select(LeaseRow)
-        .where(
-            col(LeaseRow.granted_at) < until,
-            sa.or_(col(LeaseRow.ended_at).is_(None), col(LeaseRow.ended_at) > since),
+        sa.select(
+            lease.id,
+            lease.holder,
+            lease.team,
+            lease.pool,
+            lease.gpus,
+            lease.priority,
+            lease.protected,
+            lease.granted_at,
+            lease.expires_at,
+            lease.ended_at,
         )
-        .order_by(col(LeaseRow.granted_at), col(LeaseRow.id))
+        .where(
+            lease.granted_at < until,
+            sa.or_(lease.ended_at.is_(None), lease.ended_at > since),
+        )
+        .order_by(lease.granted_at, lease.id)
     )
-    rows = list(session.exec(stmt).all())
-    slots = _slots(session, [int(r.id or 0) for r in rows])
+    rows = session.connection().execute(stmt).all()
+    slots = _slots(session, [int(r.id) for r in rows])
     return [
         LeaseLife(
-            id=int(r.id or 0),
+            id=int(r.id),
             holder=r.holder,
             team=r.team,
             pool=r.pool,
             gpus=r.gpus,
             priority=r.priority,
-            protected=r.protected,
+            protected=bool(r.protected),
             granted_at=r.granted_at,
             expires_at=r.expires_at,
             ended_at=r.ended_at,
-            slots=tuple(slots.get(int(r.id or 0), ())),
+            slots=tuple(slots.get(int(r.id), ())),
         )
         for r in rows
     ]
@@ -131,23 +173,11 @@ def minute_states(
     character each, so a GPU's window crosses over as one row; a GPU whose stored minutes
     have gaps is read minute by minute instead."""
     count = max(0, math.ceil((until - since) / MINUTE))
-    index, minute = col(GpuMinuteRow.index), col(GpuMinuteRow.minute)
-    where = (col(GpuMinuteRow.node) == node, minute >= since, minute < until)
-    state = _state(busy_pct, as_text=True)
-    if session.get_bind().dialect.name == "sqlite":
-        # Grouped on the unique index (node, index, minute), so each GPU's minutes are
-        # visited, and strung together, in order (SQLite before 3.44 takes no ORDER BY here).
-        joined = sa.func.group_concat(state, "")
-    else:
-        joined = sa.func.string_agg(state, aggregate_order_by(sa.literal(""), minute))
-    stmt = (
-        sa.select(index, sa.func.count(), sa.func.min(minute), sa.func.max(minute), joined)
-        .where(*where)
-        .group_by(index)
-    )
+    stmt = _strung(session.get_bind().dialect.name, busy_pct)
+    window = {"node": node, "since": since, "until": until}
     out: dict[int, bytearray] = {}
     gaps = []
-    for gpu, stored, first, last, text in session.connection().execute(stmt).all():
+    for gpu, stored, first, last, text in session.connection().execute(stmt, window).all():
         states = out[gpu] = bytearray(count)
         start = round((_aware(first) - since) / MINUTE)
         end = round((_aware(last) - since) / MINUTE) + 1
@@ -155,12 +185,48 @@ def minute_states(
             gaps.append(gpu)
             continue
         states[start : start + stored] = text.encode().translate(_AS_STATES)
+    if not gaps:
+        return out
+    index, minute = col(GpuMinuteRow.index), col(GpuMinuteRow.minute)
+    where = (col(GpuMinuteRow.node) == node, minute >= since, minute < until)
     by_minute = sa.select(index, _minutes_after(session, since), _state(busy_pct))
     for gpu in gaps:
         for _, at, value in session.connection().execute(by_minute.where(*where, index == gpu)):
             if 0 <= at < count:
                 out[gpu][at] = value
     return out
+
+
+@functools.cache
+def _strung(dialect: str, busy_pct: float) -> sa.Select[Any]:
+    """The statement that strings each GPU's minutes together, built once (a month of a large
+    lab asks it for thousands of nodes): the node and the window are bound at each call."""
+    index, minute = col(GpuMinuteRow.index), col(GpuMinuteRow.minute)
+    where = (
+        col(GpuMinuteRow.node) == sa.bindparam("node"),
+        minute >= sa.bindparam("since", type_=UtcDateTime()),
+        minute < sa.bindparam("until", type_=UtcDateTime()),
+    )
+    state = _state(busy_pct, as_text=True)
+    if dialect == "sqlite":
+        # Grouped on the unique index (node, index, minute), so each GPU's minutes are
+        # visited, and strung together, in order (SQLite before 3.44 takes no ORDER BY here).
+        joined = sa.func.group_concat(state, sa.literal_column("''"))
+    else:
+        joined = sa.func.string_agg(state, aggregate_order_by(sa.literal(""), minute))
+    each = (
+        sa.select(index.label("gpu"), sa.func.count().label("stored"), joined.label("text"))
+        .where(*where)
+        .group_by(index)
+        .subquery()
+    )
+    # Each GPU's first and last stored minute looked up in the index, not kept up along the
+    # scan: an aggregate min and max over every row took a third of the read.
+    first, last = (
+        sa.select(edge(minute)).where(*where, index == each.c.gpu).scalar_subquery()
+        for edge in (sa.func.min, sa.func.max)
+    )
+    return sa.select(each.c.gpu, each.c.stored, first, last, each.c.text)
 
 
 _AS_STATES = bytes.maketrans(b"012", bytes([Minute.UNKNOWN, Minute.IDLE, Minute.BUSY]))
@@ -170,11 +236,18 @@ def _state(busy_pct: float, *, as_text: bool = False) -> sa.ColumnElement[Any]:
     """A stored minute as a `Minute` (or its digit, as text)."""
     util = sa.func.coalesce(col(GpuMinuteRow.util_max_pct), col(GpuMinuteRow.util_avg_pct))
 
-    def value(m: Minute) -> int | str:
-        return str(int(m)) if as_text else int(m)
+    # Constants written into the statement, not bound: SQLite then works each out once per
+    # statement instead of once per row, a quarter of a month's read.
+    def value(m: Minute) -> sa.ColumnElement[Any]:
+        if as_text:
+            return sa.literal_column(f"'{int(m)}'", sa.String)
+        return sa.literal_column(str(int(m)), sa.Integer)
 
     return sa.case(
-        (sa.or_(col(GpuMinuteRow.ok_samples) <= 0, util.is_(None)), value(Minute.UNKNOWN)),
+        (
+            sa.or_(col(GpuMinuteRow.ok_samples) <= sa.literal_column("0"), util.is_(None)),
+            value(Minute.UNKNOWN),
+        ),
         (util >= busy_pct, value(Minute.BUSY)),
         else_=value(Minute.IDLE),
     )

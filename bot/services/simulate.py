@@ -14,7 +14,6 @@ from typing import Any
 from sqlmodel import Session
 
 from bot.services.overview import BUSY_PCT
-from rules.engine import RuleEngine
 from rules.engine.reference import ReferenceEngine
 from rules.errors import FactError
 from rules.minute_trace import GpuTrace
@@ -22,9 +21,9 @@ from rules.policy import Policy
 from rules.simulate import (
     LeaseChange,
     RequestChange,
+    RequestDecisions,
     Summary,
     lease_changes,
-    request_decision,
     summarise,
 )
 from rules.sweep_replay import STEP, SweepReplay
@@ -76,7 +75,8 @@ def simulate(
             unobserved += all(trace is None for trace in held)
             before, after = (r.events(life, held, since=since, until=until) for r in replays)
             swept += lease_changes(life, before, after, until)
-    changed, skipped = _requests(asked, (in_force, candidate), engines)
+    deciders = (RequestDecisions(in_force, engines[0]), RequestDecisions(candidate, engines[1]))
+    changed, skipped = _requests(asked, deciders)
     summary = summarise(len(asked), skipped, len(lives), changed, swept, unobserved=unobserved)
     return Simulation(
         in_force.revision,
@@ -91,9 +91,7 @@ def simulate(
 
 
 def _requests(
-    asked: Sequence[Asked],
-    policies: tuple[Policy, Policy],
-    engines: tuple[RuleEngine, RuleEngine],
+    asked: Sequence[Asked], deciders: tuple[RequestDecisions, RequestDecisions]
 ) -> tuple[list[RequestChange], int]:
     """The requests whose outcome changes, and how many could not be replayed (facts missing,
     or recorded under another fact catalogue)."""
@@ -103,9 +101,7 @@ def _requests(
             skipped += 1
             continue
         try:
-            old, new = (
-                request_decision(p, e, one.facts) for p, e in zip(policies, engines, strict=True)
-            )
+            old, new = (decide(one.facts) for decide in deciders)
         except FactError:
             skipped += 1
             continue

@@ -22,10 +22,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -38,7 +39,6 @@ from storage import migrate
 from storage.db import Database
 from storage.tables import (
     AuditRow,
-    GpuMinuteRow,
     GpuRow,
     LeaseGpuRow,
     LeaseRow,
@@ -60,6 +60,7 @@ HOLDERS = {
     "platform": ("U0ERIN001",),
 }
 _CHUNK = 20_000
+_Row = TypeVar("_Row")
 
 
 def candidate() -> Policy:
@@ -129,11 +130,37 @@ def generate(db: Database, gpus: int, days: int, seed: int = 7) -> Size:
         for gpu in lease.slots:
             idle_after[gpu].append(lease)
     count = 0
-    for chunk in _chunks(_minute_rows(nodes, idle_after, until)):
-        with db.engine.begin() as conn:
-            conn.execute(sa.insert(GpuMinuteRow.__table__), chunk)  # type: ignore[attr-defined]
-        count += len(chunk)
+    # Tens of millions of rows: handed to the driver as plain tuples, past SQLAlchemy's
+    # per-row binding, which took most of the generation's time.
+    text = db.engine.dialect.name == "sqlite"
+    with _minute_index_set_aside(db) if text else nullcontext():
+        for chunk in _chunks(_minute_rows(nodes, idle_after, until, as_text=text)):
+            with db.engine.begin() as conn:
+                conn.exec_driver_sql(
+                    _INSERT_MINUTE if text else _INSERT_MINUTE.replace("?", "%s"), chunk
+                )
+            count += len(chunk)
     return Size(len(nodes) * PER_NODE, len(leases), len(leases), count, time.perf_counter() - began)
+
+
+@contextmanager
+def _minute_index_set_aside(db: Database) -> Iterator[None]:
+    """The minute history's index by time, dropped while it is written and built again after,
+    as the migrations made it: the rows come GPU by GPU, so each went into that index at a
+    random place, and building it once at the end is several times cheaper."""
+    with db.engine.begin() as conn:
+        made = conn.exec_driver_sql(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+            "AND tbl_name = 'gpu_minute' AND sql IS NOT NULL AND sql NOT LIKE '%UNIQUE%'"
+        ).all()
+        for name, _ in made:
+            conn.exec_driver_sql(f'DROP INDEX "{name}"')
+    try:
+        yield
+    finally:
+        with db.engine.begin() as conn:
+            for _, sql in made:
+                conn.exec_driver_sql(sql)
 
 
 def _nodes(gpus: int) -> list[tuple[str, str]]:
@@ -260,11 +287,26 @@ def _facts(policy: Policy, lease: _Lease) -> dict[str, Any]:
     )
 
 
+_INSERT_MINUTE = (  # sqlite3's parameter style; psycopg's is %s
+    'INSERT INTO gpu_minute (node, "index", minute, util_avg_pct, util_max_pct, '
+    "memory_used_max_mib, samples, ok_samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 def _minute_rows(
-    nodes: list[tuple[str, str]], held: dict[int, list[_Lease]], until: datetime
-) -> Iterator[dict[str, Any]]:
-    """Every GPU's every minute: 85 % while busy, 0 % while idle or free."""
+    nodes: list[tuple[str, str]],
+    held: dict[int, list[_Lease]],
+    until: datetime,
+    *,
+    as_text: bool,
+) -> Iterator[tuple[Any, ...]]:
+    """Every GPU's every minute: 85 % while busy, 0 % while idle or free. `as_text`: each
+    minute as SQLite stores it (the driver's own datetime adapter is deprecated)."""
     total = int((until - START) / timedelta(minutes=1))
+    minutes: list[Any] = [START + timedelta(minutes=m) for m in range(total)]
+    if as_text:
+        minutes = [m.replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f") for m in minutes]
+    busy_row, idle_row = (85.0, 85.0, 30_000, 2, 2), (0.0, 0.0, 0, 2, 2)
     for n, (name, _) in enumerate(nodes):
         for k in range(PER_NODE):
             busy = bytearray(total)
@@ -273,21 +315,11 @@ def _minute_rows(
                 last = int((min(lease.busy_until, until) - START) / timedelta(minutes=1))
                 busy[first:last] = b"\x01" * max(0, last - first)
             for m in range(total):
-                util = 85.0 if busy[m] else 0.0
-                yield {
-                    "node": name,
-                    "index": k,
-                    "minute": START + timedelta(minutes=m),
-                    "util_avg_pct": util,
-                    "util_max_pct": util,
-                    "memory_used_max_mib": 30_000 if busy[m] else 0,
-                    "samples": 2,
-                    "ok_samples": 2,
-                }
+                yield (name, k, minutes[m], *(busy_row if busy[m] else idle_row))
 
 
-def _chunks(rows: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
+def _chunks(rows: Iterator[_Row]) -> Iterator[list[_Row]]:
+    chunk: list[_Row] = []
     for row in rows:
         chunk.append(row)
         if len(chunk) >= _CHUNK:
@@ -346,8 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     label = "1,000 GPUs x 30 days" + (" (extrapolated)" if args.days != FULL_DAYS else "")
     verdict = "PASS" if full < BUDGET_S else "MISS"
     print(f"{label:<40}{full:>9.1f}s{BUDGET_S:>9.0f}s{full / BUDGET_S:>8.2f}  {verdict}")
-    if args.days != FULL_DAYS:
-        print(f"{'  the same from CPU time':<40}{cpu_s * scale:>9.1f}s")
+    # The CPU time is what to compare across runs on a shared machine; the budget is wall time.
+    by_cpu = cpu_s * scale
+    verdict = "PASS" if by_cpu < BUDGET_S else "MISS"
+    label = "  the same from CPU time" if args.days != FULL_DAYS else "  its CPU time"
+    print(f"{label:<40}{by_cpu:>9.1f}s{BUDGET_S:>9.0f}s{by_cpu / BUDGET_S:>8.2f}  {verdict}")
     return 0
 
 

@@ -11,12 +11,14 @@ from functools import cache
 import pytest
 
 from rules.engine.reference import ReferenceEngine
+from rules.errors import FactError
 from rules.loader import load_policy
 from rules.minute_trace import GpuTrace, Minute
 from rules.policy import Policy
 from rules.simulate import (
     LeaseChange,
     RequestChange,
+    RequestDecisions,
     lease_changes,
     refreshed,
     request_decision,
@@ -94,6 +96,38 @@ def test_a_reading_rebuilt_from_stored_minutes(
     minutes = [{"I": IDLE, "B": BUSY, "U": UNKNOWN}[c] for c in states]
     reading = GpuTrace(T0, minutes).reading(at(now), STALE)
     assert (fresh, timedelta(minutes=idle_min)) == (reading.fresh, reading.idle_for), case
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_how_a_reading_goes_on_is_what_reading_it_minute_by_minute_finds(seed: int) -> None:
+    """Until where `ahead` says the reading holds, reading it again each minute finds the
+    same freshness and state, an idle one's minutes adding up from the stretch it names."""
+    rng = random.Random(seed)
+    minutes = [rng.choice((IDLE, BUSY, UNKNOWN)) for _ in range(rng.randint(1, 6))]
+    minutes = [m for m in minutes for _ in range(rng.randint(1, 12))]
+    trace = GpuTrace(T0, minutes)
+    for now in (at(m + rng.choice((0, 0.5))) for m in range(len(minutes) + 2)):
+        found = trace.ahead(now, STALE)
+        first = trace.reading(now, STALE)
+        if found is None:
+            continue
+        since, until = found
+        assert (since is not None) == (first.idle_for > timedelta(0))
+        if since is not None:
+            assert first.idle_for == floor_minute(now) - since
+        t = now
+        while t + MINUTE_STEP < until:
+            t += MINUTE_STEP
+            later = trace.reading(t, STALE)
+            grown = first.idle_for + (t - now) if since is not None else timedelta(0)
+            assert (first.fresh, grown) == (later.fresh, later.idle_for)
+
+
+MINUTE_STEP = timedelta(minutes=1)
+
+
+def floor_minute(when: datetime) -> datetime:
+    return when.replace(second=0, microsecond=0)
 
 
 def a_life(minutes: int = 100, *, gpus: int = 2, hours: float = 6, late_s: int = 0) -> LeaseLife:
@@ -261,6 +295,53 @@ def test_each_policy_decides_the_stored_facts(
         for p in (default_policy(), candidate())
     )
     assert (in_force, cand) == got, case
+
+
+def random_request(rng: random.Random) -> dict[str, object]:
+    """Stored facts from a small set, so that many repeat, some with a value of another
+    type (1.0 or True where 1 was stored) or one the catalogue refuses."""
+    gpus = rng.choice((1, 2, 4, 6, 9))
+    used = rng.choice((0, 2, 8, 12))
+    facts = a_request(
+        request__gpus=gpus,
+        request__duration=rng.choice((60.0, 360.0, 1440.0, 5000.0)),
+        request__kind=rng.choice(("borrow", "borrow", "extend")),
+        user__id=rng.choice(("U0ALICE01", "U0CAROL01", "U0ADMIN01")),
+        team__used=used,
+        team__used_after=used + gpus,
+        team__borrowed_after=max(0, used + gpus - 8),
+        pool__lendable=rng.choice((0, 4)),
+    )
+    twist = rng.random()
+    if twist < 0.1:
+        facts["request.gpus"] = float(gpus)
+    elif twist < 0.15:
+        facts["request.has_reason"] = 1
+    elif twist < 0.2:
+        facts["team.used"] = [used]  # cannot be a key
+    return facts
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_request_decisions_decided_once_per_distinct_facts_are_those_decided_afresh(
+    seed: int,
+) -> None:
+    """The memo of the simulation gives each request the decision request_decision gives it
+    (the whole Decision: outcome, matches, reasons, facts), and refuses what it refuses."""
+    rng = random.Random(seed)
+    asked = [random_request(rng) for _ in range(300)]
+    for policy in (default_policy(), candidate()):
+        memo = RequestDecisions(policy, ReferenceEngine(policy))
+        for facts in asked:
+            try:
+                expected: object = request_decision(policy, ReferenceEngine(policy), facts)
+            except FactError as e:
+                expected = str(e)
+            try:
+                got: object = memo(facts)
+            except FactError as e:
+                got = str(e)
+            assert expected == got
 
 
 def a_change(before: str, after: str, waited_s: float | None = None) -> RequestChange:
