@@ -69,11 +69,11 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     # Subjects whose conditions read the same values share one evaluation (rules.memo).
     decisions = PassDecisions(ctx.live.current)
     # A subject no rule matched has no decision to act on (most of them).
-    policy, acted_on, reading = ctx.policy, decisions.acted_on, run.reading
+    policy, acted_on, reading, of_slots = ctx.policy, decisions.acted_on, run.reading, run.of_slots
 
     def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
         for lease in on:
-            lease_readings = [reading(node, index) for node, index in lease.slots]
+            lease_readings = of_slots(lease.slots)
             sent = warned[lease.id]
             facts = lease_facts(policy, lease, lease_readings, sent, now)
             decision = acted_on(Subject.LEASE, facts)
@@ -85,12 +85,15 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
             _narrow_idle(run, lease)
 
     act(active, warned)
+    # The GPUs told of as in unreserved use, by id: settled below once no longer in such use.
+    key = keyvalue.unreserved_key
+    told_ids = {line[0] for line in gpus if key(line[1], line[2]) in told} if told else set()
     for line in gpus:  # plain tuples: a snapshot is made of a GPU acted on
         facts = gpu_line_facts(line, reading(line[1], line[2]))
         decision = acted_on(Subject.GPU, facts)
         if decision is not None:
             act_on_gpu(run, GpuSnapshot(*line), decision)
-        elif told:  # most passes: no GPU was told of as in unreserved use
+        elif line[0] in told_ids:
             settle_unreserved(run, line[1], line[2], facts)
     # Recalls last, once this pass's reclaims freed what they free, in every pool where
     # requests wait or a recall is under way; the leases recalled now are warned at once.
