@@ -70,6 +70,11 @@ class GpuSnapshot:
     lease_id: int | None
 
 
+# A GpuSnapshot's fields in order, as a plain tuple: (id, node, index, model, pool, state,
+# drained, lease_id).
+GpuLine = tuple[int, str, int, str, str, str, bool, int | None]
+
+
 @dataclass(frozen=True)
 class Warned:
     """The warnings a lease was sent, by reason, and when each was delivered (None: not yet)."""
@@ -190,6 +195,7 @@ def _walk(
     """The lease's freshness, health, intruders and least idle time, and each GPU idle or busy
     as gpu_idleness judges it, in one walk over the readings."""
     seen = _Walk(fresh=bool(readings))
+    holder = lease.holder
     for r in readings:
         if r is None:
             seen.fresh = False
@@ -202,11 +208,9 @@ def _walk(
         if not r.fresh:
             seen.fresh = False
             continue  # unknown: neither idle nor busy
-        if not seen.intruded:
-            seen.intruded = any(
-                not covers(policy, lease.holder, getattr(p, "user", None)) for p in r.processes
-            )
-        span = min(idle, age)
+        if not seen.intruded and r.processes:
+            seen.intruded = _intrudes(policy, holder, r.processes)
+        span = idle if idle < age else age
         if span > _ZERO and span >= threshold:
             seen.idle_gpus += 1
             if seen.idle_gpus_for is None or span < seen.idle_gpus_for:
@@ -218,6 +222,15 @@ def _walk(
         seen.idle_gpus, seen.busy_gpus = len(per_gpu.idle), len(per_gpu.busy)
         seen.idle_gpus_for = per_gpu.idle_for if per_gpu.idle else None
     return seen
+
+
+def _intrudes(policy: Policy, holder: str, processes: Sequence[Any]) -> bool:
+    """Does a process run that a lease held by `holder` does not cover (as `covers` judges)?"""
+    for p in processes:
+        user = getattr(p, "user", None)
+        if user and user != holder and policy.accounts.get(user) != holder:
+            return True
+    return False
 
 
 def _stage(timing: _Timing, left: timedelta) -> float | None:
@@ -236,31 +249,40 @@ def lease_facts(
     now: datetime,
 ) -> dict[str, Any]:
     """The lease's facts. A sweep builds these for every active lease (50,000 at 100,000
-    GPUs), so the readings are walked once for the lease's and the per-GPU facts alike, and
-    what the policy gives every lease alike is worked out once per revision."""
+    GPUs), so the readings are walked once for the lease's and the per-GPU facts alike, what
+    the policy gives every lease alike is worked out once per revision, and a lease with no
+    marks and no delivered warnings (most of them) skips the reads those would need."""
     timing = _timing_of(policy)
     left = lease.expires_at - now
     stage = _stage(timing, left)
     marks = lease.warnings
-    lead = marks.expiry_lead()
+    lead = marks.expiry_lead() if marks.raw else None  # no marks: no expiry warning owed
     age = max(now - lease.granted_at, _ZERO)
     seen = _walk(policy, lease, readings, age, timing.idle_threshold)
     fresh = seen.fresh
     # Idle before the lease began is not the holder's: a lease is idle for its own age at most,
     # and unknown is never idle.
-    idle_for = min(seen.least, age) if fresh and seen.least is not None else _ZERO
+    least = seen.least
+    idle_for = (least if least < age else age) if fresh and least is not None else _ZERO
     delivered = warned.delivered
-    expiry_at, idle_at = delivered.get("expiry"), delivered.get("idle")
-    preempt_at, partly_at = delivered.get("preempt"), delivered.get("partly_idle")
+    if delivered:
+        expiry_at, idle_at = delivered.get("expiry"), delivered.get("idle")
+        preempt_at, partly_at = delivered.get("preempt"), delivered.get("partly_idle")
+    else:
+        expiry_at = idle_at = preempt_at = partly_at = None
     pool = policy.pools.get(lease.pool)
+    idle_gpus, busy_gpus, idle_gpus_for = seen.idle_gpus, seen.busy_gpus, seen.idle_gpus_for
+    # minutes(), written out: this runs 50,000 times a pass.
     return {
         # The per-GPU facts first, in the order they always had.
-        "lease.idle_gpus": seen.idle_gpus,
-        "lease.busy_gpus": seen.busy_gpus,
-        "lease.partly_idle": seen.idle_gpus > 0 and seen.busy_gpus > 0,
-        "lease.idle_gpus_for": minutes(seen.idle_gpus_for) if seen.idle_gpus_for else 0.0,
+        "lease.idle_gpus": idle_gpus,
+        "lease.busy_gpus": busy_gpus,
+        "lease.partly_idle": idle_gpus > 0 and busy_gpus > 0,
+        "lease.idle_gpus_for": idle_gpus_for.total_seconds() / 60 if idle_gpus_for else 0.0,
         "lease.warned.partly_idle": partly_at is not None,
-        "lease.since_warned.partly_idle": minutes(now - partly_at) if partly_at else 0.0,
+        "lease.since_warned.partly_idle": (
+            (now - partly_at).total_seconds() / 60 if partly_at else 0.0
+        ),
         "lease.kept": marks.kept,
         "lease.id": lease.id,
         "lease.pool": lease.pool,
@@ -268,23 +290,25 @@ def lease_facts(
         "lease.gpus": lease.gpus,
         "lease.priority": lease.priority,
         "lease.protected": lease.protected or pool is None or pool.protected,
-        "lease.age": minutes(age),
-        "lease.time_left": minutes(left) if left > _ZERO else 0.0,
-        "lease.overdue": minutes(-left) if left < _ZERO else 0.0,
+        "lease.age": age.total_seconds() / 60,
+        "lease.time_left": left.total_seconds() / 60 if left > _ZERO else 0.0,
+        "lease.overdue": -left.total_seconds() / 60 if left < _ZERO else 0.0,
         "lease.expired": left <= _ZERO,
         "lease.expiry_warning_due": stage is not None and (lead is None or stage < lead),
         "lease.warned.expiry": expiry_at is not None,
         "lease.warned.idle": idle_at is not None,
-        "lease.since_warned.expiry": minutes(now - expiry_at) if expiry_at else 0.0,
-        "lease.since_warned.idle": minutes(now - idle_at) if idle_at else 0.0,
+        "lease.since_warned.expiry": (now - expiry_at).total_seconds() / 60 if expiry_at else 0.0,
+        "lease.since_warned.idle": (now - idle_at).total_seconds() / 60 if idle_at else 0.0,
         "lease.idle": fresh and idle_for > _ZERO,
-        "lease.idle_for": minutes(idle_for),
+        "lease.idle_for": idle_for.total_seconds() / 60,
         "lease.snoozed": lease.snoozed_until is not None and lease.snoozed_until > now,
         "lease.unhealthy": seen.unhealthy,
         "lease.recalled": marks.recalled,
         "lease.intruded": seen.intruded,
         "lease.warned.preempt": preempt_at is not None,
-        "lease.since_warned.preempt": minutes(now - preempt_at) if preempt_at else 0.0,
+        "lease.since_warned.preempt": (
+            (now - preempt_at).total_seconds() / 60 if preempt_at else 0.0
+        ),
         "telemetry.fresh": fresh,
         "limits.idle_threshold": timing.idle_threshold_min,
         "limits.grace": timing.grace_min,
@@ -293,14 +317,24 @@ def lease_facts(
 
 
 def gpu_facts(gpu: GpuSnapshot, reading: Reading | None) -> dict[str, Any]:
-    drained = gpu.drained or gpu.state == "drained"
+    return gpu_line_facts(
+        (gpu.id, gpu.node, gpu.index, gpu.model, gpu.pool, gpu.state, gpu.drained, gpu.lease_id),
+        reading,
+    )
+
+
+def gpu_line_facts(line: GpuLine, reading: Reading | None) -> dict[str, Any]:
+    """`gpu_facts` of a GPU given as its snapshot's fields in order: the sweep reads 100,000
+    GPUs as such tuples and makes a snapshot only of those it acts on."""
+    _, node, index, model, pool, state, drained, lease_id = line
+    drained = drained or state == "drained"
     if reading is None:  # never seen: unknown, not faulty ("no news is not a fault")
         return {
-            "gpu.node": gpu.node,
-            "gpu.index": gpu.index,
-            "gpu.model": gpu.model,
-            "gpu.pool": gpu.pool,
-            "gpu.leased": gpu.lease_id is not None,
+            "gpu.node": node,
+            "gpu.index": index,
+            "gpu.model": model,
+            "gpu.pool": pool,
+            "gpu.leased": lease_id is not None,
             "gpu.util_pct": 0.0,
             "gpu.memory_used_mib": 0,
             "gpu.processes": 0,
@@ -314,15 +348,15 @@ def gpu_facts(gpu: GpuSnapshot, reading: Reading | None) -> dict[str, Any]:
     fresh = reading.fresh  # stale is "unknown": neither idle nor unreserved
     processes = len(reading.processes)
     return {
-        "gpu.node": gpu.node,
-        "gpu.index": gpu.index,
-        "gpu.model": gpu.model,
-        "gpu.pool": gpu.pool,
-        "gpu.leased": gpu.lease_id is not None,
+        "gpu.node": node,
+        "gpu.index": index,
+        "gpu.model": model,
+        "gpu.pool": pool,
+        "gpu.leased": lease_id is not None,
         "gpu.util_pct": float(reading.util_pct or 0.0),
         "gpu.memory_used_mib": int(reading.memory_used_mib or 0),
         "gpu.processes": processes,
-        "gpu.unreserved": fresh and processes > 0 and gpu.lease_id is None,
+        "gpu.unreserved": fresh and processes > 0 and lease_id is None,
         "gpu.healthy": reading.healthy,
         "gpu.health": reading.health,
         "gpu.idle_for": minutes(reading.idle_for) if fresh else 0.0,

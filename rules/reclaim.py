@@ -148,15 +148,29 @@ def lease_steps(
         steps.append(step)
         if step.do == Do.RECLAIM:
             return steps
-    forgettable = (
-        ("idle", "lease.idle"),
-        ("partly_idle", "lease.partly_idle"),
-        ("unhealthy", "lease.unhealthy"),
-    )
-    for mark, fact in forgettable:
-        if lease.warnings.has(mark) and not decision.facts[fact]:
-            steps.append(Step(Do.FORGET, why=mark))
+    steps += forget_steps(lease, decision.facts)
     return steps
+
+
+# A warning stands while its fact holds: the mark, and the fact that bears it out.
+_FORGETTABLE = (
+    ("idle", "lease.idle"),
+    ("partly_idle", "lease.partly_idle"),
+    ("unhealthy", "lease.unhealthy"),
+)
+
+
+def forget_steps(lease: LeaseSnapshot, facts: Mapping[str, Any]) -> list[Step]:
+    """The idle and unhealthy warnings the facts no longer bear out, to forget: every step
+    of `lease_steps` for a lease no rule matched (most leases of a sweep)."""
+    marks = lease.warnings
+    if not marks.raw:  # no mark at all: nothing to forget
+        return []
+    return [
+        Step(Do.FORGET, why=mark)
+        for mark, fact in _FORGETTABLE
+        if marks.has(mark) and not facts[fact]
+    ]
 
 
 def _step(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from rules.lease_facts import GpuSnapshot
+from rules.lease_facts import GpuLine, GpuSnapshot
 from storage.tables import GpuRow, LeaseGpuRow, NodeRow
 
 _GPU = GpuRow.__table__  # type: ignore[attr-defined]
@@ -20,6 +20,12 @@ _HELD = LeaseGpuRow.__table__  # type: ignore[attr-defined]
 
 def gpu_snapshots(session: Session) -> list[GpuSnapshot]:
     """Every GPU with its inventory state and active lease, by id (as storage.gpus has it)."""
+    return [GpuSnapshot(*line) for line in gpu_lines(session)]
+
+
+def gpu_lines(session: Session) -> list[GpuLine]:
+    """`gpu_snapshots` as plain tuples of the snapshot's fields: the sweep makes a snapshot
+    object only of a GPU it acts on, not of each of 100,000."""
     db = session.connection()
     # Written as the partial index's own predicate, so the engines read the active rows
     # through ix_lease_gpu_active rather than every lease-GPU row ever written.
@@ -38,7 +44,8 @@ def gpu_snapshots(session: Session) -> list[GpuSnapshot]:
         .join(_NODE, _NODE.c.id == _GPU.c.node_id)
         .order_by(_GPU.c.id)
     ).all()  # fetched at once: row by row costs a cursor call per GPU
+    get = held.get
     return [
-        GpuSnapshot(gpu_id, node, index, model, pool, state, bool(drained), held.get(gpu_id))
+        (gpu_id, node, index, model, pool, state, bool(drained), get(gpu_id))
         for gpu_id, node, index, model, pool, state, drained in rows
     ]

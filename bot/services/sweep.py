@@ -27,23 +27,24 @@ from bot.services.sweep_pass import Pass, SweepReport
 from rules.decision import Decision, Match
 from rules.domain import LeaseState, Reason, Subject
 from rules.lease_facts import (
+    GpuSnapshot,
     LeaseSnapshot,
     Readings,
     Warned,
     expiry_stage,
-    gpu_facts,
     gpu_idleness,
+    gpu_line_facts,
     lease_facts,
 )
 from rules.marks import PARTLY_IDLE, notice_key, would_have_key
 from rules.memo import PassDecisions
-from rules.reclaim import Do, lease_steps, to_shrink
+from rules.reclaim import Do, forget_steps, lease_steps, to_shrink
 from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
 from storage.outbox import OutboxKind, Owed
 from storage.requests import pools_with_queue
-from storage.sweep_reads import gpu_snapshots
+from storage.sweep_reads import gpu_lines
 from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"
@@ -60,31 +61,40 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     now = ctx.now()
     with ctx.db.read() as session:
         active, warned = leases.active_snapshots(session)
-        gpus = gpu_snapshots(session)
+        gpus = gpu_lines(session)
         paused = admin.is_paused(session, ctx)
         told = keyvalue.told_unreserved(session)
         waiting = pools_with_queue(session)
     run = Pass(ctx, readings, now, paused, unreserved=told)
     # Subjects whose conditions read the same values share one evaluation (rules.memo).
     decisions = PassDecisions(ctx.live.current)
-    policy, decide, reading = ctx.policy, decisions.decide, run.reading
+    # A subject no rule matched has no decision to act on (most of them).
+    policy, acted_on, reading, of_slots = ctx.policy, decisions.acted_on, run.reading, run.of_slots
 
     def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
         for lease in on:
-            lease_readings = [reading(node, index) for node, index in lease.slots]
-            facts = lease_facts(policy, lease, lease_readings, warned[lease.id], now)
-            _act_on_lease(run, lease, decide(Subject.LEASE, facts), warned[lease.id])
+            lease_readings = of_slots(lease.slots)
+            sent = warned[lease.id]
+            facts = lease_facts(policy, lease, lease_readings, sent, now)
+            decision = acted_on(Subject.LEASE, facts)
+            if decision is not None:
+                _act_on_lease(run, lease, decision, sent)
+            else:  # all lease_steps gives a lease no rule matched
+                for step in forget_steps(lease, facts):
+                    _forget(run, lease, step.why)
             _narrow_idle(run, lease)
 
     act(active, warned)
-    acted_on = decisions.acted_on  # a GPU no rule matched has no decision to act on
-    for gpu in gpus:
-        facts = gpu_facts(gpu, reading(gpu.node, gpu.index))
+    # The GPUs told of as in unreserved use, by id: settled below once no longer in such use.
+    key = keyvalue.unreserved_key
+    told_ids = {line[0] for line in gpus if key(line[1], line[2]) in told} if told else set()
+    for line in gpus:  # plain tuples: a snapshot is made of a GPU acted on
+        facts = gpu_line_facts(line, reading(line[1], line[2]))
         decision = acted_on(Subject.GPU, facts)
         if decision is not None:
-            act_on_gpu(run, gpu, decision)
-        else:
-            settle_unreserved(run, gpu, facts)
+            act_on_gpu(run, GpuSnapshot(*line), decision)
+        elif line[0] in told_ids:
+            settle_unreserved(run, line[1], line[2], facts)
     # Recalls last, once this pass's reclaims freed what they free, in every pool where
     # requests wait or a recall is under way; the leases recalled now are warned at once.
     recalled = recall.reconcile(ctx, waiting | {s.pool for s in active if s.warnings.recalled})

@@ -28,14 +28,14 @@ def act_on_gpu(run: Pass, gpu: GpuSnapshot, decision: Decision) -> None:
             processes = reading.processes if reading is not None else []
             users = sorted({str(getattr(p, "user", "") or "") for p in processes} - {""})
             _unreserved(run, gpu, users, match, decision.for_action(match))
-    settle_unreserved(run, gpu, decision.facts)
+    settle_unreserved(run, gpu.node, gpu.index, decision.facts)
 
 
-def settle_unreserved(run: Pass, gpu: GpuSnapshot, facts: Mapping[str, Any]) -> None:
+def settle_unreserved(run: Pass, node: str, index: int, facts: Mapping[str, Any]) -> None:
     """A GPU told of as in unreserved use and no longer in such use: its episode is over (the
     next one tells its users again). Called for every GPU, whatever the rules decided."""
     if run.unreserved and not facts["gpu.unreserved"]:  # most passes: none told
-        key = keyvalue.unreserved_key(gpu.node, gpu.index)
+        key = keyvalue.unreserved_key(node, index)
         if key in run.unreserved:
             _clear(run.ctx, key)
 

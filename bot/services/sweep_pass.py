@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from bot.services.context import Context
 from bot.telemetry.window import TelemetryWindow
 from rules.lease_facts import Reading, Readings
+
+_UNREAD: object = object()  # not read yet in this pass (a reading may itself be None)
 
 
 @dataclass
@@ -68,6 +70,17 @@ class Pass:
                     return self._seen[key]
             found = self._seen[key] = self.readings.gpu(node, index, self.now)
             return found
+
+    def of_slots(self, slots: Sequence[tuple[str, int]]) -> list[Reading | None]:
+        """`reading` of each GPU of `slots`, in order (a lease's GPUs, as (node, index))."""
+        if not self._read_every:
+            return [self.reading(node, index) for node, index in slots]
+        seen = self._seen
+        found = [seen.get(slot, _UNREAD) for slot in slots]
+        for i, reading in enumerate(found):
+            if reading is _UNREAD:  # not in the window's read: read on its own, as before
+                found[i] = self.reading(*slots[i])
+        return found  # type: ignore[return-value]  # _UNREAD replaced above
 
     def _read_all(self) -> None:
         """Every GPU's reading in one read, where the telemetry offers that (the window does):

@@ -16,7 +16,8 @@ Every figure is printed as ours, the budget, and their ratio, from one run. Figu
 never fails. Run with `python -m tests.bench.scale [--quick] [--sqlite-only | --postgres-only]`
 (--quick: 1,000 and 10,000 GPUs). `--scrape-only [--history N] [--profile]` times only /metrics,
 over N ended leases and their requests: the first scrape ever, a replica's first scrape from
-the leader's checkpoint, and later ones, wall and CPU seconds.
+the leader's checkpoint, and later ones, wall and CPU seconds. `--sweep-only [--profile]` times
+only the steady sweeps, wall and CPU seconds.
 
 `--ingest-only` measures ingest alone, for --ingest-s seconds per fleet and database (30 by
 default there), three ways: pushes handed to the handler by threads in this process; signed
@@ -265,6 +266,51 @@ def hot_spots(run: Callable[[], object], limit: int = 12) -> list[tuple[str, flo
         key=lambda item: -item[1],
     )
     return own[:limit]
+
+
+def sweep_only(kinds: tuple[str, ...], fleets: tuple[int, ...], *, profile: bool) -> int:
+    """Each fleet's steady sweeps alone (no scrape, ingest, commands or audit): wall and CPU
+    seconds, with the budget lines; `profile` adds the biggest fleet's hot spots."""
+    print("steady sweeps only (wall seconds on a shared machine; cpu: this process's CPU)")
+    print()
+    got: list[tuple[str, int, Sweep]] = []
+    with ExitStack() as stack:
+        server = stack.enter_context(postgres.server()) if "postgres" in kinds else None
+        for kind in kinds:
+            for gpus in fleets:
+                print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
+                with fleet(kind, gpus, server) as f:
+                    print("    sweeping ...", file=sys.stderr, flush=True)
+                    got.append((kind, gpus, bench_sweep(f, profile=profile and gpus == fleets[-1])))
+    print(
+        f"  {'db':<9}{'GPUs':>8}{'1st sweep s':>12}{'sweep s':>9}{'cpu s':>7}"
+        f"{'decided':>9}{'evaluated':>10}"
+    )
+    for kind, gpus, s in got:
+        print(
+            f"  {kind:<9}{gpus:>8,}{s.first_s:>12.2f}{s.best_s:>9.3f}{s.cpu_s:>7.3f}"
+            f"{s.decided:>9,}{s.evaluated:>10,}"
+        )
+    print()
+    print(header())
+    for kind in kinds:
+        mine = sorted((g, s) for k, g, s in got if k == kind)
+        for gpus, s in mine:
+            limit = SWEEP_BUDGET_S if gpus > COMPARED else SWEEP_10K_BUDGET_S
+            print(budget_line(f"{kind}: one sweep of {gpus:,} GPUs", s.best_s, limit))
+        if len(mine) > 1 and mine[-1][0] > mine[0][0]:
+            (few, small), (many, big) = mine[0], mine[-1]
+            what = f"{kind}: sweep, {many // few}x the fleet"
+            print(budget_line(what, big.best_s / small.best_s, SCALING_BUDGET, "x", below=False))
+            what = f"{kind}: sweep CPU, {many // few}x the fleet"
+            print(budget_line(what, big.cpu_s / small.cpu_s, SCALING_BUDGET, "x", below=False))
+    for kind, gpus, s in got:
+        if s.profile:
+            print()
+            print(f"  where one sweep of {gpus:,} GPUs on {kind} spends its own time (cProfile)")
+            for where, seconds in s.profile:
+                print(f"    {seconds * 1000:>9.1f} ms  {where}")
+    return 0
 
 
 # ---- the /metrics scrape ----------------------------------------------------------------
@@ -1036,6 +1082,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     only.add_argument("--sqlite-only", action="store_true")
     only.add_argument("--postgres-only", action="store_true")
     parser.add_argument("--profile", action="store_true", help="profile the biggest sweep")
+    parser.add_argument(
+        "--sweep-only", action="store_true", help="time only the steady sweeps (wall and CPU)"
+    )
     parser.add_argument("--fleets", type=int, nargs="+", help="fleet sizes (GPUs) instead")
     parser.add_argument("--small", type=int, default=SMALL, help="the commands' small fleet")
     parser.add_argument(
@@ -1069,15 +1118,24 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = arguments(argv)
-    fleets = tuple(args.fleets or (QUICK if args.quick else FLEETS))
-    kinds = ("sqlite",) if args.sqlite_only else ("postgres",) if args.postgres_only else KINDS
+def one_part(args: argparse.Namespace, kinds: tuple[str, ...], fleets: tuple[int, ...]) -> int:
+    """The run of one --*-only flag."""
+    if args.sweep_only:
+        return sweep_only(kinds, fleets, profile=args.profile)
     if args.scrape_only:
         return scrape_only(kinds, fleets, history=args.history, profile=args.profile)
     if args.ingest_only:
         ways = tuple(INGEST_WAYS[["handler", "http", "sweeps"].index(w)] for w in args.ways)
         return ingest_only(fleets, kinds, args.ingest_s or INGEST_ONLY_S, ways)
+    raise AssertionError("no --*-only flag given")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    fleets = tuple(args.fleets or (QUICK if args.quick else FLEETS))
+    kinds = ("sqlite",) if args.sqlite_only else ("postgres",) if args.postgres_only else KINDS
+    if args.sweep_only or args.scrape_only or args.ingest_only:
+        return one_part(args, kinds, fleets)
     ingest_s = args.ingest_s or INGEST_S
     py = platform.python_version()
     print(f"gpubot scale benchmark: Python {py} on {platform.machine()}, {platform.system()}")

@@ -314,17 +314,19 @@ def distinct_facts(
     keyed by every fact could save), facts the conditions read, and distinct values of those."""
     live = services.ctx.live
     seen: dict[Subject, list[Mapping[str, Any]]] = {Subject.LEASE: [], Subject.GPU: []}
-    decide = PassDecisions.decide  # the sweep decides through its pass's memo
+    acted_on = PassDecisions.acted_on  # the sweep decides through its pass's memo
 
-    def recording(self: PassDecisions, subject: Subject, facts: Mapping[str, Any]) -> Decision:
+    def recording(
+        self: PassDecisions, subject: Subject, facts: Mapping[str, Any]
+    ) -> Decision | None:
         seen[subject].append(dict(facts))
-        return decide(self, subject, facts)
+        return acted_on(self, subject, facts)
 
-    PassDecisions.decide = recording  # type: ignore[method-assign]
+    PassDecisions.acted_on = recording  # type: ignore[method-assign]
     try:
         services.sweep(telemetry)
     finally:
-        PassDecisions.decide = decide  # type: ignore[method-assign]
+        PassDecisions.acted_on = acted_on  # type: ignore[method-assign]
     out = {}
     for subject, facts in seen.items():
         read = set().union(*(expr.facts_used(r.condition) for r in live.policy.rules_for(subject)))
@@ -399,7 +401,7 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "snapshot reads",
         (
             ("storage/leases.py", "active_snapshots"),
-            ("storage/sweep_reads.py", "gpu_snapshots"),
+            ("storage/sweep_reads.py", "gpu_lines"),
             ("services/sweep.py", "read_snapshot"),
             ("storage/keyvalue.py", "told_unreserved"),
             ("services/admin.py", "is_paused"),
@@ -408,9 +410,9 @@ PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("telemetry readings", (("telemetry/window.py", "gpu"), ("telemetry/window.py", "readings"))),
     (
         "fact building",
-        (("rules/lease_facts.py", "lease_facts"), ("rules/lease_facts.py", "gpu_facts")),
+        (("rules/lease_facts.py", "lease_facts"), ("rules/lease_facts.py", "gpu_line_facts")),
     ),
-    ("decisions", (("engine/live.py", "decide"), ("engine/live.py", "decide_all"))),
+    ("decisions", (("rules/memo.py", "acted_on"), ("rules/memo.py", "decide"))),
     (
         "actions",
         (

@@ -41,3 +41,13 @@ def test_a_tiny_fleet_measures_on_postgres(postgres_server: postgres.PostgresSer
     assert row.nodes * 8 + row.nodes * 4 == row.sweep.decided  # GPUs, and leases of GPUs 0-3
     assert row.commands is not None
     assert all(seconds > 0 for seconds in row.commands.values())
+
+
+def test_the_sweep_only_run_prints_wall_and_cpu_and_the_budget_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert 0 == scale.main(["--sweep-only", "--sqlite-only", "--fleets", "100", "200"])
+    out = capsys.readouterr().out
+    assert "sqlite: one sweep of 200 GPUs" in out
+    assert "sqlite: sweep CPU, 2x the fleet" in out
+    assert "scrape" not in out  # the sweep alone
