@@ -78,6 +78,8 @@ class GpuRow(SQLModel, table=True):
         sa.Index(
             "ix_gpu_pool_state_observed_model", "pool", "state", "observed", "model", "node_id"
         ),
+        # each node's newest telemetry, one probe per node (/metrics)
+        sa.Index("ix_gpu_node_profiled", "node_id", "profiled_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -179,6 +181,8 @@ class LeaseRow(SQLModel, table=True):
         sa.Index("ix_lease_ended_at_state", "ended_at", "state"),
         # Quota sums (GPUs held per team in a pool) read this index alone.
         sa.Index("ix_lease_pool_state_team_gpus", "pool", "state", "team", "gpus"),
+        # /metrics sums the active leases' GPUs and GPU-seconds from this index alone.
+        sa.Index("ix_lease_state_pool_team_granted", "state", "pool", "team", "granted_at", "gpus"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -218,6 +222,13 @@ class LeaseGpuRow(SQLModel, table=True):
             unique=True,
             sqlite_where=sa.text("active"),
             postgresql_where=sa.text("active"),
+        ),
+        # the GPUs a shrink gave back, for /metrics (few: most rows never get a released_at)
+        sa.Index(
+            "ix_lease_gpu_given_back",
+            "lease_id",
+            sqlite_where=sa.text("released_at IS NOT NULL"),
+            postgresql_where=sa.text("released_at IS NOT NULL"),
         ),
     )
 

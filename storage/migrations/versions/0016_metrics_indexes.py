@@ -1,0 +1,41 @@
+"""Indexes a /metrics scrape reads through, so that it reads no GPU or lease row at 100,000
+GPUs.
+
+`gpu (node_id, profiled_at)` gives each node's newest telemetry in one probe. `lease (state,
+pool, team, granted_at, gpus)` holds all the active leases' GPUs and GPU-seconds so far need.
+`lease_gpu (lease_id) WHERE released_at IS NOT NULL` finds the few GPUs a shrink gave back.
+
+Revision ID: 0016
+Revises: 0015
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0016"
+down_revision: str | None = "0015"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    op.create_index("ix_gpu_node_profiled", "gpu", ["node_id", "profiled_at"])
+    op.create_index(
+        "ix_lease_state_pool_team_granted", "lease", ["state", "pool", "team", "granted_at", "gpus"]
+    )
+    op.create_index(
+        "ix_lease_gpu_given_back",
+        "lease_gpu",
+        ["lease_id"],
+        sqlite_where=sa.text("released_at IS NOT NULL"),
+        postgresql_where=sa.text("released_at IS NOT NULL"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_lease_gpu_given_back", table_name="lease_gpu")
+    op.drop_index("ix_lease_state_pool_team_granted", table_name="lease")
+    op.drop_index("ix_gpu_node_profiled", table_name="gpu")
