@@ -177,12 +177,13 @@ def active_leases(session: Session, now: datetime) -> Active:
     the grant to when a shrink gave it back, or to `now`, by (pool, team).
 
     An active lease's `gpus` counts the GPUs it holds (storage.leases.give_back changes both
-    together), so the held ones are summed from ix_lease_state_pool_team_granted alone,
+    together), so the held ones are summed from ix_lease_active_team_pool_granted alone,
     without a row per GPU; only the GPUs a shrink gave back are read one by one, through
     ix_lease_gpu_given_back."""
     until = sa.bindparam("now", now, UtcDateTime())
     lease_gpus, granted = col(LeaseRow.gpus), col(LeaseRow.granted_at)
-    active = col(LeaseRow.state) == LeaseState.ACTIVE.value
+    # Written out, not bound: the partial index's condition must be seen to hold.
+    active = sa.text(f"lease.state = '{LeaseState.ACTIVE.value}'")
     team = (col(LeaseRow.pool), col(LeaseRow.team))
     holding = (
         sa.select(
@@ -274,7 +275,8 @@ def audit_chain_ok(session: Session) -> bool:
 def seconds_between(session: Session, start: Any, end: Any) -> Any:
     """`end - start` in seconds, in SQL."""
     if session.get_bind().dialect.name == "postgresql":
-        return sa.extract("epoch", end - start)
+        # a double, not a numeric: 12,500 node ages then need no Decimal each
+        return sa.cast(sa.extract("epoch", end - start), sa.Float)
     return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
 
 

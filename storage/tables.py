@@ -181,8 +181,20 @@ class LeaseRow(SQLModel, table=True):
         sa.Index("ix_lease_ended_at_state", "ended_at", "state"),
         # Quota sums (GPUs held per team in a pool) read this index alone.
         sa.Index("ix_lease_pool_state_team_gpus", "pool", "state", "team", "gpus"),
-        # /metrics sums the active leases' GPUs and GPU-seconds from this index alone.
-        sa.Index("ix_lease_state_pool_team_granted", "state", "pool", "team", "granted_at", "gpus"),
+        # /metrics sums the active leases' GPUs and GPU-seconds from this index alone; partial,
+        # so that it holds the active leases only and no count over the history reads it.
+        sa.Index(
+            "ix_lease_active_team_pool_granted",
+            # state: one value here, but SQLite reads a partial index only for a lookup; team
+            # before pool, or a quota sum of one pool would read this one instead of its own
+            "state",
+            "team",
+            "pool",
+            "granted_at",
+            "gpus",
+            sqlite_where=sa.text("state = 'active'"),
+            postgresql_where=sa.text("state = 'active'"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
