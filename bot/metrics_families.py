@@ -44,13 +44,13 @@ def fleet(policy: Policy, found: figures.Fleet) -> Iterable[Metric]:
         "minutes while samples arrive); nodes never heard from have no series",
         labels=["node", "pool"],
     )
-    pairs = ages.pairs
-    for name, pool, reporting, age_s in found.nodes:
-        key = (pool, reporting)
+    for node in found.nodes:
+        key = (node.pool, node.reporting)
         by_state[key] = by_state.get(key, 0) + 1
-        if age_s is not None:
-            # Milliseconds: the database's arithmetic on times leaves microsecond dust.
-            pairs.append(((name, pool), max(0.0, round(float(age_s), 3))))
+    heard = [node for node in found.nodes if node.telemetry_age_s is not None]
+    ages.columns = [[node.name for node in heard], [node.pool for node in heard]]
+    # Milliseconds: the database's arithmetic on times leaves microsecond dust.
+    ages.values = [max(0.0, round(float(node.telemetry_age_s or 0), 3)) for node in heard]
     for (pool, reporting), count in sorted(by_state.items()):
         nodes.add_metric([pool, reporting], count)
     yield from (gpus, unreserved, nodes, ages)
