@@ -7,10 +7,10 @@ whichever process answers the scrape, and survives restarts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlmodel import Session, col
@@ -26,7 +26,6 @@ from storage.tables import (
     InboxRow,
     LeaseGpuRow,
     LeaseRow,
-    MetricsCheckpointRow,
     NodeRow,
     OutboxRow,
     RequestRow,
@@ -44,8 +43,7 @@ def one_snapshot(session: Session) -> None:
         session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
-@dataclass(frozen=True)
-class NodeFigure:
+class NodeFigure(NamedTuple):
     name: str
     pool: str
     reporting: str  # rules.domain.Reporting
@@ -62,48 +60,68 @@ class Fleet:
 def fleet(session: Session, now: datetime) -> Fleet:
     """GPUs by pool and where they stand, and every node with its reporting state and how
     long ago telemetry last profiled one of its GPUs (written at least every few minutes
-    while samples arrive): two grouped passes over the GPUs, the ages worked out in SQL, so
-    that 12,500 nodes cost no parsing of times in Python.
+    while samples arrive).
 
     Where a GPU stands is `storage.gpus.Place`, with "out" told apart: leased, drained (its
     node or itself; a drained node's GPUs are out of service unless a lease still holds
     them), unhealthy, unknown (the inventory's own unknown), silent (not reporting),
-    occupied (in use without a lease), free."""
-    # The bare column matches the partial index ix_lease_gpu_active on SQLite (`= 1` does not).
-    held = sa.and_(col(LeaseGpuRow.gpu_id) == col(GpuRow.id), sa.literal_column("lease_gpu.active"))
-    place = sa.case(
-        (col(LeaseGpuRow.gpu_id).is_not(None), "leased"),
-        (sa.literal_column("node.drained"), GpuState.DRAINED.value),
-        (col(GpuRow.state) != GpuState.OK.value, col(GpuRow.state)),
-        (col(GpuRow.observed) == Observed.SILENT.value, "silent"),
-        (col(GpuRow.observed) == Observed.OCCUPIED.value, "occupied"),
-        else_="free",
-    ).label("place")
-    by_place = (
-        sa.select(col(NodeRow.pool), place, sa.func.count())
-        .select_from(GpuRow)
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .outerjoin(LeaseGpuRow, held)
-        .group_by(col(NodeRow.pool), place)
+    occupied (in use without a lease), free. As in `storage.gpus.place_counts`, no GPU is
+    joined to anything: every GPU is counted by what the inventory, telemetry and `held` say
+    of it from ix_gpu_pool_held_state_observed_model alone, and those on drained nodes (few)
+    are counted apart and moved to their place."""
+    db = session.connection()
+    held = col(GpuRow.held)
+    facts = (col(GpuRow.pool), held, col(GpuRow.state), col(GpuRow.observed))
+    every = db.execute(sa.select(*facts, sa.func.count()).group_by(*facts)).all()
+    out_nodes = [i for (i,) in db.execute(sa.select(col(NodeRow.id)).where(col(NodeRow.drained)))]
+    drained = (
+        db.execute(
+            sa.select(*facts, sa.func.count())
+            .where(col(GpuRow.node_id).in_(out_nodes))
+            .group_by(*facts)
+        ).all()
+        if out_nodes
+        else []
     )
-    states = {(str(pool), str(state)): int(n) for pool, state, n in _rows(session, by_place)}
+    rest: Counter[tuple[str, bool, str, str]] = Counter()  # not on a drained node
+    for pool, is_held, state, observed, n in every:
+        rest[pool, bool(is_held), state, observed] += int(n)
+    states: Counter[tuple[str, str]] = Counter()
+    for pool, is_held, state, observed, n in drained:
+        rest[pool, bool(is_held), state, observed] -= int(n)
+        states[pool, "leased" if is_held else GpuState.DRAINED.value] += int(n)
+    for (pool, is_held, state, observed), n in rest.items():
+        states[pool, "leased" if is_held else _own_place(state, observed)] += n
+    return Fleet(
+        {(str(p), str(s)): n for (p, s), n in states.items() if n > 0}, nodes(session, now)
+    )
+
+
+def _own_place(state: str, observed: str) -> str:
+    """Where a GPU neither held nor on a drained node stands, by its own columns."""
+    if state != GpuState.OK.value:
+        return state
+    if observed == Observed.SILENT.value:
+        return "silent"
+    if observed == Observed.OCCUPIED.value:
+        return "occupied"
+    return "free"
+
+
+def nodes(session: Session, now: datetime) -> list[NodeFigure]:
+    """Every node by name, with its reporting state and its telemetry's age: one probe of
+    ix_gpu_node_profiled per node for its newest `profiled_at`, the age worked out in SQL, so
+    that 12,500 nodes cost no parsing of times in Python."""
     newest = (
-        sa.select(col(GpuRow.node_id), sa.func.max(col(GpuRow.profiled_at)).label("at"))
-        .group_by(col(GpuRow.node_id))
-        .subquery()
+        sa.select(sa.func.max(col(GpuRow.profiled_at)))
+        .where(col(GpuRow.node_id) == col(NodeRow.id))
+        .scalar_subquery()
     )
-    age = _seconds_between(session, newest.c.at, sa.bindparam("now", now, UtcDateTime()))
-    nodes = (
-        sa.select(col(NodeRow.name), col(NodeRow.pool), col(NodeRow.reporting), age)
-        .select_from(NodeRow)
-        .outerjoin(newest, newest.c.node_id == col(NodeRow.id))
-        .order_by(col(NodeRow.name))
+    age = seconds_between(session, newest, sa.bindparam("now", now, UtcDateTime()))
+    stmt = sa.select(col(NodeRow.name), col(NodeRow.pool), col(NodeRow.reporting), age).order_by(
+        col(NodeRow.name)
     )
-    figures = [
-        NodeFigure(str(name), str(pool), str(reporting), None if s is None else float(s))
-        for name, pool, reporting, s in _rows(session, nodes)
-    ]
-    return Fleet(states, figures)
+    return list(map(NodeFigure._make, _rows(session, stmt).all()))
 
 
 @dataclass(frozen=True)
@@ -133,150 +151,6 @@ def waiting(session: Session) -> list[Waiting]:
     ]
 
 
-#: Lease states that may still change (a final lease's figures never do).
-OPEN = (LeaseState.PENDING.value, LeaseState.QUEUED.value, LeaseState.ACTIVE.value)
-#: Final leases that held GPUs: ended with `ended_at` (bot.services.leases.end_lease).
-HELD_FINAL = (LeaseState.RELEASED.value, LeaseState.RECLAIMED.value, LeaseState.EXPIRED.value)
-RECLAIMED = LeaseState.RECLAIMED.value
-
-RequestKey = tuple[str, str, str, str]  # pool, team, kind, outcome
-ReclaimKey = tuple[str, str, str]  # pool, team, reason
-TeamKey = tuple[str, str]  # pool, team
-
-
-@dataclass(frozen=True)
-class Totals:
-    """The history counters up to `upto` (None: the beginning, nothing counted): requests
-    filed before it by (pool, team, kind, outcome), leases reclaimed before it by (pool, team,
-    reason) and the GPU-seconds held by the leases that ended before it, by (pool, team).
-
-    A filed request and an ended lease never change again, so totals up to a time stay true
-    once every transaction that could write before it has committed."""
-
-    upto: datetime | None = None
-    requests: dict[RequestKey, int] = field(default_factory=dict)
-    reclaims: dict[ReclaimKey, int] = field(default_factory=dict)
-    gpu_s: dict[TeamKey, float] = field(default_factory=dict)
-
-    def plus(self, more: Totals) -> Totals:
-        """These totals and `more` (what came after them), up to `more.upto`."""
-        return Totals(
-            more.upto,
-            _summed(self.requests, more.requests),
-            _summed(self.reclaims, more.reclaims),
-            _summed(self.gpu_s, more.gpu_s),
-        )
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "requests": [[*key, n] for key, n in sorted(self.requests.items())],
-            "reclaims": [[*key, n] for key, n in sorted(self.reclaims.items())],
-            "gpu_s": [[*key, s] for key, s in sorted(self.gpu_s.items())],
-        }
-
-    @classmethod
-    def from_json(cls, upto: datetime, data: dict[str, Any]) -> Totals:
-        return cls(
-            upto,
-            {(str(p), str(t), str(k), str(o)): int(n) for p, t, k, o, n in data["requests"]},
-            {(str(p), str(t), str(r)): int(n) for p, t, r, n in data["reclaims"]},
-            {(str(p), str(t)): float(sec) for p, t, sec in data["gpu_s"]},
-        )
-
-
-def totals_between(session: Session, since: datetime | None, until: datetime | None) -> Totals:
-    """The requests filed and the leases ended with `since` <= time < `until` (either end
-    open: None). Grouped in SQL, so even the whole history reads no row into Python; a span
-    after `since` (minutes, at each scrape) reads through the `created_at` and `ended_at`
-    indexes alone, which is why the lease states are told apart in the grouping."""
-    created, ended = col(RequestRow.created_at), col(LeaseRow.ended_at)
-    keys = (
-        col(RequestRow.pool),
-        col(RequestRow.team),
-        col(RequestRow.kind),
-        col(RequestRow.outcome),
-    )
-    asked = (
-        sa.select(*keys, sa.func.count())
-        .where(*_span(session, created, since, until))
-        .group_by(*keys)
-    )
-    requests = {(str(p), str(t), str(k), str(o)): int(n) for p, t, k, o, n in _rows(session, asked)}
-    state, reason = col(LeaseRow.state), col(LeaseRow.end_reason)
-    reclaimed = (
-        sa.select(col(LeaseRow.pool), col(LeaseRow.team), state, reason, sa.func.count())
-        .where(*_span(session, ended, since, until), *_only(state, since, [RECLAIMED]))
-        .group_by(col(LeaseRow.pool), col(LeaseRow.team), state, reason)
-    )
-    reclaims: dict[ReclaimKey, int] = {}
-    for pool, team, how, why, count in _rows(session, reclaimed):
-        if how == RECLAIMED:
-            key = (str(pool), str(team), str(why or "unknown"))
-            reclaims[key] = reclaims.get(key, 0) + int(count)
-    end = sa.func.coalesce(col(LeaseGpuRow.released_at), ended)
-    seconds = _seconds_between(session, col(LeaseRow.granted_at), end)
-    held = (
-        sa.select(col(LeaseRow.pool), col(LeaseRow.team), state, sa.func.sum(seconds))
-        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
-        .where(*_span(session, ended, since, until), *_only(state, since, HELD_FINAL))
-        .group_by(col(LeaseRow.pool), col(LeaseRow.team), state)
-    )
-    gpu_s: dict[TeamKey, float] = {}
-    for pool, team, how, total in _rows(session, held):
-        if how in HELD_FINAL:
-            key2 = (str(pool), str(team))
-            gpu_s[key2] = gpu_s.get(key2, 0.0) + max(0.0, float(total or 0))
-    return Totals(until, requests, reclaims, gpu_s)
-
-
-def _only(state: Any, since: datetime | None, states: Sequence[str]) -> list[Any]:
-    """Over the whole history, the states' index picks the rows; after a time, the time's
-    index does, and the grouping tells the states apart."""
-    return [state.in_(states)] if since is None else []
-
-
-def _span(
-    session: Session, column: Any, since: datetime | None, until: datetime | None
-) -> list[Any]:
-    where = [column.is_not(None)]
-    if since is not None:
-        after = column >= sa.bindparam(None, since, UtcDateTime())
-        if session.get_bind().dialect.name == "sqlite":
-            # SQLite keeps no statistics: told that few rows are this recent, it reads them
-            # through the time's index instead of scanning an index that suits the grouping.
-            after = sa.func.likelihood(after, sa.literal_column("0.001"))
-        where.append(after)
-    if until is not None:
-        where.append(column < sa.bindparam(None, until, UtcDateTime()))
-    return where
-
-
-def checkpoint(session: Session) -> Totals | None:
-    """The totals the leader last stored (None: never yet)."""
-    row = session.get(MetricsCheckpointRow, 1)
-    return None if row is None else Totals.from_json(row.upto, row.totals)
-
-
-def store_checkpoint(session: Session, totals: Totals, at: datetime) -> bool:
-    """Keep `totals` as the checkpoint, unless the one stored already reaches as far (a
-    checkpoint only moves on); whether it was written."""
-    assert totals.upto is not None
-    row = session.get(MetricsCheckpointRow, 1, with_for_update=True)
-    if row is not None and row.upto >= totals.upto:
-        return False
-    row = row or MetricsCheckpointRow(id=1)
-    row.upto, row.totals, row.written_at = totals.upto, totals.as_json(), at
-    session.add(row)
-    return True
-
-
-def _summed(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> dict[Any, Any]:
-    out = dict(a)
-    for key, value in b.items():
-        out[key] = out.get(key, 0) + value
-    return out
-
-
 @dataclass(frozen=True)
 class Active:
     held: dict[tuple[str, str], int]  # GPUs the active leases hold now, by (pool, team)
@@ -285,24 +159,44 @@ class Active:
 
 def active_leases(session: Session, now: datetime) -> Active:
     """What the active leases hold, and the GPU-seconds they held so far: each lease GPU from
-    the grant to when a shrink gave it back, or to `now`, by (pool, team)."""
-    end = sa.func.coalesce(col(LeaseGpuRow.released_at), sa.bindparam("now", now, UtcDateTime()))
-    seconds = _seconds_between(session, col(LeaseRow.granted_at), end)
-    holding = sa.case((sa.literal_column("lease_gpu.active"), 1), else_=0)
-    stmt = (
+    the grant to when a shrink gave it back, or to `now`, by (pool, team).
+
+    An active lease's `gpus` counts the GPUs it holds (storage.leases.give_back changes both
+    together), so the held ones are summed from ix_lease_active_team_pool_granted alone,
+    without a row per GPU; only the GPUs a shrink gave back are read one by one, through
+    ix_lease_gpu_given_back."""
+    until = sa.bindparam("now", now, UtcDateTime())
+    lease_gpus, granted = col(LeaseRow.gpus), col(LeaseRow.granted_at)
+    # Written out, not bound: the partial index's condition must be seen to hold.
+    active = sa.text(f"lease.state = '{LeaseState.ACTIVE.value}'")
+    team = (col(LeaseRow.pool), col(LeaseRow.team))
+    holding = (
         sa.select(
-            col(LeaseRow.pool), col(LeaseRow.team), sa.func.sum(holding), sa.func.sum(seconds)
+            *team,
+            sa.func.sum(lease_gpus),
+            sa.func.sum(lease_gpus * seconds_between(session, granted, until)),
         )
-        .select_from(LeaseRow)
-        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
-        .where(col(LeaseRow.state) == LeaseState.ACTIVE.value)
-        .group_by(col(LeaseRow.pool), col(LeaseRow.team))
+        .where(active)
+        .group_by(*team)
     )
-    held, gpu_s = {}, {}
-    for pool, team, gpus, total in _rows(session, stmt):
-        key = (str(pool), str(team))
-        held[key], gpu_s[key] = int(gpus or 0), max(0.0, float(total or 0))
-    return Active(held, gpu_s)
+    held: dict[tuple[str, str], int] = {}
+    gpu_s: dict[tuple[str, str], float] = {}
+    for pool, team_name, gpus, total in _rows(session, holding):
+        key = (str(pool), str(team_name))
+        held[key], gpu_s[key] = int(gpus or 0), float(total or 0)
+    released = col(LeaseGpuRow.released_at)
+    given_back = (
+        sa.select(*team, sa.func.sum(seconds_between(session, granted, released)))
+        .select_from(LeaseGpuRow)
+        .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
+        .where(released.is_not(None), active)
+        .group_by(*team)
+    )
+    for pool, team_name, total in _rows(session, given_back):
+        key = (str(pool), str(team_name))
+        gpu_s[key] = gpu_s.get(key, 0.0) + float(total or 0)
+        held.setdefault(key, 0)
+    return Active(held, {key: max(0.0, s) for key, s in gpu_s.items()})
 
 
 def outbox_states(session: Session) -> dict[str, int]:
@@ -363,9 +257,11 @@ def audit_chain_ok(session: Session) -> bool:
 # ---- helpers -----------------------------------------------------------------------------
 
 
-def _seconds_between(session: Session, start: Any, end: Any) -> Any:
+def seconds_between(session: Session, start: Any, end: Any) -> Any:
+    """`end - start` in seconds, in SQL."""
     if session.get_bind().dialect.name == "postgresql":
-        return sa.extract("epoch", end - start)
+        # a double, not a numeric: 12,500 node ages then need no Decimal each
+        return sa.cast(sa.extract("epoch", end - start), sa.Float)
     return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
 
 

@@ -84,6 +84,8 @@ class GpuRow(SQLModel, table=True):
             "model",
             "node_id",
         ),
+        # each node's newest telemetry, one probe per node (/metrics)
+        sa.Index("ix_gpu_node_profiled", "node_id", "profiled_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -207,6 +209,20 @@ class LeaseRow(SQLModel, table=True):
             sqlite_where=sa.text(RECALLED_WHERE["sqlite"]),
             postgresql_where=sa.text(RECALLED_WHERE["postgresql"]),
         ),
+        # /metrics sums the active leases' GPUs and GPU-seconds from this index alone; partial,
+        # so that it holds the active leases only and no count over the history reads it.
+        sa.Index(
+            "ix_lease_active_team_pool_granted",
+            # state: one value here, but SQLite reads a partial index only for a lookup; team
+            # before pool, or a quota sum of one pool would read this one instead of its own
+            "state",
+            "team",
+            "pool",
+            "granted_at",
+            "gpus",
+            sqlite_where=sa.text("state = 'active'"),
+            postgresql_where=sa.text("state = 'active'"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -246,6 +262,13 @@ class LeaseGpuRow(SQLModel, table=True):
             unique=True,
             sqlite_where=sa.text("active"),
             postgresql_where=sa.text("active"),
+        ),
+        # the GPUs a shrink gave back, for /metrics (few: most rows never get a released_at)
+        sa.Index(
+            "ix_lease_gpu_given_back",
+            "lease_id",
+            sqlite_where=sa.text("released_at IS NOT NULL"),
+            postgresql_where=sa.text("released_at IS NOT NULL"),
         ),
     )
 

@@ -8,7 +8,9 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +24,20 @@ from sqlmodel import col, select
 
 from bot.metrics import (
     DECISION_SECONDS,
+    SETTLE,
     DatabaseCollector,
     allowed,
     build_registry,
     scrape,
     store_checkpoint,
 )
+from bot.metrics_text import ManySamples
 from bot.services import BorrowAsk, Services
 from bot.services.results import BorrowResult, SettleResult
 from bot.telemetry.model import ProcessInfo, Sample
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import GpuState
+from storage import history as backfill
 from storage import keyvalue, outbox
 from storage.gpus import Place
 from storage.tables import (
@@ -233,6 +238,187 @@ def test_a_fresh_collector_reads_the_checkpoint_not_the_whole_history(
     }
 
 
+def the_long_way(services: Services, now: datetime) -> dict[str, dict[tuple[str, ...], float]]:
+    """The history counters and the GPUs each team holds, counted from the rows one by one,
+    keyed as `family` keys the scraped samples."""
+    with services.db.read() as session:
+        leases = session.exec(select(LeaseRow)).all()
+        requests = session.exec(select(RequestRow)).all()
+        held_gpus = session.exec(select(LeaseGpuRow, LeaseRow).join(LeaseRow)).all()
+    seconds: dict[tuple[str, ...], float] = {}
+    used: Counter[tuple[str, ...]] = Counter()
+    for held, lease in held_gpus:
+        if lease.state == "active" or lease.ended_at is not None:
+            end = held.released_at or lease.ended_at or now
+            key = (lease.pool, lease.team)
+            seconds[key] = seconds.get(key, 0.0) + (end - lease.granted_at).total_seconds()
+        used[lease.pool, lease.team] += held.active and lease.state == "active"
+    return {
+        "gpubot_requests_total": dict(
+            Counter((r.kind, r.outcome, r.pool, r.team) for r in requests)
+        ),
+        "gpubot_reclaims_total": dict(
+            Counter((x.pool, x.end_reason, x.team) for x in leases if x.state == "reclaimed")
+        ),
+        "gpubot_lease_gpu_seconds_total": seconds,
+        "gpubot_quota_used_gpus": {key: n for key, n in used.items() if n},
+    }
+
+
+def scraped(registry: CollectorRegistry) -> dict[str, dict[tuple[str, ...], float]]:
+    """What one scrape of `registry` says of the families `the_long_way` counts."""
+    text = scrape(registry).decode()
+    found = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    out = {name: family(found, name) for name in HISTORY}
+    out["gpubot_quota_used_gpus"] = {
+        key: n for key, n in family(found, "gpubot_quota_used_gpus").items() if n
+    }
+    return out
+
+
+def a_collector(services: Services, settle: timedelta = SETTLE) -> CollectorRegistry:
+    """A registry as a process that just started serves it."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector(services, settle=settle))
+    return registry
+
+
+def a_past_lease(ended: datetime) -> backfill.PastLease:
+    """An idle-reclaimed lease of one L40S that ended at `ended`, and the borrow that got it,
+    as the demo's history writer backfills them."""
+    granted = ended - timedelta(hours=2)
+    asked = backfill.PastRequest(
+        kind="borrow",
+        gpus=1,
+        duration_s=4 * 3600,
+        outcome="approve",
+        deciding_rule="within-nominal",
+        created_at=granted,
+        decided_at=granted,
+        decided_by="gpubot",
+    )
+    return backfill.PastLease(
+        holder=ALICE,
+        team="vision",
+        pool="l40s",
+        gpus=(("l40s-node-02", 3),),
+        reason="backfilled",
+        granted_at=granted,
+        expires_at=granted + timedelta(hours=4),
+        ended_at=ended,
+        state="reclaimed",
+        end_reason="idle",
+        borrow=asked,
+    )
+
+
+def backfilled(services: Services, lease: backfill.PastLease) -> None:
+    with services.db.write() as session:
+        backfill.write(session, [lease], [], mark="test")
+
+
+def same(expected: dict[str, dict[tuple[str, ...], float]], found: dict[str, Any]) -> None:
+    for name, values in expected.items():
+        assert values == pytest.approx(found[name]), name
+
+
+def test_history_written_late_with_earlier_times_is_counted(
+    timeline: Services, clock: Clock, watching: CollectorRegistry
+) -> None:
+    """A lease and its request written after the counters moved past their times (history
+    backfilled in bulk) count in the collector that watched all along, in a restarted one
+    starting from the leader's checkpoint, in the checkpoint the leader takes next, and in one
+    counting the whole history."""
+    assert store_checkpoint(timeline.db, clock.now)
+    scrape(watching)
+    restarted = a_collector(timeline)
+    scrape(restarted)
+    backfilled(timeline, a_past_lease(clock.now - timedelta(hours=1)))
+    expected = the_long_way(timeline, clock.now)
+    assert 1 == expected["gpubot_reclaims_total"]["l40s", "idle", "vision"]
+    same(expected, scraped(watching))
+    same(expected, scraped(restarted))
+    same(expected, scraped(a_collector(timeline)))  # a replica starting from the checkpoint
+    assert store_checkpoint(timeline.db, clock.now)  # same time, newer ids: moved on
+    with timeline.db.read() as session:
+        stored = session.get(MetricsCheckpointRow, 1)
+        assert stored is not None
+        assert ["l40s", "vision", "idle", 1] in stored.totals["reclaims"]
+    same(expected, scraped(a_collector(timeline)))
+    with timeline.db.write() as session:
+        session.execute(sa.delete(MetricsCheckpointRow))
+    same(expected, scraped(a_collector(timeline)))  # the whole history, once
+
+
+def test_a_checkpoint_stored_without_its_ids_is_not_trusted(
+    timeline: Services, clock: Clock
+) -> None:
+    """A checkpoint from before the totals kept their ids cannot tell the rows written late
+    since: the first scrape counts the whole history instead, and the leader's next
+    checkpoint replaces it."""
+    assert store_checkpoint(timeline.db, clock.now)
+    with timeline.db.write() as session:
+        stored = session.get(MetricsCheckpointRow, 1)
+        assert stored is not None
+        old = {k: v for k, v in stored.totals.items() if k in ("requests", "reclaims", "gpu_s")}
+        stored.totals = {**old, "reclaims": [["l40s", "platform", "expired", 7]]}
+        session.add(stored)
+    same(the_long_way(timeline, clock.now), scraped(a_collector(timeline)))
+    assert store_checkpoint(timeline.db, clock.now)
+    with timeline.db.read() as session:
+        stored = session.get(MetricsCheckpointRow, 1)
+        assert stored is not None
+        assert [["l40s", "platform", "expired", 1]] == stored.totals["reclaims"]
+
+
+def test_two_replicas_tell_what_the_rows_say_at_every_step(
+    timeline: Services, clock: Clock
+) -> None:
+    """Two collectors on one database (two replicas, one restarted midway) scraped after a
+    borrow, a shrink, a release, a backfilled lease and the leader's checkpoints: each scrape
+    equals the rows, and no counter of either goes down."""
+    one, two = a_collector(timeline), a_collector(timeline)
+    with timeline.db.read() as session:
+        alice = session.exec(
+            select(LeaseRow).where(
+                LeaseRow.holder == ALICE, LeaseRow.pool == "l40s", LeaseRow.state == "active"
+            )
+        ).one()
+    assert (4, 1) == (alice.gpus, 4 - 3)  # vision's nominal is 3: one borrowed
+    lease_id = alice.id or 0
+    shown: dict[int, dict[str, Any]] = {}
+
+    def check() -> None:
+        expected = the_long_way(timeline, clock.now)
+        for k, registry in enumerate((one, two)):
+            found = scraped(registry)
+            same(expected, found)
+            for name in HISTORY:
+                before = shown.get(k, {}).get(name, {})
+                assert all(found[name].get(key, 0) >= n for key, n in before.items()), name
+            shown[k] = found
+
+    check()
+    steps: list[Callable[[], object]] = [
+        lambda: asked(timeline, CAROL, BorrowAsk("l40s", 1, timedelta(hours=2))),
+        lambda: timeline.shrink(ALICE, lease_id, keep=2),
+        lambda: timeline.release(ALICE, lease_id),
+        lambda: store_checkpoint(timeline.db, clock.now),
+        lambda: backfilled(timeline, a_past_lease(clock.now - timedelta(hours=2))),
+    ]
+    for k, step in enumerate(steps):
+        clock.advance(timedelta(minutes=7))
+        step()
+        if k == 2:
+            two = a_collector(timeline)  # restarted: from the checkpoint, or the whole history
+            shown.pop(1, None)
+        check()
+
+
 def test_the_fleet_figures_equal_the_gpu_and_node_rows(timeline: Services, clock: Clock) -> None:
     """GPUs by pool and place, unreserved GPUs, nodes by reporting state and each node's
     telemetry age, against the rows the status command reads."""
@@ -401,11 +587,11 @@ def test_a_request_decision_is_timed(services: Services) -> None:
 class Many:
     """A family big enough for scrape's quick way, with every awkward label and value."""
 
-    def __init__(self, kind: type[GaugeMetricFamily] | type[CounterMetricFamily]) -> None:
+    def __init__(self, kind: Callable[..., Any]) -> None:
         self.kind = kind
 
     def collect(self) -> list[Any]:
-        family = self.kind("gpubot_many", 'help with \\ and\na "quote"', labels=["node", "pool"])
+        family = self.kind("gpubot_many", 'help with \\ and\na "quote"', labels=["pool", "node"])
         values = [0, 1, 2.5, 1796219605.3034394, 1e21, -3.0, math.inf, -math.inf, math.nan]
         names = ["plain", 'qu"ote', "back\\slash", "new\nline", "ünïcode", ""]
         for i in range(300):
@@ -413,11 +599,18 @@ class Many:
         return [family]
 
 
-@pytest.mark.parametrize("kind", [GaugeMetricFamily, CounterMetricFamily])
-def test_a_big_family_is_written_as_prometheus_client_writes_it(
-    kind: type[GaugeMetricFamily] | type[CounterMetricFamily],
-) -> None:
-    """scrape's quick way for a family of many samples writes the same bytes."""
+@pytest.mark.parametrize(
+    "kind",
+    [
+        GaugeMetricFamily,
+        CounterMetricFamily,
+        ManySamples,
+        partial(ManySamples, typ="counter"),
+    ],
+)
+def test_a_big_family_is_written_as_prometheus_client_writes_it(kind: Callable[..., Any]) -> None:
+    """scrape's quick ways for a family of many samples (a plain family, or one kept as
+    pairs, its labels given out of order) write the same bytes as prometheus_client."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Many(kind))
     assert generate_latest(registry) == scrape(registry)
