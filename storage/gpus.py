@@ -22,7 +22,7 @@ from rules.domain import GpuState, Observed
 from rules.lease_facts import GpuSnapshot
 from rules.policy import Policy
 from storage.db import lock_for_update
-from storage.leases import HELD
+from storage.leases import HELD, lock_gpus
 from storage.tables import GpuMinuteRow, GpuRow, LeaseGpuRow, NodeRow
 
 
@@ -513,6 +513,7 @@ def observed_gpus(session: Session) -> list[ObservedGpu]:
 
 def update_gpus(session: Session, updates: Mapping[int, Mapping[str, Any]]) -> None:
     """One UPDATE ... executemany per set of changed columns: plain statements, no ORM rows."""
+    lock_gpus(session, updates)  # in id order, as every writer of several GPUs (held triggers)
     db = session.connection()
     table = GpuRow.__table__  # type: ignore[attr-defined]
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}

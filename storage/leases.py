@@ -5,7 +5,7 @@ and the sweep. Callers own the session (and so the transaction).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -110,8 +110,25 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
     return [Interval(team, gpus, start, end) for team, gpus, start, end in rows]
 
 
+def lock_gpus(session: Session, gpu_ids: Iterable[int]) -> None:
+    """On PostgreSQL, lock these GPUs' rows in id order before a change that writes several of
+    them: the `held` triggers write a GPU row whenever a lease takes or lets go of it, and the
+    device observer writes hundreds at a time, so every writer of several GPU rows takes them
+    in one order and no two of them wait on each other in a cycle (a deadlock would fail a
+    release or a poll). SQLite writers are already serial."""
+    ids = sorted(set(gpu_ids))
+    if ids and session.get_bind().dialect.name == "postgresql":
+        stmt = sa.select(col(GpuRow.id)).where(col(GpuRow.id).in_(ids)).order_by(col(GpuRow.id))
+        # FOR NO KEY UPDATE: what an UPDATE of non-key columns takes; foreign keys still share
+        session.connection().execute(stmt.with_for_update(key_share=True))
+
+
 def let_go(session: Session, lease_id: int | None) -> None:
     """The lease's GPUs are no longer held (its ledger rows stay, inactive)."""
+    held = sa.select(col(LeaseGpuRow.gpu_id)).where(
+        col(LeaseGpuRow.lease_id) == lease_id, col(LeaseGpuRow.active)
+    )
+    lock_gpus(session, [gpu_id for (gpu_id,) in session.connection().execute(held)])
     session.exec(
         update(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == lease_id).values(active=False)
     )
@@ -378,6 +395,7 @@ def give_back(
         ).all()
         if (node, index) in slots
     ]
+    lock_gpus(session, gpu_ids)
     session.exec(
         update(LeaseGpuRow)
         .where(col(LeaseGpuRow.lease_id) == lease.id, col(LeaseGpuRow.gpu_id).in_(gpu_ids))

@@ -29,7 +29,7 @@ from rules.policy import Quota
 from rules.quota import enforce, exceeds
 from storage.audit import AuditTag
 from storage.gpus import FreeGpus, claimable, free_for, gpu_ids
-from storage.leases import held_by_team
+from storage.leases import held_by_team, lock_gpus
 from storage.pools import pool_usage
 from storage.requests import ordered_queue, per_transaction
 from storage.tables import LeaseGpuRow, LeaseRow, RequestRow
@@ -82,7 +82,9 @@ def grant(
     session.add(lease)
     session.flush()
     assert lease.id is not None
-    for gpu_id in gpu_ids(session, slots):
+    taken = gpu_ids(session, slots)
+    lock_gpus(session, taken)  # before the held triggers write them, in the one order
+    for gpu_id in taken:
         session.add(LeaseGpuRow(lease_id=lease.id, gpu_id=gpu_id, active=True))
     session.flush()  # the partial unique index refuses a GPU already in an active lease here
     request.lease_id = lease.id

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+import sqlalchemy as sa
 from sqlmodel import Session
 
 from rules.fairshare import Interval
@@ -159,3 +161,24 @@ def test_what_each_team_held_since_an_instant(database: Database) -> None:
             Interval("vision", 2, running, None),
         ] == leases.held_since(session, "a100", since)
         assert [] == leases.held_since(session, "h100", since)
+
+
+def test_gpus_written_together_are_locked_in_id_order_first(database: Database) -> None:
+    """`lock_gpus` row-locks exactly the GPUs named, on PostgreSQL, so that a grant or release
+    (whose `held` triggers write GPU rows) and the device observer wait on each other in one
+    order; another transaction can still lock the GPUs not named. SQLite writers are serial:
+    nothing to lock."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+    with database.write() as session:
+        leases.lock_gpus(session, [gpus[2], gpus[0], gpus[2]])
+        if database.dialect != "postgresql":
+            return
+        with database.engine.connect() as other:
+            probe = "SELECT id FROM gpu WHERE id = :id FOR NO KEY UPDATE NOWAIT"
+            assert other.execute(sa.text(probe), {"id": gpus[1]}).all()
+            other.rollback()
+            for taken in (gpus[0], gpus[2]):
+                with pytest.raises(sa.exc.OperationalError, match="could not obtain lock"):
+                    other.execute(sa.text(probe), {"id": taken})
+                other.rollback()
