@@ -195,7 +195,9 @@ class History:
     and the rows written since the last scrape with earlier times (history backfilled in
     bulk), found by their ids (storage.metrics_history.moved_on). What stays out of reach: a
     lease granted before the base and ended later with an `ended_at` already older than the
-    base, which takes a clock more than `settle` behind."""
+    base, which takes a clock more than `settle` behind; and, on PostgreSQL, rows backfilled
+    with earlier times by a transaction still open while newer rows commit (ids are handed out
+    at insert, not at commit): only the demo's seeding backfills, on SQLite, before serving."""
 
     def __init__(self, settle: timedelta = SETTLE) -> None:
         self.settle = settle
@@ -232,9 +234,13 @@ def store_checkpoint(db: Database, now: datetime, settle: timedelta = SETTLE) ->
     """The leader's periodic job: take the stored checkpoint on to `now - settle`, so that a
     replica's first scrape adds minutes of rows to it, not the whole history. Whether it was
     written (not when another writer got as far first)."""
-    with db.write() as session:
+    # Read in one snapshot (PostgreSQL): the newest ids and the rows counted must agree, or a
+    # row committed between the two reads would be counted now and again as written late.
+    with db.read() as session:
+        figures.one_snapshot(session)
         base = past.checkpoint(session) or past.Totals()
         moved = past.moved_on(session, base, now - settle)
+    with db.write() as session:
         return past.store_checkpoint(session, moved, now)
 
 
