@@ -68,7 +68,9 @@ if getattr(yaml, "__with_libyaml__", False):
 
 def parse(file: str, text: str) -> Located:
     """Parse one YAML document; syntax errors become a PolicyError with the position."""
-    if _FastLoader is None:
+    if _FastLoader is None or "\t" in text:
+        # libyaml takes some tabs the Python parser refuses (`a: b\t# c`): a file with a tab is
+        # read as it always was, so whether it loads never depends on how PyYAML was built.
         loader, node = _compose(_Loader, file, text)
     else:
         try:

@@ -192,6 +192,13 @@ def test_the_revision_is_the_hash_of_the_files() -> None:
             "limits.yaml:44:24: fleet.not_reporting_after: must be at least 30s",
         ),
         (
+            # refused whether or not PyYAML has libyaml (which would take the tab)
+            "limits.yaml",
+            "memory_floor_mib: 256",
+            "memory_floor_mib: 256\t# the floor",
+            "limits.yaml:43:24: YAML: found character '\\t' that cannot start any token",
+        ),
+        (
             "limits.yaml",
             "memory_floor_mib: 256",
             "memory_floor_mb: 256",
