@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -104,3 +106,16 @@ def sources_with(section: str, text: str) -> dict[str, str]:
     )
     sources["limits.yaml"] = "".join([*lines[:start], text.rstrip("\n") + "\n", *lines[end:]])
     return sources
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A reading as the telemetry window gives it."""
+
+    fresh: bool = True
+    healthy: bool = True
+    health: str = "ok"
+    util_pct: float | None = 0.0
+    memory_used_mib: int | None = 0
+    processes: Sequence[Any] = field(default_factory=tuple)
+    idle_for: timedelta = timedelta(hours=2)

@@ -3,31 +3,15 @@ lease is idle for its own age at most."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
 from rules.lease_facts import LeaseSnapshot, Reading, Warned, covers, lease_facts
 from rules.marks import Marks
-from tests.builders import default_policy
+from tests.builders import Seen, default_policy
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Seen:
-    """A reading as the telemetry window gives it."""
-
-    fresh: bool = True
-    healthy: bool = True
-    health: str = "ok"
-    util_pct: float | None = 0.0
-    memory_used_mib: int | None = 0
-    processes: Sequence[Any] = field(default_factory=tuple)
-    idle_for: timedelta = timedelta(hours=2)
 
 
 def a_lease(*, age: timedelta = timedelta(hours=3)) -> LeaseSnapshot:

@@ -5,7 +5,7 @@ without marks or delivered warnings and writes minutes() out, and gives exactly 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,7 @@ from rules.lease_facts import (
 )
 from rules.marks import Marks
 from rules.policy import Policy
-from tests.builders import default_policy
+from tests.builders import Seen, default_policy
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 POLICY = default_policy()
@@ -34,17 +34,6 @@ NODES = ("a100-node-01", "a100-node-02")
 @dataclass(frozen=True)
 class Process:
     user: str | None
-
-
-@dataclass(frozen=True)
-class Seen:
-    fresh: bool = True
-    healthy: bool = True
-    health: str = "ok"
-    util_pct: float | None = 0.0
-    memory_used_mib: int | None = 0
-    processes: Sequence[Any] = field(default_factory=tuple)
-    idle_for: timedelta = timedelta(0)
 
 
 def plain_lease_facts(

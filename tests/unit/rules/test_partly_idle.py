@@ -3,8 +3,6 @@ unknown telemetry is never idle (nor busy), and a shrink holds reclaim's invaria
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,25 +15,12 @@ from rules.marks import Marks
 from rules.policy import Verdict
 from rules.reclaim import Do, lease_steps, may_shrink, to_shrink
 from rules.shrinking import Problem, Slot, to_give_back
-from tests.builders import default_policy
+from tests.builders import Seen, default_policy
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 GRACE = default_policy().timing.grace
 THRESHOLD = default_policy().timing.idle_threshold
 NODE = "a100-node-01"
-
-
-@dataclass(frozen=True)
-class Seen:
-    """A reading as the telemetry window gives it."""
-
-    fresh: bool = True
-    healthy: bool = True
-    health: str = "ok"
-    util_pct: float | None = 0.0
-    memory_used_mib: int | None = 0
-    processes: Sequence[Any] = field(default_factory=tuple)
-    idle_for: timedelta = timedelta(hours=2)
 
 
 IDLE = Seen()
