@@ -110,17 +110,20 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
     return [Interval(team, gpus, start, end) for team, gpus, start, end in rows]
 
 
-def lock_gpus(session: Session, gpu_ids: Iterable[int]) -> None:
+def lock_gpus(session: Session, gpu_ids: Iterable[int] | sa.Select[Any]) -> None:
     """On PostgreSQL, lock these GPUs' rows in id order before a change that writes several of
     them: the `held` triggers write a GPU row whenever a lease takes or lets go of it, and the
     device observer writes hundreds at a time, so every writer of several GPU rows takes them
     in one order and no two of them wait on each other in a cycle (a deadlock would fail a
     release or a poll). SQLite writers are already serial."""
-    ids = sorted(set(gpu_ids))
-    if ids and session.get_bind().dialect.name == "postgresql":
-        stmt = sa.select(col(GpuRow.id)).where(col(GpuRow.id).in_(ids)).order_by(col(GpuRow.id))
-        # FOR NO KEY UPDATE: what an UPDATE of non-key columns takes; foreign keys still share
-        session.connection().execute(stmt.with_for_update(key_share=True))
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    ids = gpu_ids if isinstance(gpu_ids, sa.Select) else sorted(set(gpu_ids))
+    if isinstance(ids, list) and not ids:
+        return
+    stmt = sa.select(col(GpuRow.id)).where(col(GpuRow.id).in_(ids)).order_by(col(GpuRow.id))
+    # FOR NO KEY UPDATE: what an UPDATE of non-key columns takes; foreign keys still share
+    session.connection().execute(stmt.with_for_update(key_share=True))
 
 
 def let_go(session: Session, lease_id: int | None) -> None:
@@ -128,7 +131,7 @@ def let_go(session: Session, lease_id: int | None) -> None:
     held = sa.select(col(LeaseGpuRow.gpu_id)).where(
         col(LeaseGpuRow.lease_id) == lease_id, col(LeaseGpuRow.active)
     )
-    lock_gpus(session, [gpu_id for (gpu_id,) in session.connection().execute(held)])
+    lock_gpus(session, held)  # in the one statement, on PostgreSQL only
     session.exec(
         update(LeaseGpuRow).where(col(LeaseGpuRow.lease_id) == lease_id).values(active=False)
     )

@@ -413,6 +413,10 @@ class GpuMinuteRow(SQLModel, table=True):
     ok_samples: int = 0
 
 
+#: The seconds an hourly row holds, which reports sum (and their covering indexes carry).
+_SUMMED = ("allocated_s", "used_s", "busy_s", "idle_s", "unknown_s", "unreserved_s")
+
+
 class GpuHourRow(SQLModel, table=True):
     """One GPU's use in one hour by one lease, rolled up from the per-minute history for reports.
 
@@ -434,12 +438,7 @@ class GpuHourRow(SQLModel, table=True):
             "pool",
             "holder",
             "lease_id",
-            "allocated_s",
-            "used_s",
-            "busy_s",
-            "idle_s",
-            "unknown_s",
-            "unreserved_s",
+            *_SUMMED,
         ),
         sa.Index("ix_gpu_hour_holder_hour", "holder", "hour"),
         # A window read from the index alone (migration 0012): what reports group by and sum.
@@ -450,12 +449,7 @@ class GpuHourRow(SQLModel, table=True):
             "team",
             "holder",
             "lease_id",
-            "allocated_s",
-            "used_s",
-            "busy_s",
-            "idle_s",
-            "unknown_s",
-            "unreserved_s",
+            *_SUMMED,
         ),
     )
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from rules.fairshare import Interval
 from rules.marks import Marks
@@ -182,3 +182,19 @@ def test_gpus_written_together_are_locked_in_id_order_first(database: Database) 
                 with pytest.raises(sa.exc.OperationalError, match="could not obtain lock"):
                     other.execute(sa.text(probe), {"id": taken})
                 other.rollback()
+
+
+def test_gpus_named_by_a_query_are_locked_by_it(database: Database) -> None:
+    """A release names its GPUs by a query (`let_go`): they are locked in the one statement."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+    if database.dialect != "postgresql":
+        return
+    with database.write() as session:
+        leases.lock_gpus(session, sa.select(col(GpuRow.id)).where(col(GpuRow.id) == gpus[1]))
+        with database.engine.connect() as other:
+            probe = "SELECT id FROM gpu WHERE id = :id FOR NO KEY UPDATE NOWAIT"
+            assert other.execute(sa.text(probe), {"id": gpus[0]}).all()
+            other.rollback()
+            with pytest.raises(sa.exc.OperationalError, match="could not obtain lock"):
+                other.execute(sa.text(probe), {"id": gpus[1]})
