@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -184,15 +185,7 @@ def place_counts(session: Session) -> list[PlaceCount]:
     db = session.connection()
     held = col(GpuRow.held)
     facts = (col(GpuRow.pool), col(GpuRow.model), col(GpuRow.state), col(GpuRow.observed), held)
-    # grouped in ix_gpu_pool_held_state_observed_model's order, so that no sort is needed
-    index_order = (
-        col(GpuRow.pool),
-        held,
-        col(GpuRow.state),
-        col(GpuRow.observed),
-        col(GpuRow.model),
-    )
-    every = db.execute(sa.select(*facts, sa.func.count()).group_by(*index_order)).all()
+    every = db.execute(_kinds_counted(lateral=db.dialect.name == "postgresql")).all()
     out_nodes = [i for (i,) in db.execute(sa.select(col(NodeRow.id)).where(col(NodeRow.drained)))]
     # the drained nodes' GPUs, through ix_gpu_node_id (few: counted here, not in SQL, where
     # grouping them would walk the whole GPU index instead)
@@ -217,6 +210,89 @@ def place_counts(session: Session) -> list[PlaceCount]:
         for (pool, model, place, drained_node), n in out.items()
         if n > 0
     ]
+
+
+#: The columns of ix_gpu_pool_held_state_observed_model that tell where a GPU stands, in the
+#: index's order.
+_KIND = ("pool", "held", "state", "observed", "model")
+
+
+@cache  # built once: building the statement costs more than running it
+def _kinds_counted(*, lateral: bool = False) -> sa.Select[Any]:
+    """Every distinct (pool, model, state, observed, held) of the GPUs with how many GPUs have
+    it, from ix_gpu_pool_held_state_observed_model alone.
+
+    A GROUP BY reads and compares all five columns of every GPU. Here the kinds (a handful,
+    however large the fleet) are found by seeking from one to the next in the index (a
+    loose index scan), and each is counted over its own range of the index, which only
+    steps over the entries. The range is told by the fewest leading columns that no other
+    kind shares (for most kinds: the pool, and whether the GPU is held), since each step
+    compares the entry with those columns. With `lateral` (PostgreSQL), the next kind is read
+    in a LATERAL subquery, so that a table without statistics yet is not read whole to join
+    it."""
+    gpu = GpuRow.__table__  # type: ignore[attr-defined]
+    g, n = gpu.alias("g"), gpu.alias("n")
+    order = [g.c[name] for name in _KIND]
+    zero = sa.literal_column("0", sa.Integer)
+    first = sa.select(g.c.id).order_by(*order).limit(1).scalar_subquery()
+    # seq: the kinds in index order; split: the first column where a kind differs from the
+    # one before it (0 for the first)
+    kinds = (
+        sa.select(*(n.c[name] for name in _KIND), zero.label("seq"), zero.label("split"))
+        .where(n.c.id == first)
+        .cte("kinds", recursive=True)
+    )
+
+    def first_after(level: int) -> sa.ScalarSelect[Any]:
+        """The id of the first GPU whose kind follows this one's at `level` (same before)."""
+        same = [g.c[name] == kinds.c[name] for name in _KIND[:level]]
+        after = g.c[_KIND[level]] > kinds.c[_KIND[level]]
+        found = sa.select(g.c.id).where(*same, after).order_by(*order).limit(1)
+        return found.correlate(kinds).scalar_subquery()
+
+    following = sa.func.coalesce(*(first_after(level) for level in reversed(range(len(_KIND)))))
+    if lateral:  # the next kind's GPU read by its key, whatever the planner knows of the table
+        found = (
+            sa.select(*(n.c[name] for name in _KIND))
+            .where(n.c.id == following)
+            .limit(1)  # one row by its key anyway; it keeps the subquery from becoming a join
+            .lateral()
+        )
+        nxt: Any = found.c
+        joined = kinds.join(found, sa.true())
+    else:
+        nxt = n.c
+        joined = kinds.join(n, n.c.id == following)
+    split = sa.case(
+        *((nxt[name] != kinds.c[name], sa.literal_column(str(i))) for i, name in enumerate(_KIND)),
+        else_=sa.literal_column(str(len(_KIND) - 1)),
+    )
+    step = sa.select(
+        *(nxt[name] for name in _KIND), (kinds.c.seq + 1).label("seq"), split.label("split")
+    ).select_from(joined)
+    kinds = kinds.union_all(step)
+    ahead = sa.func.lead(kinds.c.split).over(order_by=kinds.c.seq)
+    each = sa.select(
+        *(kinds.c[name] for name in _KIND),
+        kinds.c.split,
+        sa.func.coalesce(ahead, 0).label("ahead"),
+    ).subquery("each")
+
+    def counted(columns: int) -> sa.ScalarSelect[Any]:
+        """How many GPUs share the kind's first `columns` columns."""
+        same = (g.c[name] == each.c[name] for name in _KIND[:columns])
+        return sa.select(sa.func.count()).select_from(g).where(*same).scalar_subquery()
+
+    shortest = sa.case(
+        *(
+            (sa.and_(each.c.split < columns, each.c.ahead < columns), counted(columns))
+            for columns in range(1, len(_KIND))
+        ),
+        else_=counted(len(_KIND)),
+    )
+    return sa.select(
+        each.c.pool, each.c.model, each.c.state, each.c.observed, each.c.held, shortest
+    )
 
 
 def stranded(session: Session, pool: str, need: int) -> int:

@@ -691,29 +691,138 @@ def drive(
 
 
 def bench_commands(f: Fleet, runs: int = COMMAND_RUNS) -> dict[str, float]:
-    """Median seconds per command as the services answer it: status, borrow (approved at
-    once), mine, why (of that lease), release (it)."""
+    """Median wall seconds per command as the services answer it (see `command_times`)."""
+    return {name: wall for name, (wall, _) in command_times(f, runs).items()}
+
+
+#: The commands timed, in the order of one round.
+COMMANDS = ("status", "borrow", "release", "mine", "why")
+Timings = dict[str, tuple[float, float]]  # median (wall, CPU) seconds per command
+
+
+def command_times(f: Fleet, runs: int = COMMAND_RUNS) -> Timings:
+    """Median (wall, CPU) seconds per command as the services answer it: status, borrow
+    (approved at once), mine, why (of that lease), release (it). CPU is this process's (on
+    PostgreSQL the server's share is not in it)."""
+    times: dict[str, list[tuple[float, float]]] = {c: [] for c in COMMANDS}
+    for _ in range(runs):
+        command_round(f, times)
+    return medians(times)
+
+
+def command_round(f: Fleet, times: dict[str, list[tuple[float, float]]]) -> None:
+    """Each command once, its (wall, CPU) seconds appended to `times`."""
     services = f.services
-    times: dict[str, list[float]] = {c: [] for c in ("status", "borrow", "release", "mine", "why")}
 
     def timed(name: str, call: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = call()
-        times[name].append(time.perf_counter() - t0)
+        times[name].append((time.perf_counter() - t0, time.process_time() - c0))
         return out
 
     ask = BorrowAsk(pool="a100", gpus=1, duration=timedelta(hours=2), reason="bench")
+    timed("status", services.status)
+    got = timed("borrow", lambda: services.borrow(TYPIST, ask))
+    assert not isinstance(got, Refused), got
+    mine = timed("mine", lambda: services.leases(TYPIST))
+    assert got.lease is not None, got  # approved at once: inside the team's nominal
+    lease = got.lease.id
+    timed("why", partial(services.why, TYPIST, f"L{lease}"))
+    timed("release", partial(services.release, TYPIST, lease))
+    assert len(mine) == 1, mine
+
+
+def medians(times: dict[str, list[tuple[float, float]]]) -> Timings:
+    return {
+        name: (
+            statistics.median(w for w, _ in ts) if ts else math.nan,
+            statistics.median(c for _, c in ts) if ts else math.nan,
+        )
+        for name, ts in times.items()
+    }
+
+
+def statuses(services: Services, runs: int) -> None:
     for _ in range(runs):
-        timed("status", services.status)
-        got = timed("borrow", lambda: services.borrow(TYPIST, ask))
-        assert not isinstance(got, Refused), got
-        mine = timed("mine", lambda: services.leases(TYPIST))
-        assert got.lease is not None, got  # approved at once: inside the team's nominal
-        lease = got.lease.id
-        timed("why", partial(services.why, TYPIST, f"L{lease}"))
-        timed("release", partial(services.release, TYPIST, lease))
-        assert len(mine) == 1, mine
-    return {name: statistics.median(ts) if ts else math.nan for name, ts in times.items()}
+        services.status()
+
+
+def commands_only(
+    kinds: tuple[str, ...], small: int, compared: int, *, runs: int, profile: bool
+) -> int:
+    """The commands alone (no sweep, scrape, ingest, serve or audit) on the small fleet and the
+    compared one: median wall and CPU seconds each, and their ratios against the budget;
+    `profile` adds where `/gpu status` spends its time on each fleet."""
+    print(f"commands only, median of {runs} (wall seconds on a shared machine; cpu: this process)")
+    print()
+    got: dict[tuple[str, int], Timings] = {}
+    spots: dict[tuple[str, int], list[tuple[str, float]]] = {}
+    with ExitStack() as stack:
+        server = stack.enter_context(postgres.server()) if "postgres" in kinds else None
+        for kind in kinds:
+            for gpus, (times, where) in side_by_side(
+                kind, (small, compared), server, runs=runs, profile=profile
+            ).items():
+                got[kind, gpus] = times
+                if where:
+                    spots[kind, gpus] = where
+    print_side_by_side(kinds, got, small, compared)
+    for (kind, gpus), where in spots.items():
+        print()
+        print(f"  where {runs} status answers on {kind} with {gpus:,} GPUs spend their time")
+        for place, seconds in where:
+            print(f"    {seconds * 1000:>9.1f} ms  {place}")
+    return 0
+
+
+def side_by_side(
+    kind: str,
+    sizes: tuple[int, ...],
+    server: postgres.PostgresServer | None,
+    *,
+    runs: int,
+    profile: bool,
+) -> dict[int, tuple[Timings, list[tuple[str, float]]]]:
+    """The commands on fleets of each size, open together and timed round by round, one fleet
+    then the other, so that a shared machine's drifting load weighs on them alike."""
+    with ExitStack() as fleets:
+        both: dict[int, Fleet] = {}
+        for gpus in sizes:
+            print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
+            both[gpus] = fleets.enter_context(fleet(kind, gpus, server))
+        times: dict[int, dict[str, list[tuple[float, float]]]] = {
+            gpus: {c: [] for c in COMMANDS} for gpus in both
+        }
+        for _ in range(runs):
+            for gpus, f in both.items():
+                command_round(f, times[gpus])
+        return {
+            gpus: (
+                medians(times[gpus]),
+                hot_spots(partial(statuses, f.services, runs)) if profile else [],
+            )
+            for gpus, f in both.items()
+        }
+
+
+def print_side_by_side(
+    kinds: tuple[str, ...], got: dict[tuple[str, int], Timings], small: int, compared: int
+) -> None:
+    print(f"  {'db':<9}{'command':<9}{'GPUs':>8}{'wall ms':>9}{'cpu ms':>8}")
+    for (kind, gpus), times in got.items():
+        for name, (wall, cpu) in times.items():
+            print(f"  {kind:<9}{name:<9}{gpus:>8,}{wall * 1000:>9.2f}{cpu * 1000:>8.2f}")
+    print()
+    print(header())
+    for kind in kinds:
+        few, many = got[kind, small], got[kind, compared]
+        for name in few:
+            (wall_a, cpu_a), (wall_b, cpu_b) = few[name], many[name]
+            what = f"{kind}: {name} wall {wall_b * 1000:.1f} ms vs {wall_a * 1000:.1f} ms"
+            print(budget_line(what, wall_b / wall_a, COMMAND_BUDGET, "x", below=False))
+            what = f"{kind}: {name} cpu {cpu_b * 1000:.1f} ms vs {cpu_a * 1000:.1f} ms"
+            ratio = cpu_b / cpu_a if cpu_a else math.nan
+            print(budget_line(what, ratio, COMMAND_BUDGET, "x", below=False))
 
 
 # ---- audit ------------------------------------------------------------------------------
@@ -1110,6 +1219,11 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--command-runs", type=int, default=COMMAND_RUNS)
     parser.add_argument(
+        "--commands-only",
+        action="store_true",
+        help="time only the commands, on --small and --compared GPUs (wall and CPU)",
+    )
+    parser.add_argument(
         "--rss-burst", type=int, default=RSS_BURST, help="commands to serve (0: not measured)"
     )
     parser.add_argument("--audit-rows", type=int, default=AUDIT_ROWS)
@@ -1124,6 +1238,10 @@ def one_part(args: argparse.Namespace, kinds: tuple[str, ...], fleets: tuple[int
         return sweep_only(kinds, fleets, profile=args.profile)
     if args.scrape_only:
         return scrape_only(kinds, fleets, history=args.history, profile=args.profile)
+    if args.commands_only:
+        return commands_only(
+            kinds, args.small, args.compared, runs=args.command_runs, profile=args.profile
+        )
     if args.ingest_only:
         ways = tuple(INGEST_WAYS[["handler", "http", "sweeps"].index(w)] for w in args.ways)
         return ingest_only(fleets, kinds, args.ingest_s or INGEST_ONLY_S, ways)
@@ -1134,7 +1252,7 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     fleets = tuple(args.fleets or (QUICK if args.quick else FLEETS))
     kinds = ("sqlite",) if args.sqlite_only else ("postgres",) if args.postgres_only else KINDS
-    if args.sweep_only or args.scrape_only or args.ingest_only:
+    if args.sweep_only or args.scrape_only or args.ingest_only or args.commands_only:
         return one_part(args, kinds, fleets)
     ingest_s = args.ingest_s or INGEST_S
     py = platform.python_version()

@@ -51,3 +51,16 @@ def test_the_sweep_only_run_prints_wall_and_cpu_and_the_budget_lines(
     assert "sqlite: one sweep of 200 GPUs" in out
     assert "sqlite: sweep CPU, 2x the fleet" in out
     assert "scrape" not in out  # the sweep alone
+
+
+def test_the_commands_only_run_prints_wall_and_cpu_ratios(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each command's wall and CPU ratio between the two fleets, and nothing else."""
+    argv = ["--commands-only", "--sqlite-only", "--small", "100", "--compared", "200"]
+    assert 0 == scale.main([*argv, "--command-runs", "1"])
+    out = capsys.readouterr().out
+    for command in ("status", "borrow", "release", "mine", "why"):
+        assert f"sqlite: {command} wall " in out
+        assert f"sqlite: {command} cpu " in out
+    assert "sweep" not in out  # the commands alone

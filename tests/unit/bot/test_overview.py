@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import math
+import random
+from collections import Counter, defaultdict
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
+from sqlmodel import col
 
 from bot.services import BorrowAsk, Refused, Services
 from bot.services.fair_share import pool_shares
-from bot.services.results import BorrowResult, Explanation
-from rules.domain import Outcome, Priority
+from bot.services.results import BorrowResult, Explanation, ModelCount
+from rules.domain import GpuState, Observed, Outcome, Priority
+from storage.gpus import Place, gpu_lines
+from storage.tables import GpuRow, NodeRow
 from tests.builders import default_sources
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, Clock
+from tests.unit.storage.builders import a_lease
 
 pytestmark = pytest.mark.usefixtures("services")
 
@@ -196,3 +203,65 @@ def test_status_reports_free_gpus_stranded_where_no_waiting_request_fits(
     l40s = next(p for p in services.status() if p.name == "l40s")
     assert (1, 1, 1) == (l40s.free, l40s.queued, l40s.stranded)
     assert 0 == next(p for p in services.status() if p.name == "a100").stranded
+
+
+def test_status_of_thousands_of_gpus_is_their_lines_counted(services: Services) -> None:
+    """With thousands of GPUs in every state, model, lease and drained node, each pool's
+    counts by model are those of its GPUs' lines counted one by one."""
+    rng = random.Random(16)
+    pools = sorted(services.policy.pools)
+    models = {pool: (f"{pool}-A", f"{pool}-a", f"Ä-{pool}") for pool in pools}
+    with services.db.write() as session:
+        db = session.connection()
+        nodes: list[dict[str, str | bool]] = [
+            {"name": f"big-{k:04d}", "pool": rng.choice(pools), "drained": rng.random() < 0.05}
+            for k in range(400)
+        ]
+        db.execute(sa.insert(NodeRow.__table__), nodes)  # type: ignore[attr-defined]
+        ids = dict(db.execute(sa.select(col(NodeRow.name), col(NodeRow.id))).all())
+        db.execute(
+            sa.insert(GpuRow.__table__),  # type: ignore[attr-defined]
+            [
+                {
+                    "node_id": ids[str(node["name"])],
+                    "index": index,
+                    "pool": node["pool"],
+                    "model": rng.choice(models[str(node["pool"])]),
+                    "memory_mib": 0,
+                    "state": rng.choice([*GpuState, GpuState.OK, GpuState.OK]).value,
+                    "observed": rng.choice(list(Observed)).value,
+                    "occupants": [],
+                }
+                for node in nodes
+                for index in range(8)
+            ],
+        )
+        big = [line.id for line in gpu_lines(session) if line.node.startswith("big-")]
+        taken = rng.sample(big, len(big) // 2)
+        for start in range(0, len(taken), 4):
+            a_lease(session, at=services.ctx.now(), gpu_ids=taken[start : start + 4])
+    with services.db.read() as session:
+        lines = gpu_lines(session)
+    assert 3200 <= len(lines)
+    tally: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for line in lines:
+        counted = tally[line.pool][line.model]
+        counted[line.place] += 1
+        if line.drained and line.place == Place.OUT:
+            counted["drained"] += 1
+    expected = {
+        pool: tuple(
+            ModelCount(
+                model,
+                free=c[Place.FREE],
+                leased=c[Place.LEASED],
+                unhealthy=c[Place.OUT] + c[Place.SILENT],
+                occupied=c[Place.OCCUPIED],
+                silent=c[Place.SILENT],
+                drained=c["drained"],
+            )
+            for model, c in sorted(tally[pool].items())
+        )
+        for pool in pools
+    }
+    assert expected == {p.name: p.models for p in services.status()}

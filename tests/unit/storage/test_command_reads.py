@@ -83,6 +83,14 @@ def test_status_counts_are_those_of_the_gpus_lines(database: Database, seed: int
     assert all(c.gpus > 0 for c in counts)
 
 
+def test_status_counts_nothing_without_gpus(database: Database) -> None:
+    """No GPU stored: no count, rather than a count of nothing."""
+    with database.write() as session:
+        session.add(PoolRow(name="a100"))
+    with database.read() as session:
+        assert [] == gpus.place_counts(session)
+
+
 def test_status_counts_a_held_gpu_on_a_drained_node_as_leased(database: Database) -> None:
     """A drained node's GPUs are out of service, except those still held: leased, drained."""
     with database.write() as session:
