@@ -57,6 +57,15 @@ class PoolRow(SQLModel, table=True):
 
 class NodeRow(SQLModel, table=True):
     __tablename__ = "node"
+    __table_args__ = (
+        # the drained nodes (few), asked for by status and /metrics on every call
+        sa.Index(
+            "ix_node_drained",
+            "id",
+            sqlite_where=sa.text("drained = 1"),
+            postgresql_where=sa.text("drained"),
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True, max_length=128)

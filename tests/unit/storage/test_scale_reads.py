@@ -275,6 +275,7 @@ INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("ix_lease_holder", lambda s: leases.lock_active_of(s, "U1")),
     ("COVERING INDEX ix_lease_pool_state_team_gpus", lambda s: leases.held_by_team(s, "a100")),
     ("COVERING INDEX ix_gpu_pool_held_state_observed_model", gpus.place_counts),
+    ("USING INDEX ix_node_drained", gpus.place_counts),
     ("ix_gpu_pool_held_state_observed_model", lambda s: gpus.free_per_node(s, "a100")),
 ]
 
@@ -286,7 +287,8 @@ def test_cooldown_recall_lease_requests_and_a_person_s_leases_use_their_index(
     """The recall cooldown, the recalls of a request (and whether any is under way), the
     requests of a lease and a person's active leases are found through their index, whatever
     the history holds (or the pool's active leases: the recalled are few of them); quota sums,
-    status counts and free GPUs per node read an index that holds all they ask."""
+    status counts and free GPUs per node read an index that holds all they ask, and status
+    finds the drained nodes (few) through theirs."""
     assert any(index in plan for plan in plans(sqlite_fleet, read))
 
 
