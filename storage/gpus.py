@@ -227,9 +227,10 @@ def _kinds_counted(*, lateral: bool = False) -> sa.Select[Any]:
     loose index scan), and each is counted over its own range of the index, which only
     steps over the entries. The range is told by the fewest leading columns that no other
     kind shares (for most kinds: the pool, and whether the GPU is held), since each step
-    compares the entry with those columns. With `lateral` (PostgreSQL), the next kind is read
-    in a LATERAL subquery, so that a table without statistics yet is not read whole to join
-    it."""
+    compares the entry with those columns; up to two, it is a range of ix_gpu_pool_held,
+    whose small entries fill fewer pages (what a read reloads after any write). With
+    `lateral` (PostgreSQL), the next kind is read in a LATERAL subquery, so that a table
+    without statistics yet is not read whole to join it."""
     gpu = GpuRow.__table__  # type: ignore[attr-defined]
     g, n = gpu.alias("g"), gpu.alias("n")
     order = [g.c[name] for name in _KIND]

@@ -95,6 +95,9 @@ class GpuRow(SQLModel, table=True):
         ),
         # each node's newest telemetry, one probe per node (/metrics)
         sa.Index("ix_gpu_node_profiled", "node_id", "profiled_at"),
+        # the pool's GPUs, free or held: status counts most of them over a range of this one,
+        # a third the size of the one above
+        sa.Index("ix_gpu_pool_held", "pool", "held"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -103,7 +106,7 @@ class GpuRow(SQLModel, table=True):
     uuid: str | None = Field(default=None, max_length=96, unique=True)
     model: str = Field(default="", max_length=128)
     memory_mib: int = 0
-    pool: str = Field(foreign_key="pool.name", max_length=64, index=True)
+    pool: str = Field(foreign_key="pool.name", max_length=64)  # indexed with held, above
     # ok | unhealthy | unknown | drained (rules.domain.GpuState)
     state: str = Field(default="ok", max_length=16)
     # What telemetry last showed (rules.domain.Observed): empty | occupied | unknown | silent.

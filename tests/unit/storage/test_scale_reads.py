@@ -276,6 +276,7 @@ INDEXED_READS: list[tuple[str, Callable[[Session], object]]] = [
     ("COVERING INDEX ix_lease_pool_state_team_gpus", lambda s: leases.held_by_team(s, "a100")),
     ("COVERING INDEX ix_gpu_pool_held_state_observed_model", gpus.place_counts),
     ("USING INDEX ix_node_drained", gpus.place_counts),
+    ("COVERING INDEX ix_gpu_pool_held (pool=? AND held=?)", gpus.place_counts),
     ("ix_gpu_pool_held_state_observed_model", lambda s: gpus.free_per_node(s, "a100")),
 ]
 
