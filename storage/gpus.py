@@ -24,7 +24,7 @@ from rules.lease_facts import GpuSnapshot
 from rules.policy import Policy
 from storage.db import lock_for_update
 from storage.leases import HELD, lock_gpus
-from storage.tables import GpuMinuteRow, GpuRow, LeaseGpuRow, NodeRow
+from storage.tables import GpuMinuteRow, GpuRow, LeaseGpuRow, NodeRow, PoolRow
 
 
 class Place(StrEnum):
@@ -477,10 +477,17 @@ def placing_nodes(counts: Mapping[str, tuple[int, int]], count: int) -> set[str]
 
 
 def _occupied(session: Session, pool: str) -> list[GpuLine]:
-    """The lines of the pool's GPUs in use without a lease (healthy, on an undrained node):
-    few, and read through the index that holds what telemetry showed."""
+    """The lines of the pool's GPUs in use without a lease (see `occupied_lines`)."""
+    return occupied_lines(session, pool)
+
+
+def occupied_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
+    """The lines of the GPUs (of one pool) in use without a lease, healthy, on an undrained
+    node (`Place.OCCUPIED`), in node and index order: few, and found through the index that
+    holds what telemetry showed, one pool after another, rather than a line for every GPU."""
+    pools = [pool] if pool is not None else sa.select(col(PoolRow.name)).scalar_subquery()
     stmt = _counted(col(GpuRow.id)).where(
-        col(GpuRow.pool) == pool,
+        col(GpuRow.pool).in_(pools),
         _not_held(),
         col(GpuRow.state) == GpuState.OK.value,
         col(GpuRow.observed) == Observed.OCCUPIED.value,

@@ -69,7 +69,7 @@ from storage import outbox
 from storage import requests as storage_requests
 from storage.audit import AuditTag
 from storage.db import Database
-from storage.gpus import GpuLine, Place, gpu_lines
+from storage.gpus import GpuLine, gpu_lines, occupied_lines
 from storage.tables import OutboxRow
 
 __all__ = ["BorrowAsk", "Refused", "Services"]
@@ -251,11 +251,13 @@ class Services:
             return gpu_lines(session)
 
     def unreserved(self) -> list[str]:
-        """GPUs in use without a lease: "a100-node-02:6 by dave"."""
+        """GPUs in use without a lease: "a100-node-02:6 by dave" (read without a line for
+        every GPU of the fleet)."""
+        with self.db.read() as session:
+            found = occupied_lines(session)
         return [
             f"{g.node}:{g.index} by {', '.join(u for u in g.occupants if u) or 'an unnamed user'}"
-            for g in self.fleet_lines()
-            if g.place == Place.OCCUPIED
+            for g in found
         ]
 
     def strays(self) -> dict[str, int]:

@@ -27,7 +27,7 @@ from bot.services.results import (
 from rules.domain import Reporting, RequestState
 from rules.reports import Usage
 from storage import nodes, reports
-from storage.gpus import Place, gpu_lines, place_counts, stranded
+from storage.gpus import Place, occupied_lines, place_counts, stranded
 from storage.leases import held_by_team
 from storage.metrics import one_snapshot
 from storage.reports import Filter
@@ -185,8 +185,7 @@ def fleet(session: Session, ctx: Context) -> Fleet:
     every = nodes.every_node(session)
     unreserved = tuple(
         UnreservedGpu(line.node, line.index, line.pool, line.occupants)
-        for line in gpu_lines(session)
-        if line.place == Place.OCCUPIED
+        for line in occupied_lines(session)
     )
     return Fleet(
         drained=tuple(sorted(n.name for n in every if n.drained)),

@@ -145,6 +145,18 @@ def status_message(pools: Sequence[PoolStatus]) -> Message:
     return message(escape(text), blocks)
 
 
+#: GPUs named in one of status's admin sections; the rest are counted, not listed.
+SHOWN_GPUS = 20
+
+
+def named_gpus(title: str, found: Sequence[str]) -> Block:
+    """A section of status for admins: the first GPUs of `found` by name, and how many more."""
+    lines = "\n".join(f"• `{escape(line)}`" for line in found[:SHOWN_GPUS])
+    if len(found) > SHOWN_GPUS:
+        lines += f"\n…and {len(found) - SHOWN_GPUS} more"
+    return section(f"{title}:\n{lines}")
+
+
 def quota_message(quotas: Sequence[QuotaUse], team: str | None = None) -> Message:
     title = f"Quota of team {team}" if team else "Quota"
     teams = {q.team for q in quotas}

@@ -31,7 +31,13 @@ from bot.slack.blocks import (
 )
 from bot.slack.blocks.devices import nodes_message
 from bot.slack.blocks.kit import Message, context, escape, mention, message, section
-from bot.slack.blocks.overview import mine_message, queue_message, quota_message, status_message
+from bot.slack.blocks.overview import (
+    mine_message,
+    named_gpus,
+    queue_message,
+    quota_message,
+    status_message,
+)
 from bot.slack.blocks.reports import report_message
 from bot.slack.blocks.shrinking import shrink_reply
 from bot.slack.deps import own_team
@@ -248,8 +254,7 @@ def _status(deps: SlackDeps, user: str) -> Message:
             ("*Someone else's process on a leased GPU*", services.intrusions()),
         ):
             if found:
-                lines = "\n".join(f"• `{escape(line)}`" for line in found[:20])
-                shown.blocks.append(section(f"{title}:\n{lines}"))
+                shown.blocks.append(named_gpus(title, found))
     return shown
 
 

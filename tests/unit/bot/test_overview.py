@@ -207,7 +207,8 @@ def test_status_reports_free_gpus_stranded_where_no_waiting_request_fits(
 
 def test_status_of_thousands_of_gpus_is_their_lines_counted(services: Services) -> None:
     """With thousands of GPUs in every state, model, lease and drained node, each pool's
-    counts by model are those of its GPUs' lines counted one by one."""
+    counts by model are those of its GPUs' lines counted one by one, and the GPUs named as
+    used without a lease are those of the lines."""
     rng = random.Random(16)
     pools = sorted(services.policy.pools)
     models = {pool: (f"{pool}-A", f"{pool}-a", f"Ä-{pool}") for pool in pools}
@@ -230,7 +231,7 @@ def test_status_of_thousands_of_gpus_is_their_lines_counted(services: Services) 
                     "memory_mib": 0,
                     "state": rng.choice([*GpuState, GpuState.OK, GpuState.OK]).value,
                     "observed": rng.choice(list(Observed)).value,
-                    "occupants": [],
+                    "occupants": rng.choice([[], [{"pid": 7, "user": "dave"}]]),
                 }
                 for node in nodes
                 for index in range(8)
@@ -265,3 +266,11 @@ def test_status_of_thousands_of_gpus_is_their_lines_counted(services: Services) 
         for pool in pools
     }
     assert expected == {p.name: p.models for p in services.status()}
+    unnamed = "an unnamed user"
+    unreserved = [
+        f"{line.node}:{line.index} by {', '.join(u for u in line.occupants if u) or unnamed}"
+        for line in lines
+        if line.place == Place.OCCUPIED
+    ]
+    assert 20 < len(unreserved)
+    assert unreserved == services.unreserved()
