@@ -17,7 +17,9 @@ never fails. Run with `python -m tests.bench.scale [--quick] [--sqlite-only | --
 (--quick: 1,000 and 10,000 GPUs). `--scrape-only [--history N] [--profile]` times only /metrics,
 over N ended leases and their requests: the first scrape ever, a replica's first scrape from
 the leader's checkpoint, and later ones, wall and CPU seconds. `--sweep-only [--profile]` times
-only the steady sweeps, wall and CPU seconds.
+only the steady sweeps, wall and CPU seconds. `--commands-only [--profile]` times only the
+commands, on --small and --compared GPUs open together and timed round by round, median wall
+and CPU seconds and their ratios (`--profile`: where status spends its time on each).
 
 `--ingest-only` measures ingest alone, for --ingest-s seconds per fleet and database (30 by
 default there), three ways: pushes handed to the handler by threads in this process; signed
@@ -696,14 +698,14 @@ def bench_commands(f: Fleet, runs: int = COMMAND_RUNS) -> dict[str, float]:
 
 
 #: The commands timed, in the order of one round.
-COMMANDS = ("status", "borrow", "release", "mine", "why")
+COMMANDS = ("status", "admin status", "borrow", "release", "mine", "why")
 Timings = dict[str, tuple[float, float]]  # median (wall, CPU) seconds per command
 
 
 def command_times(f: Fleet, runs: int = COMMAND_RUNS) -> Timings:
-    """Median (wall, CPU) seconds per command as the services answer it: status, borrow
-    (approved at once), mine, why (of that lease), release (it). CPU is this process's (on
-    PostgreSQL the server's share is not in it)."""
+    """Median (wall, CPU) seconds per command as the services answer it: status (and as an
+    admin sees it), borrow (approved at once), mine, why (of that lease), release (it). CPU is
+    this process's (on PostgreSQL the server's share is not in it)."""
     times: dict[str, list[tuple[float, float]]] = {c: [] for c in COMMANDS}
     for _ in range(runs):
         command_round(f, times)
@@ -722,6 +724,8 @@ def command_round(f: Fleet, times: dict[str, list[tuple[float, float]]]) -> None
 
     ask = BorrowAsk(pool="a100", gpus=1, duration=timedelta(hours=2), reason="bench")
     timed("status", services.status)
+    # what an admin's status reads besides: the GPUs used without a lease, or by someone else
+    timed("admin status", lambda: (services.status(), services.unreserved(), services.intrusions()))
     got = timed("borrow", lambda: services.borrow(TYPIST, ask))
     assert not isinstance(got, Refused), got
     mine = timed("mine", lambda: services.leases(TYPIST))
@@ -808,10 +812,10 @@ def side_by_side(
 def print_side_by_side(
     kinds: tuple[str, ...], got: dict[tuple[str, int], Timings], small: int, compared: int
 ) -> None:
-    print(f"  {'db':<9}{'command':<9}{'GPUs':>8}{'wall ms':>9}{'cpu ms':>8}")
+    print(f"  {'db':<9}{'command':<13}{'GPUs':>8}{'wall ms':>9}{'cpu ms':>8}")
     for (kind, gpus), times in got.items():
         for name, (wall, cpu) in times.items():
-            print(f"  {kind:<9}{name:<9}{gpus:>8,}{wall * 1000:>9.2f}{cpu * 1000:>8.2f}")
+            print(f"  {kind:<9}{name:<13}{gpus:>8,}{wall * 1000:>9.2f}{cpu * 1000:>8.2f}")
     print()
     print(header())
     for kind in kinds:
