@@ -10,6 +10,7 @@ busy then: unreserved use. A minute without a working reading is unknown, never 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -18,14 +19,22 @@ import sqlalchemy as sa
 from sqlmodel import Session, col
 
 from rules.domain import LeaseState
-from storage.rollup_spans import HOUR, MINUTE_S, Held, Minutes, aware, cut_edges
+from storage.rollup_spans import (
+    HOUR,
+    MINUTE_S,
+    Held,
+    Minutes,
+    Reading,
+    aware,
+    cut_edges,
+    floor_minute,
+)
 from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow
 
 _HOURS = cast(sa.Table, GpuHourRow.__table__)  # type: ignore[attr-defined]
 #: Leases that never held a GPU (asked, waiting or refused) have no interval.
 _NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseState.CANCELLED)
-#: Above this many leases in one hour the minutes' join filters leases by time, not by id
-#: (SQLite takes at most 32,766 bound values in one statement).
+#: GPU ids bound in one statement at most (SQLite takes at most 32,766 bound values).
 _MAX_IDS = 30_000
 #: The first key of the advisory locks that let one writer at a time replace an hour (the
 #: second is the hour); two-key locks never meet the one-key locks taken elsewhere.
@@ -68,6 +77,7 @@ def held(session: Session, since: datetime, until: datetime) -> list[Held]:
     stmt = (
         sa.select(
             col(LeaseRow.id),
+            col(GpuRow.id),
             col(NodeRow.name),
             col(GpuRow.index),
             col(LeaseRow.pool),
@@ -87,8 +97,18 @@ def held(session: Session, since: datetime, until: datetime) -> list[Held]:
         )
     )
     return [
-        Held(cast(int, lease), node, index, pool, team, holder, start, released or ended)
-        for lease, node, index, pool, team, holder, start, released, ended in (
+        Held(
+            cast(int, lease),
+            cast(int, gpu),
+            node,
+            index,
+            pool,
+            team,
+            holder,
+            start,
+            released or ended,
+        )
+        for lease, gpu, node, index, pool, team, holder, start, released, ended in (
             session.connection().execute(stmt).all()
         )
     ]
@@ -100,8 +120,8 @@ def hour_rows(
     """The gpu_hour rows of one hour, from the spans that may touch it (`held` over a range
     holding the hour) and the stored minutes of that hour."""
     mine = [s for s in spans if s.seconds_in(hour) > 0]
-    minutes = _minutes(session, hour, mine, busy_pct=busy_pct)
-    free_busy_s = cut_edges(session, hour, mine, minutes, busy_pct=busy_pct)
+    minutes, readings = _minutes(session, hour, mine, busy_pct=busy_pct)
+    free_busy_s = cut_edges(hour, mine, minutes, readings, busy_pct=busy_pct)
     rows = [_leased(hour, s, minutes.pop((s.node, s.index, s.lease_id), None)) for s in mine]
     for (node, index, lease), m in minutes.items():
         if lease == 0 and m.busy_s > 0:
@@ -168,83 +188,166 @@ def earliest(session: Session, since: datetime) -> datetime | None:
 
 def _minutes(
     session: Session, hour: datetime, spans: Sequence[Held], *, busy_pct: float
-) -> dict[tuple[str, int, int], Minutes]:
+) -> tuple[dict[tuple[str, int, int], Minutes], dict[tuple[str, int, datetime], Reading]]:
     """The hour's minutes summed per GPU and per lease holding any of each then (0: none did),
-    every minute counted whole; `cut_edges` takes off what the intervals' edges did not hold."""
+    every minute counted whole; `cut_edges` takes off what the intervals' ends did not hold.
+    Also the stored minutes of the GPUs held for part of the hour, which `cut_edges` reads.
+
+    A GPU one lease held all hour, or none did, has all its minutes under one key: the
+    database sums them. The others (a lease began or ended in the hour, or two held the GPU)
+    are few: their minutes are read and shared out here, each to every interval holding it.
+    """
+    by_gpu: defaultdict[int, list[Held]] = defaultdict(list)
+    for span in spans:
+        by_gpu[span.gpu_id].append(span)
+    whole = {gpu: held[0] for gpu, held in by_gpu.items() if _holds_all(held, hour)}
+    split = {gpu: held for gpu, held in by_gpu.items() if gpu not in whole}
+    sums: dict[tuple[str, int, int], Minutes] = {}
+    for gpu_id, node, index, summed in _whole_hours(
+        session, hour, sorted(split), busy_pct=busy_pct
+    ):
+        holder = whole.get(gpu_id)
+        sums[node, index, 0 if holder is None else holder.lease_id] = summed
+    shared, readings = _split_hours(session, hour, split, busy_pct=busy_pct)
+    sums.update(shared)
+    return sums, readings
+
+
+def _holds_all(held: Sequence[Held], hour: datetime) -> bool:
+    return len(held) == 1 and held[0].holds_all(hour)
+
+
+def _in_hour(hour: datetime) -> sa.ColumnElement[bool]:
+    m = GpuMinuteRow
+    return sa.and_(col(m.minute) >= hour, col(m.minute) < hour + HOUR)
+
+
+def _whole_hours(
+    session: Session, hour: datetime, leave_out: Sequence[int], *, busy_pct: float
+) -> Iterator[tuple[int, str, int, Minutes]]:
+    """Each GPU's minutes of the hour summed, but for `leave_out` and GPUs with none stored:
+    (gpu id, node, index, sums)."""
     m = GpuMinuteRow
     observed = sa.and_(col(m.ok_samples) > 0, col(m.util_avg_pct).is_not(None))
     busy = sa.and_(observed, col(m.util_avg_pct) >= busy_pct)
-    sums = (
-        sa.func.sum(sa.case((observed, 1), else_=0)),
-        sa.func.sum(sa.case((busy, 1), else_=0)),
-        sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
-        sa.func.max(col(m.memory_used_max_mib)),
-    )
-    iv = _intervals(session, spans, hour)
-    lease = sa.func.coalesce(iv.c.lease_id, 0)
     stmt = (
-        sa.select(col(m.node), col(m.index), lease, *sums)
-        .select_from(m)
+        sa.select(
+            col(GpuRow.id),
+            col(NodeRow.name),
+            col(GpuRow.index),
+            sa.func.count(col(m.minute)),
+            sa.func.sum(sa.case((observed, 1), else_=0)),
+            sa.func.sum(sa.case((busy, 1), else_=0)),
+            sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
+            sa.func.max(col(m.memory_used_max_mib)),
+        )
+        .select_from(GpuRow)
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        # An outer join, so that SQLite walks the GPUs in order and reads each one's minutes
+        # from the (node, index, minute) index: no sort for the grouping, and no pass over
+        # the hour's minutes of GPUs outside the fleet (no pool: no row of theirs counts).
         .outerjoin(
-            iv,
+            m,
             sa.and_(
-                iv.c.node == col(m.node),
-                iv.c.index == col(m.index),
-                col(m.minute) >= iv.c.from_minute,
-                sa.or_(iv.c.end.is_(None), col(m.minute) < iv.c.end),
+                col(m.node) == col(NodeRow.name), col(m.index) == col(GpuRow.index), _in_hour(hour)
             ),
         )
-        .where(col(m.minute) >= hour, col(m.minute) < hour + HOUR)
-        # The lease first: grouped by (node, index) first, SQLite would walk the whole
-        # (node, index, minute) index in its order instead of the hour's range of minutes.
-        .group_by(lease, col(m.node), col(m.index))
+        .group_by(col(GpuRow.id), col(NodeRow.name), col(GpuRow.index))
     )
-    return {
-        (node, index, int(lease_id)): Minutes(
-            int(seen) * MINUTE_S, int(worked) * MINUTE_S, float(util or 0.0) * MINUTE_S, peak
-        )
-        for node, index, lease_id, seen, worked, util, peak in (
-            session.connection().execute(stmt).all()
-        )
+    if len(leave_out) <= _MAX_IDS:
+        stmt = stmt.where(col(GpuRow.id).not_in(leave_out))
+    out = set(leave_out)
+    for gpu_id, node, index, stored, seen, worked, util, peak in session.connection().execute(stmt):
+        if stored and gpu_id not in out:
+            yield (
+                gpu_id,
+                node,
+                index,
+                Minutes(
+                    int(seen) * MINUTE_S,
+                    int(worked) * MINUTE_S,
+                    float(util or 0.0) * MINUTE_S,
+                    peak,
+                ),
+            )
+
+
+def _split_hours(
+    session: Session, hour: datetime, split: dict[int, list[Held]], *, busy_pct: float
+) -> tuple[dict[tuple[str, int, int], Minutes], dict[tuple[str, int, datetime], Reading]]:
+    """The hour's stored minutes of the GPUs held for part of it, each added whole to every
+    interval holding any of it (0: none did), in minute order as the database adds them; and
+    those minutes' readings."""
+    m = GpuMinuteRow
+    # The stored text as it is (SQLite): a stored minute is parsed once, not once a row.
+    minute = sa.type_coerce(col(m.minute), sa.String())
+    at: dict[Any, datetime] = {}
+    sums: dict[tuple[int, int], tuple[int, int, float, int | None]] = {}
+    readings: dict[tuple[str, int, datetime], Reading] = {}
+    gpu_ids = sorted(split)
+    spans = {gpu_id: held[0] for gpu_id, held in split.items()}
+    # A minute counts whole for each interval holding any of it (`cut_edges` takes off the rest).
+    intervals = {
+        gpu_id: [(floor_minute(s.start), s.end, s.lease_id) for s in held]
+        for gpu_id, held in split.items()
     }
-
-
-def _minute_of(session: Session, at: Any) -> Any:
-    """The start of the minute `at` falls in, comparable with the stored minutes."""
-    if session.connection().dialect.name == "sqlite":  # the text the stored minutes are
-        return sa.func.strftime("%Y-%m-%d %H:%M:00.000000", at)
-    return sa.func.date_trunc("minute", at)
+    for first in range(0, len(gpu_ids), _MAX_IDS):
+        stmt = (
+            sa.select(
+                col(GpuRow.id),
+                minute,
+                col(m.ok_samples),
+                col(m.util_avg_pct),
+                col(m.memory_used_max_mib),
+            )
+            .select_from(GpuRow)
+            .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+            .join(  # from the GPU to its minutes, as in _whole_hours
+                m,
+                sa.and_(
+                    col(m.node) == col(NodeRow.name),
+                    col(m.index) == col(GpuRow.index),
+                    _in_hour(hour),
+                ),
+                isouter=True,
+            )
+            .where(col(GpuRow.id).in_(gpu_ids[first : first + _MAX_IDS]))
+            .order_by(col(GpuRow.id), col(m.minute))
+        )
+        for gpu_id, stored, ok, util, peak in session.connection().execute(stmt).all():
+            gpu_id = cast(int, gpu_id)
+            if stored is None:
+                continue
+            when = at.get(stored)
+            if when is None:
+                when = at[stored] = aware(stored)
+            first_held = spans[gpu_id]
+            readings[first_held.node, first_held.index, when] = (ok, util)
+            pct = util if ok > 0 else None  # None: no working reading
+            for lease in [
+                lease
+                for since, end, lease in intervals[gpu_id]
+                if since <= when and (end is None or when < end)
+            ] or [0]:
+                key = (gpu_id, lease)
+                seen, busy, total, top = sums.get(key, (0, 0, 0.0, None))
+                if pct is not None:
+                    seen, total = seen + 1, total + pct
+                    busy += pct >= busy_pct
+                if peak is not None and (top is None or peak > top):
+                    top = peak
+                sums[key] = (seen, busy, total, top)
+    return {
+        (spans[gpu_id].node, spans[gpu_id].index, lease): Minutes(
+            seen * MINUTE_S, busy * MINUTE_S, total * MINUTE_S, top
+        )
+        for (gpu_id, lease), (seen, busy, total, top) in sums.items()
+    }, readings
 
 
 def _ms(seconds: Any) -> float:
     """Seconds to the millisecond (float sums of cut minutes drift below that)."""
     return round(float(seconds or 0.0), 3)
-
-
-def _intervals(session: Session, spans: Sequence[Held], hour: datetime) -> sa.Subquery:
-    """The lease intervals of the hour's spans, read again by the database for its join."""
-    end = sa.func.coalesce(col(LeaseGpuRow.released_at), col(LeaseRow.ended_at))
-    ids = sorted({s.lease_id for s in spans})
-    which = (
-        col(LeaseRow.id).in_(ids)
-        if len(ids) <= _MAX_IDS
-        else sa.and_(col(LeaseRow.granted_at) < hour + HOUR, sa.or_(end.is_(None), end > hour))
-    )
-    return (
-        sa.select(
-            col(LeaseRow.id).label("lease_id"),
-            col(NodeRow.name).label("node"),
-            col(GpuRow.index).label("index"),
-            col(LeaseRow.granted_at).label("start"),
-            end.label("end"),
-            _minute_of(session, col(LeaseRow.granted_at)).label("from_minute"),
-        )
-        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
-        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(which, col(LeaseRow.state).not_in(_NEVER_HELD))
-        .subquery("held")
-    )
 
 
 def _pools(session: Session) -> dict[tuple[str, int], str]:
