@@ -171,24 +171,35 @@ def replace(
     session.execute(
         sa.delete(GpuHourRow).where(col(GpuHourRow.hour) >= since, col(GpuHourRow.hour) < until)
     )
-    if rows and session.connection().dialect.name == "postgresql":
-        _copy(session, rows)
-    elif rows:
-        session.execute(sa.insert(_HOURS), list(rows))  # Core: no ORM objects for bulk rows
+    if rows:
+        _insert(session, rows)
     return len(rows)
 
 
-def _copy(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert the rows with one COPY, in the session's transaction: PostgreSQL takes them at a
-    fraction of the cost of as many INSERTs."""
+def _insert(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert the rows through the driver, in the session's transaction: one COPY on
+    PostgreSQL, one prepared INSERT on SQLite. Every value but the hour is a plain number,
+    text or None, which both drivers take as it is; the hour goes in as its column writes it."""
     connection = session.connection()
-    quote = connection.dialect.identifier_preparer.quote
+    dialect = connection.dialect
+    quote = dialect.identifier_preparer.quote
     names = [c.name for c in _HOURS.columns if c.name in rows[0]]
-    statement = f"COPY {quote(_HOURS.name)} ({', '.join(quote(n) for n in names)}) FROM STDIN"
+    at = names.index("hour")
+    written = cast(Any, UtcDateTime().dialect_impl(dialect).bind_processor(dialect))
+    hours = {hour: written(hour) if written else hour for hour in {row["hour"] for row in rows}}
+    values = [[row[name] for name in names] for row in rows]
+    for value in values:
+        value[at] = hours[value[at]]
+    table, columns = quote(_HOURS.name), ", ".join(quote(name) for name in names)
     cursor = cast(Any, connection.connection.dbapi_connection).cursor()
-    with cursor.copy(statement) as copy:
-        for row in rows:
-            copy.write_row([row[name] for name in names])
+    if dialect.name == "postgresql":
+        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for value in values:
+                copy.write_row(value)
+    else:
+        marks = ", ".join("?" for _ in names)
+        insert = f"INSERT INTO {table} ({columns}) VALUES ({marks})"  # noqa: S608 - the table's own names
+        cursor.executemany(insert, values)
 
 
 def prune(session: Session, before: datetime) -> int:
@@ -251,25 +262,28 @@ def _in_hour(hour: datetime) -> sa.ColumnElement[bool]:
     return sa.and_(col(m.minute) >= hour, col(m.minute) < hour + HOUR)
 
 
+def _sums(busy_pct: float) -> tuple[sa.ColumnElement[Any], ...]:
+    """What a set of minutes adds up to: minutes stored, observed (a working reading), busy,
+    utilisation summed over the observed ones (None: none), memory peak."""
+    m = GpuMinuteRow
+    util = sa.case((col(m.ok_samples) > 0, col(m.util_avg_pct)))  # NULL: no working reading
+    return (
+        sa.func.count(col(m.minute)),
+        sa.func.count(util),
+        sa.func.count(sa.case((util >= busy_pct, 1))),
+        sa.func.sum(util),
+        sa.func.max(col(m.memory_used_max_mib)),
+    )
+
+
 def _whole_hours(
     session: Session, hour: datetime, leave_out: Sequence[int], *, busy_pct: float
 ) -> Iterator[tuple[int, str, int, Minutes]]:
     """Each GPU's minutes of the hour summed, but for `leave_out` and GPUs with none stored:
     (gpu id, node, index, sums)."""
     m = GpuMinuteRow
-    observed = sa.and_(col(m.ok_samples) > 0, col(m.util_avg_pct).is_not(None))
-    busy = sa.and_(observed, col(m.util_avg_pct) >= busy_pct)
     stmt = (
-        sa.select(
-            col(GpuRow.id),
-            col(NodeRow.name),
-            col(GpuRow.index),
-            sa.func.count(col(m.minute)),
-            sa.func.sum(sa.case((observed, 1), else_=0)),
-            sa.func.sum(sa.case((busy, 1), else_=0)),
-            sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
-            sa.func.max(col(m.memory_used_max_mib)),
-        )
+        sa.select(col(GpuRow.id), col(NodeRow.name), col(GpuRow.index), *_sums(busy_pct))
         .select_from(GpuRow)
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
         # An outer join, so that SQLite walks the GPUs in order and reads each one's minutes
@@ -369,17 +383,8 @@ def _piece_sums(
     utilisation summed, memory peak)."""
     m = GpuMinuteRow
     p = _piece_table(session, pieces)
-    observed = sa.and_(col(m.ok_samples) > 0, col(m.util_avg_pct).is_not(None))
-    busy = sa.and_(observed, col(m.util_avg_pct) >= busy_pct)
     stmt = (
-        sa.select(
-            p.c.k,
-            sa.func.count(col(m.minute)),
-            sa.func.sum(sa.case((observed, 1), else_=0)),
-            sa.func.sum(sa.case((busy, 1), else_=0)),
-            sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
-            sa.func.max(col(m.memory_used_max_mib)),
-        )
+        sa.select(p.c.k, *_sums(busy_pct))
         .select_from(p)
         .join(GpuRow, col(GpuRow.id) == p.c.gpu_id)
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
@@ -425,6 +430,7 @@ def _piece_table(
             )
             .select_from(each)
             .cte("piece")
+            .prefix_with("MATERIALIZED")
         )
     records = [
         {"k": k, "gpu_id": gpu_id, "since": since.isoformat(), "until": until.isoformat()}
