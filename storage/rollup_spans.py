@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 MINUTE_S = 60.0
 #: One stored minute's ok readings and average utilisation (None: no working reading).
 Reading = tuple[int, float | None]
@@ -73,8 +74,8 @@ def cut_edges(
 ) -> defaultdict[tuple[str, int], float]:
     """Take off each lease's sums the part of the minutes at its interval's ends that it did
     not hold (granted 10:00:50, it held 10 s of 10:00); returns each GPU's busy seconds in those
-    minutes that no lease held. `readings` holds the stored minutes of every GPU some span
-    holds for part of the hour (those are the only GPUs with such ends in it)."""
+    minutes that no lease held. `readings`: the stored minutes at those ends (one missing
+    there was never stored)."""
     edges: defaultdict[tuple[str, int, datetime], list[Held]] = defaultdict(list)
     for span in spans:
         for at in {floor_minute(span.start), floor_minute(span.end or span.start)}:
@@ -114,6 +115,6 @@ def floor_minute(at: datetime) -> datetime:
 
 def _held_s(span: Held, minute: datetime) -> float:
     """The seconds of the minute starting at `minute` that `span` held."""
-    until = minute + timedelta(seconds=MINUTE_S)
+    until = minute + MINUTE
     end = until if span.end is None else min(span.end, until)
     return max(0.0, (end - max(span.start, minute)).total_seconds())

@@ -24,6 +24,7 @@ from sqlmodel import Session, col
 from rules.domain import LeaseState
 from storage.rollup_spans import (
     HOUR,
+    MINUTE,
     MINUTE_S,
     Held,
     Minutes,
@@ -47,9 +48,6 @@ _HOURS = cast(sa.Table, GpuHourRow.__table__)  # type: ignore[attr-defined]
 _NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseState.CANCELLED)
 #: GPU ids bound in one statement at most (SQLite takes at most 32,766 bound values).
 _MAX_IDS = 30_000
-#: Stretches of minutes summed in one statement (four bound values each).
-_PIECES_AT_ONCE = 7_500
-MINUTE = timedelta(minutes=1)
 #: The first key of the advisory locks that let one writer at a time replace an hour (the
 #: second is the hour); two-key locks never meet the one-key locks taken elsewhere.
 _LOCK_SPACE = 0x67707568  # "gpuh"
@@ -231,23 +229,27 @@ def _minutes(
 ) -> tuple[dict[tuple[str, int, int], Minutes], dict[tuple[str, int, datetime], Reading]]:
     """The hour's minutes summed per GPU and per lease holding any of each then (0: none did),
     every minute counted whole; `cut_edges` takes off what the intervals' ends did not hold.
-    Also the stored minutes of the GPUs held for part of the hour, which `cut_edges` reads.
+    Also the readings of the minutes at the intervals' ends, which `cut_edges` reads.
 
     A GPU one lease held all hour, or none did, has all its minutes under one key: the
-    database sums them. The others (a lease began or ended in the hour, or two held the GPU)
-    are few: their minutes are read and shared out here, each to every interval holding it.
+    database sums them per GPU. The others (a lease began or ended in the hour, or two held
+    the GPU) are few: the database sums their stretches of minutes the same leases held, and
+    those sums are added up here for each lease holding them.
     """
     by_gpu: defaultdict[int, list[Held]] = defaultdict(list)
     for span in spans:
         by_gpu[span.gpu_id].append(span)
-    whole = {gpu: held[0] for gpu, held in by_gpu.items() if _holds_all(held, hour)}
-    split = {gpu: held for gpu, held in by_gpu.items() if gpu not in whole}
+    whole = {
+        (held[0].node, held[0].index): held[0].lease_id
+        for held in by_gpu.values()
+        if _holds_all(held, hour)
+    }
+    split = {
+        gpu: held for gpu, held in by_gpu.items() if (held[0].node, held[0].index) not in whole
+    }
     sums: dict[tuple[str, int, int], Minutes] = {}
-    for gpu_id, node, index, summed in _whole_hours(
-        session, hour, sorted(split), busy_pct=busy_pct
-    ):
-        holder = whole.get(gpu_id)
-        sums[node, index, 0 if holder is None else holder.lease_id] = summed
+    for node, index, summed in _whole_hours(session, hour, split, busy_pct=busy_pct):
+        sums[node, index, whole.get((node, index), 0)] = summed
     shared, readings = _split_hours(session, hour, split, busy_pct=busy_pct)
     sums.update(shared)
     return sums, readings
@@ -277,33 +279,43 @@ def _sums(busy_pct: float) -> tuple[sa.ColumnElement[Any], ...]:
 
 
 def _whole_hours(
-    session: Session, hour: datetime, leave_out: Sequence[int], *, busy_pct: float
-) -> Iterator[tuple[int, str, int, Minutes]]:
-    """Each GPU's minutes of the hour summed, but for `leave_out` and GPUs with none stored:
-    (gpu id, node, index, sums)."""
+    session: Session, hour: datetime, split: dict[int, list[Held]], *, busy_pct: float
+) -> Iterator[tuple[str, int, Minutes]]:
+    """Each GPU's minutes of the hour summed, but for the GPUs in `split` and those with none
+    stored: (node, index, sums)."""
     m = GpuMinuteRow
-    stmt = (
-        sa.select(col(GpuRow.id), col(NodeRow.name), col(GpuRow.index), *_sums(busy_pct))
-        .select_from(GpuRow)
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        # An outer join, so that SQLite walks the GPUs in order and reads each one's minutes
-        # from the (node, index, minute) index: no sort for the grouping, and no pass over
-        # the hour's minutes of GPUs outside the fleet (no pool: no row of theirs counts).
-        .outerjoin(
-            m,
-            sa.and_(
-                col(m.node) == col(NodeRow.name), col(m.index) == col(GpuRow.index), _in_hour(hour)
-            ),
+    if session.connection().dialect.name == "postgresql":
+        # PostgreSQL hashes the groups: the hour's minutes as they lie, no join. (A GPU in
+        # no pool's list comes out too, and counts for nothing: `hour_rows` leaves it out.)
+        grouped = (
+            sa.select(col(m.node), col(m.index), *_sums(busy_pct))
+            .where(_in_hour(hour))
+            .group_by(col(m.node), col(m.index))
         )
-        .group_by(col(GpuRow.id), col(NodeRow.name), col(GpuRow.index))
-    )
-    if len(leave_out) <= _MAX_IDS:
-        stmt = stmt.where(col(GpuRow.id).not_in(leave_out))
-    out = set(leave_out)
-    for gpu_id, node, index, stored, seen, worked, util, peak in session.connection().execute(stmt):
-        if stored and gpu_id not in out:
+    else:
+        # SQLite groups by sorting: walking the GPUs in order instead, and reading each one's
+        # minutes from the (node, index, minute) index, it needs no sort (the outer join keeps
+        # that order), and it reads no minute of a GPU outside the fleet.
+        grouped = (
+            sa.select(col(NodeRow.name), col(GpuRow.index), *_sums(busy_pct))
+            .select_from(GpuRow)
+            .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+            .outerjoin(
+                m,
+                sa.and_(
+                    col(m.node) == col(NodeRow.name),
+                    col(m.index) == col(GpuRow.index),
+                    _in_hour(hour),
+                ),
+            )
+            .group_by(col(GpuRow.id), col(NodeRow.name), col(GpuRow.index))
+        )
+        if len(split) <= _MAX_IDS:
+            grouped = grouped.where(col(GpuRow.id).not_in(sorted(split)))
+    leave_out = {(held[0].node, held[0].index) for held in split.values()}
+    for node, index, stored, seen, worked, util, peak in session.connection().execute(grouped):
+        if stored and (node, index) not in leave_out:
             yield (
-                gpu_id,
                 node,
                 index,
                 Minutes(
@@ -329,20 +341,18 @@ def _split_hours(
     ]
     sums: dict[tuple[int, int], tuple[int, int, float, int | None]] = {}
     readings: dict[tuple[str, int, datetime], Reading] = {}
-    for first in range(0, len(pieces), _PIECES_AT_ONCE):
-        chunk = pieces[first : first + _PIECES_AT_ONCE]
-        for k, stored, seen, worked, util, peak in _piece_sums(session, chunk, busy_pct=busy_pct):
-            gpu_id, since, until, owners = chunk[k]
-            if not stored:
-                continue
-            if until - since == MINUTE:  # a minute alone: its reading
-                held = split[gpu_id][0]
-                readings[held.node, held.index, since] = (int(seen), float(util) if seen else None)
-            for lease in owners:
-                had_seen, had_busy, total, top = sums.get((gpu_id, lease), (0, 0, 0.0, None))
-                if peak is not None and (top is None or peak > top):
-                    top = peak
-                sums[gpu_id, lease] = (had_seen + seen, had_busy + worked, total + util, top)
+    for k, stored, seen, worked, util, peak in _piece_sums(session, pieces, busy_pct=busy_pct):
+        gpu_id, since, until, owners = pieces[k]
+        if not stored:
+            continue
+        if until - since == MINUTE:  # a minute alone: its reading
+            gpu = split[gpu_id][0]
+            readings[gpu.node, gpu.index, since] = (seen, util if seen else None)
+        for lease in owners:
+            had_seen, had_busy, total, top = sums.get((gpu_id, lease), (0, 0, 0.0, None))
+            if peak is not None and (top is None or peak > top):
+                top = peak
+            sums[gpu_id, lease] = (had_seen + seen, had_busy + worked, total + util, top)
     return {
         (split[gpu_id][0].node, split[gpu_id][0].index, lease): Minutes(
             seen * MINUTE_S, busy * MINUTE_S, total * MINUTE_S, top
@@ -398,6 +408,7 @@ def _piece_sums(
             ),
         )
         .group_by(p.c.k)
+        .order_by(p.c.k)  # each lease's sums added up in the order of its minutes
     )
     return [
         (int(k), int(stored), int(seen or 0), int(worked or 0), float(util or 0.0), peak)
