@@ -341,6 +341,8 @@ def _split_hours(
     ]
     sums: dict[tuple[int, int], tuple[int, int, float, int | None]] = {}
     readings: dict[tuple[str, int, datetime], Reading] = {}
+    if not pieces:
+        return {}, readings
     for k, stored, seen, worked, util, peak in _piece_sums(session, pieces, busy_pct=busy_pct):
         gpu_id, since, until, owners = pieces[k]
         if not stored:
