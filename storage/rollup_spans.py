@@ -10,13 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import sqlalchemy as sa
-from sqlmodel import Session, col
-
-from storage.tables import GpuMinuteRow
-
 HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 MINUTE_S = 60.0
+#: One stored minute's ok readings and average utilisation (None: no working reading).
+Reading = tuple[int, float | None]
 
 
 @dataclass(frozen=True)
@@ -24,6 +22,7 @@ class Held:
     """One GPU held by one lease from `start` until `end` (None: it still holds it)."""
 
     lease_id: int
+    gpu_id: int
     node: str
     index: int
     pool: str
@@ -37,6 +36,15 @@ class Held:
         until = hour + HOUR if self.end is None else min(self.end, hour + HOUR)
         return max(0.0, (until - max(self.start, hour)).total_seconds())
 
+    def holds_all(self, hour: datetime) -> bool:
+        """Whether it held the GPU through the whole of [hour, hour + 1 h)."""
+        return self.start <= hour and (self.end is None or self.end >= hour + HOUR)
+
+    def holds_minute(self, minute: datetime) -> bool:
+        """Whether it held any of the minute starting at `minute`: the minute counts for it
+        whole, and `cut_edges` takes off what it did not hold."""
+        return floor_minute(self.start) <= minute and (self.end is None or minute < self.end)
+
 
 @dataclass(frozen=True)
 class Minutes:
@@ -49,7 +57,7 @@ class Minutes:
     memory_peak_mib: int | None
 
 
-def aware(at: datetime) -> datetime:
+def aware(at: datetime | str) -> datetime:
     # A bare aggregate loses the column's type: SQLite hands back text, PostgreSQL a datetime.
     if isinstance(at, str):
         at = datetime.fromisoformat(at)
@@ -57,27 +65,32 @@ def aware(at: datetime) -> datetime:
 
 
 def cut_edges(
-    session: Session,
     hour: datetime,
     spans: Sequence[Held],
     minutes: dict[tuple[str, int, int], Minutes],
+    readings: dict[tuple[str, int, datetime], Reading],
     *,
     busy_pct: float,
 ) -> defaultdict[tuple[str, int], float]:
     """Take off each lease's sums the part of the minutes at its interval's ends that it did
     not hold (granted 10:00:50, it held 10 s of 10:00); returns each GPU's busy seconds in those
-    minutes that no lease held."""
+    minutes that no lease held. `readings`: the stored minutes at those ends (one missing
+    there was never stored)."""
     edges: defaultdict[tuple[str, int, datetime], list[Held]] = defaultdict(list)
     for span in spans:
-        for at in {_floor_minute(span.start), _floor_minute(span.end or span.start)}:
+        for at in {floor_minute(span.start), floor_minute(span.end or span.start)}:
             if hour <= at < hour + HOUR and 0 < _held_s(span, at) < MINUTE_S:
                 edges[span.node, span.index, at].append(span)
     free: defaultdict[tuple[str, int], float] = defaultdict(float)
-    for (node, index, at), (ok, util) in _edge_minutes(session, list(edges)).items():
+    for (node, index, at), held in edges.items():
+        reading = readings.get((node, index, at))
+        if reading is None:  # never stored: nothing to take off, nothing unreserved
+            continue
+        ok, util = reading
         pct = util if ok > 0 and util is not None else None  # None: no working reading
         worked = pct is not None and pct >= busy_pct
         covered = 0.0
-        for span in edges[node, index, at]:
+        for span in held:
             held_s = _held_s(span, at)
             covered += held_s
             key = (node, index, span.lease_id)
@@ -95,38 +108,13 @@ def cut_edges(
     return free
 
 
-def _floor_minute(at: datetime) -> datetime:
+def floor_minute(at: datetime) -> datetime:
+    """The start of the minute `at` falls in."""
     return at.replace(second=0, microsecond=0)
 
 
 def _held_s(span: Held, minute: datetime) -> float:
     """The seconds of the minute starting at `minute` that `span` held."""
-    until = minute + timedelta(seconds=MINUTE_S)
+    until = minute + MINUTE
     end = until if span.end is None else min(span.end, until)
     return max(0.0, (end - max(span.start, minute)).total_seconds())
-
-
-#: Minutes read per statement (three bound values each, under SQLite's limit).
-_EDGES_AT_ONCE = 5_000
-
-
-def _edge_minutes(
-    session: Session, keys: Sequence[tuple[str, int, datetime]]
-) -> dict[tuple[str, int, datetime], tuple[int, float | None]]:
-    """The stored minutes at these (node, index, minute): ok readings and utilisation."""
-    m = GpuMinuteRow
-    out: dict[tuple[str, int, datetime], tuple[int, float | None]] = {}
-    for first in range(0, len(keys), _EDGES_AT_ONCE):
-        chunk = keys[first : first + _EDGES_AT_ONCE]
-        stmt = sa.select(
-            col(m.node), col(m.index), col(m.minute), col(m.ok_samples), col(m.util_avg_pct)
-        ).where(
-            # The range first: SQLite reads those minutes from the minute index; a list of
-            # row values alone would have it scan every stored minute.
-            col(m.minute) >= min(at for _, _, at in chunk),
-            col(m.minute) <= max(at for _, _, at in chunk),
-            sa.tuple_(col(m.node), col(m.index), col(m.minute)).in_(chunk),
-        )
-        for node, index, minute, ok, util in session.connection().execute(stmt).all():
-            out[node, index, aware(minute)] = (int(ok), None if util is None else float(util))
-    return out

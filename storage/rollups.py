@@ -18,15 +18,27 @@ import sqlalchemy as sa
 from sqlmodel import Session, col
 
 from rules.domain import LeaseState
-from storage.rollup_spans import HOUR, MINUTE_S, Held, Minutes, aware, cut_edges
-from storage.tables import GpuHourRow, GpuMinuteRow, GpuRow, LeaseGpuRow, LeaseRow, NodeRow
+from storage import rollup_minutes
+from storage.rollup_spans import (
+    HOUR,
+    Held,
+    Minutes,
+    aware,
+    cut_edges,
+)
+from storage.tables import (
+    GpuHourRow,
+    GpuMinuteRow,
+    GpuRow,
+    LeaseGpuRow,
+    LeaseRow,
+    NodeRow,
+    UtcDateTime,
+)
 
 _HOURS = cast(sa.Table, GpuHourRow.__table__)  # type: ignore[attr-defined]
 #: Leases that never held a GPU (asked, waiting or refused) have no interval.
 _NEVER_HELD = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.DENIED, LeaseState.CANCELLED)
-#: Above this many leases in one hour the minutes' join filters leases by time, not by id
-#: (SQLite takes at most 32,766 bound values in one statement).
-_MAX_IDS = 30_000
 #: The first key of the advisory locks that let one writer at a time replace an hour (the
 #: second is the hour); two-key locks never meet the one-key locks taken elsewhere.
 _LOCK_SPACE = 0x67707568  # "gpuh"
@@ -68,6 +80,7 @@ def held(session: Session, since: datetime, until: datetime) -> list[Held]:
     stmt = (
         sa.select(
             col(LeaseRow.id),
+            col(GpuRow.id),
             col(NodeRow.name),
             col(GpuRow.index),
             col(LeaseRow.pool),
@@ -87,8 +100,18 @@ def held(session: Session, since: datetime, until: datetime) -> list[Held]:
         )
     )
     return [
-        Held(cast(int, lease), node, index, pool, team, holder, start, released or ended)
-        for lease, node, index, pool, team, holder, start, released, ended in (
+        Held(
+            cast(int, lease),
+            cast(int, gpu),
+            node,
+            index,
+            pool,
+            team,
+            holder,
+            start,
+            released or ended,
+        )
+        for lease, gpu, node, index, pool, team, holder, start, released, ended in (
             session.connection().execute(stmt).all()
         )
     ]
@@ -100,8 +123,8 @@ def hour_rows(
     """The gpu_hour rows of one hour, from the spans that may touch it (`held` over a range
     holding the hour) and the stored minutes of that hour."""
     mine = [s for s in spans if s.seconds_in(hour) > 0]
-    minutes = _minutes(session, hour, mine, busy_pct=busy_pct)
-    free_busy_s = cut_edges(session, hour, mine, minutes, busy_pct=busy_pct)
+    minutes, readings = rollup_minutes.summed(session, hour, mine, busy_pct=busy_pct)
+    free_busy_s = cut_edges(hour, mine, minutes, readings, busy_pct=busy_pct)
     rows = [_leased(hour, s, minutes.pop((s.node, s.index, s.lease_id), None)) for s in mine]
     for (node, index, lease), m in minutes.items():
         if lease == 0 and m.busy_s > 0:
@@ -138,8 +161,34 @@ def replace(
         sa.delete(GpuHourRow).where(col(GpuHourRow.hour) >= since, col(GpuHourRow.hour) < until)
     )
     if rows:
-        session.execute(sa.insert(_HOURS), list(rows))  # Core: no ORM objects for bulk rows
+        _insert(session, rows)
     return len(rows)
+
+
+def _insert(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert the rows through the driver, in the session's transaction: one COPY on
+    PostgreSQL, one prepared INSERT on SQLite. Every value but the hour is a plain number,
+    text or None, which both drivers take as it is; the hour goes in as its column writes it."""
+    connection = session.connection()
+    dialect = connection.dialect
+    quote = dialect.identifier_preparer.quote
+    names = [c.name for c in _HOURS.columns if c.name in rows[0]]
+    at = names.index("hour")
+    written = cast(Any, UtcDateTime().dialect_impl(dialect).bind_processor(dialect))
+    hours = {hour: written(hour) if written else hour for hour in {row["hour"] for row in rows}}
+    values = [[row[name] for name in names] for row in rows]
+    for value in values:
+        value[at] = hours[value[at]]
+    table, columns = quote(_HOURS.name), ", ".join(quote(name) for name in names)
+    cursor = cast(Any, connection.connection.dbapi_connection).cursor()
+    if dialect.name == "postgresql":
+        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for value in values:
+                copy.write_row(value)
+    else:
+        marks = ", ".join("?" for _ in names)
+        insert = f"INSERT INTO {table} ({columns}) VALUES ({marks})"  # noqa: S608 - the table's own names
+        cursor.executemany(insert, values)
 
 
 def prune(session: Session, before: datetime) -> int:
@@ -166,85 +215,9 @@ def earliest(session: Session, since: datetime) -> datetime | None:
     return max(since, min(aware(at) for at in found))
 
 
-def _minutes(
-    session: Session, hour: datetime, spans: Sequence[Held], *, busy_pct: float
-) -> dict[tuple[str, int, int], Minutes]:
-    """The hour's minutes summed per GPU and per lease holding any of each then (0: none did),
-    every minute counted whole; `cut_edges` takes off what the intervals' edges did not hold."""
-    m = GpuMinuteRow
-    observed = sa.and_(col(m.ok_samples) > 0, col(m.util_avg_pct).is_not(None))
-    busy = sa.and_(observed, col(m.util_avg_pct) >= busy_pct)
-    sums = (
-        sa.func.sum(sa.case((observed, 1), else_=0)),
-        sa.func.sum(sa.case((busy, 1), else_=0)),
-        sa.func.sum(sa.case((observed, col(m.util_avg_pct)), else_=0.0)),
-        sa.func.max(col(m.memory_used_max_mib)),
-    )
-    iv = _intervals(session, spans, hour)
-    lease = sa.func.coalesce(iv.c.lease_id, 0)
-    stmt = (
-        sa.select(col(m.node), col(m.index), lease, *sums)
-        .select_from(m)
-        .outerjoin(
-            iv,
-            sa.and_(
-                iv.c.node == col(m.node),
-                iv.c.index == col(m.index),
-                col(m.minute) >= iv.c.from_minute,
-                sa.or_(iv.c.end.is_(None), col(m.minute) < iv.c.end),
-            ),
-        )
-        .where(col(m.minute) >= hour, col(m.minute) < hour + HOUR)
-        # The lease first: grouped by (node, index) first, SQLite would walk the whole
-        # (node, index, minute) index in its order instead of the hour's range of minutes.
-        .group_by(lease, col(m.node), col(m.index))
-    )
-    return {
-        (node, index, int(lease_id)): Minutes(
-            int(seen) * MINUTE_S, int(worked) * MINUTE_S, float(util or 0.0) * MINUTE_S, peak
-        )
-        for node, index, lease_id, seen, worked, util, peak in (
-            session.connection().execute(stmt).all()
-        )
-    }
-
-
-def _minute_of(session: Session, at: Any) -> Any:
-    """The start of the minute `at` falls in, comparable with the stored minutes."""
-    if session.connection().dialect.name == "sqlite":  # the text the stored minutes are
-        return sa.func.strftime("%Y-%m-%d %H:%M:00.000000", at)
-    return sa.func.date_trunc("minute", at)
-
-
 def _ms(seconds: Any) -> float:
     """Seconds to the millisecond (float sums of cut minutes drift below that)."""
     return round(float(seconds or 0.0), 3)
-
-
-def _intervals(session: Session, spans: Sequence[Held], hour: datetime) -> sa.Subquery:
-    """The lease intervals of the hour's spans, read again by the database for its join."""
-    end = sa.func.coalesce(col(LeaseGpuRow.released_at), col(LeaseRow.ended_at))
-    ids = sorted({s.lease_id for s in spans})
-    which = (
-        col(LeaseRow.id).in_(ids)
-        if len(ids) <= _MAX_IDS
-        else sa.and_(col(LeaseRow.granted_at) < hour + HOUR, sa.or_(end.is_(None), end > hour))
-    )
-    return (
-        sa.select(
-            col(LeaseRow.id).label("lease_id"),
-            col(NodeRow.name).label("node"),
-            col(GpuRow.index).label("index"),
-            col(LeaseRow.granted_at).label("start"),
-            end.label("end"),
-            _minute_of(session, col(LeaseRow.granted_at)).label("from_minute"),
-        )
-        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
-        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(which, col(LeaseRow.state).not_in(_NEVER_HELD))
-        .subquery("held")
-    )
 
 
 def _pools(session: Session) -> dict[tuple[str, int], str]:

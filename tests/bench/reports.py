@@ -19,6 +19,7 @@ Run with `python -m tests.bench.reports [--days N] [--postgres]`.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import tempfile
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlmodel import SQLModel, col, func, select
+from sqlmodel import Session, SQLModel, col, func, select
 
 from bot.services import reports as report_service
 from bot.services.context import Context
@@ -74,6 +75,7 @@ class Rollup:
     seconds: float
     cpu_s: float  # this process's CPU time (SQLite runs in it; PostgreSQL does not)
     written: int
+    server_cpu_s: float | None = None  # the PostgreSQL backend's CPU time, when it runs here
 
 
 # ---- the fleet, its leases and its minutes ------------------------------------------------
@@ -364,9 +366,31 @@ def bench_rollup(gpus: int, hours: int, *, use_postgres: bool) -> Rollup:
         setup_s = time.perf_counter() - t0
         t0, c0 = time.perf_counter(), time.process_time()
         with db.write() as session:
+            backend = backend_cpu(session)
+            s0 = backend()
             written = rollups.fill(session, START, until, busy_pct=BUSY_PCT)
         seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    return Rollup(gpus, hours, minutes, leases, setup_s, seconds, cpu_s, written)
+        s1 = backend()
+        server = None if s0 is None or s1 is None else s1 - s0
+    return Rollup(gpus, hours, minutes, leases, setup_s, seconds, cpu_s, written, server)
+
+
+def backend_cpu(session: Session) -> Callable[[], float | None]:
+    """The CPU seconds the session's PostgreSQL backend has used so far, read from /proc when
+    the server runs on this machine (None: SQLite, or a server elsewhere)."""
+    if session.connection().dialect.name != "postgresql":
+        return lambda: None
+    pid = session.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    stat = Path(f"/proc/{pid}/stat")
+
+    def read() -> float | None:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    return read
 
 
 # ---- (c): the reports ------------------------------------------------------------------------
@@ -449,7 +473,8 @@ def describe(r: Rollup) -> str:
     return (
         f"  {r.gpus:>7,} GPUs x {r.hours:>4,} h: {r.minutes:>12,} minute rows, "
         f"{r.leases:>7,} leases (made in {r.setup_s:.1f} s)\n"
-        f"    rolled in {r.seconds:.2f} s ({r.cpu_s:.2f} s CPU here) = "
+        f"    rolled in {r.seconds:.2f} s ({r.cpu_s:.2f} s CPU here"
+        f"{'' if r.server_cpu_s is None else f', {r.server_cpu_s:.2f} s in the server'}) = "
         f"{r.minutes / r.seconds:,.0f} minute rows/s; {r.written:,} hourly rows"
     )
 
