@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -108,6 +108,62 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
     # plain rows (fair share reads thousands of them); an active lease has no ended_at yet
     rows = flushed(session).execute(stmt).all()
     return [Interval(team, gpus, start, end) for team, gpus, start, end in rows]
+
+
+def decayed_use(
+    session: Session, pool: str, since: datetime, now: datetime, rate_per_hour: float
+) -> dict[str, float]:
+    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)`, summed
+    per team by the database: each lease's GPUs times the integral of 2 ** (-age / half-life)
+    over its time held (clipped at `now`), `rate_per_hour` being ln 2 over the half-life in
+    hours. Ages are taken in whole microseconds and divided as Python divides two timedeltas,
+    so each lease's term is the one `decayed_usage` computes; only the order of the additions
+    may differ. Teams with no such lease are left out."""
+    dialect = session.get_bind().dialect.name
+    here = col(LeaseRow.pool) == pool
+    held: tuple[sa.Label[Any], ...] = (
+        col(LeaseRow.team).label("team"),
+        col(LeaseRow.gpus).label("gpus"),
+        _micros(col(LeaseRow.granted_at), dialect).label("granted"),
+        _micros(col(LeaseRow.ended_at), dialect).label("ended"),
+    )
+    # Two seeks of ix_lease_pool_state_ended: the pool's active leases, and those of every
+    # other state that ended since `since` (the same leases as `held_since`, none twice).
+    others = [state.value for state in LeaseState if state != LeaseState.ACTIVE]
+    leases = sa.union_all(
+        sa.select(*held).where(here, col(LeaseRow.state) == LeaseState.ACTIVE),
+        sa.select(*held).where(
+            here, col(LeaseRow.state).in_(others), col(LeaseRow.ended_at) >= since
+        ),
+    ).subquery()
+    at = sa.literal((now - _EPOCH) // _MICROSECOND, sa.BigInteger)
+    end = sa.case((sa.or_(leases.c.ended.is_(None), leases.c.ended > at), at), else_=leases.c.ended)
+    start = sa.case((leases.c.granted > end, end), else_=leases.c.granted)
+    per_hour = sa.literal(3_600_000_000.0, sa.Float)
+    older = sa.cast(at - start, sa.Float) / per_hour  # hours since the lease began
+    newer = sa.cast(at - end, sa.Float) / per_hour  # hours since it ended (0: it runs on)
+    fall = sa.literal(-rate_per_hour, sa.Float)
+    hours = (sa.func.exp(fall * newer) - sa.func.exp(fall * older)) / sa.literal(
+        rate_per_hour, sa.Float
+    )
+    stmt = sa.select(leases.c.team, sa.func.sum(leases.c.gpus * hours)).group_by(leases.c.team)
+    return {
+        team: float(total) for team, total in flushed(session).execute(stmt) if total is not None
+    }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _micros(value: Any, dialect: str) -> Any:
+    """A stored timestamp as whole microseconds since the epoch (an integer: exact)."""
+    if dialect == "postgresql":
+        return sa.cast(sa.func.extract("epoch", value) * 1_000_000, sa.BigInteger)
+    # SQLite keeps `YYYY-MM-DD HH:MM:SS.ffffff`: whole seconds, then the six digits after them
+    # (the seconds read without the fraction, which SQLite's clock would round to milliseconds)
+    seconds = sa.cast(sa.func.strftime("%s", sa.func.substr(value, 1, 19)), sa.BigInteger)
+    return seconds * 1_000_000 + sa.cast(sa.func.substr(value, 21, 6), sa.BigInteger)
 
 
 def lock_gpus(session: Session, gpu_ids: Iterable[int] | sa.Select[Any]) -> None:

@@ -7,8 +7,8 @@ from sqlmodel import Session
 
 from bot.services.context import Context
 from bot.services.results import FairShareUse
-from rules.fairshare import Share, decayed_usage, shares
-from storage.leases import held_since
+from rules.fairshare import Share, decay_rate, shares
+from storage.leases import decayed_use
 
 # Usage older than this many half-lives counts less than 2 % of its weight: it is not read.
 HALF_LIVES_READ = 6
@@ -24,8 +24,9 @@ def pool_shares(ctx: Context, session: Session, pool: str) -> dict[str, Share]:
     usage: dict[str, float] = {}
     if half_life:
         now = ctx.now()
-        intervals = held_since(session, pool, now - HALF_LIVES_READ * half_life)
-        usage = decayed_usage(intervals, now, half_life)
+        since = now - HALF_LIVES_READ * half_life
+        # summed by the database, team by team: the window holds thousands of leases
+        usage = decayed_use(session, pool, since, now, decay_rate(half_life))
     return shares(spec.quotas, usage)
 
 
