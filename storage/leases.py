@@ -61,6 +61,17 @@ def _active(*, by_holder: bool) -> sa.ColumnElement[bool]:
     return state == LeaseState.ACTIVE
 
 
+def by_id(session: Session, lease_ids: Iterable[int]) -> dict[int, LeaseRow]:
+    """The leases with these ids, in as few reads as the bind limits allow (a plan may change
+    hundreds of leases: one `get` each would be a read each)."""
+    ids = sorted(set(lease_ids))
+    found: dict[int, LeaseRow] = {}
+    for k in range(0, len(ids), _IN_CHUNK):
+        stmt = select(LeaseRow).where(col(LeaseRow.id).in_(ids[k : k + _IN_CHUNK]))
+        found.update((row.id or 0, row) for row in session.exec(stmt))
+    return found
+
+
 def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
     """The pool's leases that are active or ended preempted (those a recall may have chosen)."""
     stmt = select(LeaseRow).where(
@@ -160,9 +171,12 @@ def _micros(value: Any, dialect: str) -> Any:
     """A stored timestamp as whole microseconds since the epoch (an integer: exact)."""
     if dialect == "postgresql":
         return sa.cast(sa.func.extract("epoch", value) * 1_000_000, sa.BigInteger)
-    # SQLite keeps `YYYY-MM-DD HH:MM:SS.ffffff`: whole seconds, then the six digits after them
-    # (the seconds read without the fraction, which SQLite's clock would round to milliseconds)
-    seconds = sa.cast(sa.func.strftime("%s", sa.func.substr(value, 1, 19)), sa.BigInteger)
+    # SQLite keeps `YYYY-MM-DD HH:MM:SS.ffffff`: whole seconds, then the six digits after them.
+    # The seconds are read without the fraction (which SQLite's clock would round to
+    # milliseconds) as a Julian day, whose float is off by far less than the half second
+    # that rounding takes away.
+    days = sa.func.julianday(sa.func.substr(value, 1, 19)) - sa.literal(2_440_587.5, sa.Float)
+    seconds = sa.cast(sa.func.round(days * sa.literal(86_400, sa.Integer)), sa.BigInteger)
     return seconds * 1_000_000 + sa.cast(sa.func.substr(value, 21, 6), sa.BigInteger)
 
 
@@ -255,8 +269,9 @@ class PoolLease:
 
 
 def pool_leases(session: Session, pool: str) -> list[PoolLease]:
-    """The pool's active leases, by id, in two reads of plain columns: no ORM objects, and
-    the stored marks decoded only for the leases being recalled."""
+    """The pool's active leases, by id, in two reads of plain columns: no ORM objects, the
+    timestamps converted here (`_utc`), and the stored marks decoded only for the leases being
+    recalled."""
     usable = (
         sa.select(sa.func.count())
         .select_from(LeaseGpuRow)
@@ -284,8 +299,8 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
             col(LeaseRow.gpus),
             col(LeaseRow.priority),
             col(LeaseRow.protected),
-            col(LeaseRow.granted_at),
-            col(LeaseRow.expires_at),
+            _plain(col(LeaseRow.granted_at), sa.String),
+            _plain(col(LeaseRow.expires_at), sa.String),
             usable,
         )
         .where(*here)
@@ -299,8 +314,8 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
             gpus,
             priority,
             protected,
-            granted_at,
-            expires_at,
+            _utc(granted_at),
+            _utc(expires_at),
             int(usable_gpus or 0),
             recalled.get(lease_id, Marks()),
         )

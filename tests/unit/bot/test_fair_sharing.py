@@ -22,7 +22,7 @@ from bot.services.results import (
 )
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome, Priority
-from storage import outbox
+from storage import audit, outbox
 from storage.audit import AuditTag
 from storage.db import Database
 from storage.outbox import OutboxKind
@@ -505,3 +505,31 @@ def test_a_borrowed_lease_ending_within_the_notice_is_left_to_end(
     assert "" == services.leases(DAVE)[0].recalled_for
     (entry,) = services.queue_explained()
     assert clock() + timedelta(minutes=19, seconds=0) == entry.expected_start
+
+
+def test_a_recall_moves_to_the_next_guarantee_when_its_request_goes(
+    services: Services, database: Database, clock: Clock
+) -> None:
+    """Dave's loan is recalled for Alice's request inside vision's nominal; when she cancels
+    it, the recall stands for Bob's, which waited beyond the nominal and is inside it now:
+    the lease's marks and one `lease:recall_reassigned` row say so, chained like any row."""
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    borrowed(services, BOB, BorrowAsk("l40s", 1, DAY))
+    clock.advance(timedelta(minutes=61))
+    first = borrowed(services, ALICE, BorrowAsk("l40s", 2, DAY))
+    second = borrowed(services, BOB, BorrowAsk("l40s", 1, DAY))
+    assert (Outcome.QUEUE, Outcome.QUEUE) == (first.outcome, second.outcome)
+    dave = services.leases(DAVE)[0]
+    assert f"vision (R{first.request.id})" == dave.recalled_for
+    services.cancel(ALICE, first.request.id)
+    assert f"vision (R{second.request.id})" == services.leases(DAVE)[0].recalled_for
+    with database.read() as session:
+        moved = session.exec(
+            select(AuditRow).where(AuditRow.tag == AuditTag.LEASE_RECALL_REASSIGNED)
+        ).all()
+        assert audit.verify(session).ok
+    assert [(f"lease:{dave.id}", "recall", second.request.id, "vision")] == [
+        (row.subject, row.outcome, row.detail["request"], row.detail["for_team"]) for row in moved
+    ]
