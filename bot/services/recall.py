@@ -68,7 +68,7 @@ class PoolPicture:
 
 
 def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
-    leases = storage_leases.pool_leases(session, pool)
+    leases = queueing.pool_leases(session, pool)
     protected_pool = ctx.policy.pools[pool].protected
     holdings = tuple(_holding(row, protected_pool) for row in leases)
     ordered = queue_of(ctx, session, pool)
