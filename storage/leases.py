@@ -124,15 +124,16 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
 def decayed_use(
     session: Session, pool: str, since: datetime, now: datetime, rate_per_hour: float
 ) -> dict[str, float]:
-    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)`, summed
-    per team by the database: each lease's GPUs times the integral of 2 ** (-age / half-life)
-    over its time held (clipped at `now`), `rate_per_hour` being ln 2 over the half-life in
-    hours. Ages are taken in whole microseconds and divided as Python divides two timedeltas,
-    so each lease's term is the one `decayed_usage` computes; only the order of the additions
-    may differ. Teams with no such lease are left out."""
+    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)`, to
+    the last bit: the database computes each lease's term (its GPUs times the integral of
+    2 ** (-age / half-life) over its time held, clipped at `now`; `rate_per_hour` is ln 2 over
+    the half-life in hours) with ages in whole microseconds divided as Python divides two
+    timedeltas, and the terms are added here per team in the same order, so no timestamp is
+    converted in Python. Teams with no such lease are left out."""
     dialect = session.get_bind().dialect.name
     here = col(LeaseRow.pool) == pool
     held: tuple[sa.Label[Any], ...] = (
+        col(LeaseRow.id).label("id"),
         col(LeaseRow.team).label("team"),
         col(LeaseRow.gpus).label("gpus"),
         _micros(col(LeaseRow.granted_at), dialect).label("granted"),
@@ -157,10 +158,12 @@ def decayed_use(
     hours = (sa.func.exp(fall * newer) - sa.func.exp(fall * older)) / sa.literal(
         rate_per_hour, sa.Float
     )
-    stmt = sa.select(leases.c.team, sa.func.sum(leases.c.gpus * hours)).group_by(leases.c.team)
-    return {
-        team: float(total) for team, total in flushed(session).execute(stmt) if total is not None
-    }
+    # in `held_since`'s order, which `decayed_usage` adds them in
+    stmt = sa.select(leases.c.team, leases.c.gpus * hours).order_by(leases.c.granted, leases.c.id)
+    usage: dict[str, float] = {}
+    for team, term in flushed(session).execute(stmt):
+        usage[team] = usage.get(team, 0.0) + term
+    return usage
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
