@@ -439,6 +439,12 @@ def waiting_guarantee(
     for it now (maybe none). None when it is not such a request."""
     if request.state != RequestState.QUEUED or request.pool not in ctx.policy.pools:
         return None
+    # A guarantee is a request inside its team's nominal, which the queue's order already
+    # says (the plan finds the same ones): only for one is the whole pool weighed.
+    if not any(
+        inside and row.id == request.id for row, inside in queue_of(ctx, session, request.pool)
+    ):
+        return None
     now = ctx.now()
     seen = picture(ctx, session, request.pool, now)
     plan = plan_for(ctx, seen, request.pool, now)

@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
+from bot.services.grants import queue_of
 from bot.services.notice_views import LeaseWarning, Reclaimed
 from bot.services.results import (
     BorrowResult,
@@ -533,3 +534,26 @@ def test_a_recall_moves_to_the_next_guarantee_when_its_request_goes(
     assert [(f"lease:{dave.id}", "recall", second.request.id, "vision")] == [
         (row.subject, row.outcome, row.detail["request"], row.detail["for_team"]) for row in moved
     ]
+
+
+def test_the_queue_marks_as_inside_nominal_exactly_the_requests_recall_guarantees(
+    services: Services, database: Database, clock: Clock
+) -> None:
+    """`/gpu why R` weighs the whole pool only for a guarantee, told by the queue's own
+    inside-nominal mark: for every waiting request the mark and the recall plan agree, for
+    requests inside and beyond their team's nominal alike."""
+    lent_out(services, clock)
+    for user, gpus in ((BOB, 1), (ALICE, 2)):  # beyond vision's nominal, with Alice's first
+        assert Outcome.QUEUE == borrowed(services, user, BorrowAsk("l40s", gpus, DAY)).outcome
+    ctx, now = services.ctx, services.ctx.now()
+    with database.read() as session:
+        ordered = queue_of(ctx, session, "l40s")
+        plan = recall.plan_for(ctx, recall.picture(ctx, session, "l40s", now), "l40s", now)
+    marked = {row.id for row, inside in ordered if inside}
+    assert {True, False} == {inside for _, inside in ordered}
+    assert marked == set(plan.guaranteed)
+    with database.read() as session:
+        told = {
+            row.id: recall.waiting_guarantee(ctx, session, row) is not None for row, _ in ordered
+        }
+    assert {request: request in marked for request in told} == told
