@@ -161,7 +161,7 @@ def decayed_use(
     # in `held_since`'s order, which `decayed_usage` adds them in
     stmt = sa.select(leases.c.team, leases.c.gpus * hours).order_by(leases.c.granted, leases.c.id)
     usage: dict[str, float] = {}
-    for team, term in flushed(session).execute(stmt):
+    for team, term in flushed(session).execute(stmt).all():
         usage[team] = usage.get(team, 0.0) + term
     return usage
 
