@@ -36,7 +36,7 @@ def decayed_usage(
     closed form over each interval clipped at `now`. A zero half-life (fair share off): {}."""
     if half_life <= timedelta(0):
         return {}
-    rate = math.log(2) / (half_life / HOUR)  # decay per hour
+    rate = decay_rate(half_life)
     usage: dict[str, float] = {}
     for interval in intervals:
         end = now if interval.end is None else min(interval.end, now)
@@ -46,6 +46,11 @@ def decayed_usage(
         hours = (math.exp(-rate * newer) - math.exp(-rate * older)) / rate
         usage[interval.team] = usage.get(interval.team, 0.0) + interval.gpus * hours
     return usage
+
+
+def decay_rate(half_life: timedelta) -> float:
+    """The decay per hour of a positive half-life: ln 2 over the half-life in hours."""
+    return math.log(2) / (half_life / HOUR)
 
 
 @dataclass(frozen=True)

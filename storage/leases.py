@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -61,6 +61,17 @@ def _active(*, by_holder: bool) -> sa.ColumnElement[bool]:
     return state == LeaseState.ACTIVE
 
 
+def by_id(session: Session, lease_ids: Iterable[int]) -> dict[int, LeaseRow]:
+    """The leases with these ids, in as few reads as the bind limits allow (a plan may change
+    hundreds of leases: one `get` each would be a read each)."""
+    ids = sorted(set(lease_ids))
+    found: dict[int, LeaseRow] = {}
+    for k in range(0, len(ids), _IN_CHUNK):
+        stmt = select(LeaseRow).where(col(LeaseRow.id).in_(ids[k : k + _IN_CHUNK]))
+        found.update((row.id or 0, row) for row in session.exec(stmt))
+    return found
+
+
 def in_pool_active_or_preempted(session: Session, pool: str) -> list[LeaseRow]:
     """The pool's leases that are active or ended preempted (those a recall may have chosen)."""
     stmt = select(LeaseRow).where(
@@ -108,6 +119,68 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
     # plain rows (fair share reads thousands of them); an active lease has no ended_at yet
     rows = flushed(session).execute(stmt).all()
     return [Interval(team, gpus, start, end) for team, gpus, start, end in rows]
+
+
+def decayed_use(
+    session: Session, pool: str, since: datetime, now: datetime, rate_per_hour: float
+) -> dict[str, float]:
+    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)`, to
+    the last bit: the database computes each lease's term (its GPUs times the integral of
+    2 ** (-age / half-life) over its time held, clipped at `now`; `rate_per_hour` is ln 2 over
+    the half-life in hours) with ages in whole microseconds divided as Python divides two
+    timedeltas, and the terms are added here per team in the same order, so no timestamp is
+    converted in Python. Teams with no such lease are left out."""
+    dialect = session.get_bind().dialect.name
+    here = col(LeaseRow.pool) == pool
+    held: tuple[sa.Label[Any], ...] = (
+        col(LeaseRow.id).label("id"),
+        col(LeaseRow.team).label("team"),
+        col(LeaseRow.gpus).label("gpus"),
+        _micros(col(LeaseRow.granted_at), dialect).label("granted"),
+        _micros(col(LeaseRow.ended_at), dialect).label("ended"),
+    )
+    # Two seeks of ix_lease_pool_state_ended: the pool's active leases, and those of every
+    # other state that ended since `since` (the same leases as `held_since`, none twice).
+    others = [state.value for state in LeaseState if state != LeaseState.ACTIVE]
+    leases = sa.union_all(
+        sa.select(*held).where(here, col(LeaseRow.state) == LeaseState.ACTIVE),
+        sa.select(*held).where(
+            here, col(LeaseRow.state).in_(others), col(LeaseRow.ended_at) >= since
+        ),
+    ).subquery()
+    at = sa.literal((now - _EPOCH) // _MICROSECOND, sa.BigInteger)
+    end = sa.case((sa.or_(leases.c.ended.is_(None), leases.c.ended > at), at), else_=leases.c.ended)
+    start = sa.case((leases.c.granted > end, end), else_=leases.c.granted)
+    per_hour = sa.literal(3_600_000_000.0, sa.Float)
+    older = sa.cast(at - start, sa.Float) / per_hour  # hours since the lease began
+    newer = sa.cast(at - end, sa.Float) / per_hour  # hours since it ended (0: it runs on)
+    fall = sa.literal(-rate_per_hour, sa.Float)
+    hours = (sa.func.exp(fall * newer) - sa.func.exp(fall * older)) / sa.literal(
+        rate_per_hour, sa.Float
+    )
+    # in `held_since`'s order, which `decayed_usage` adds them in
+    stmt = sa.select(leases.c.team, leases.c.gpus * hours).order_by(leases.c.granted, leases.c.id)
+    usage: dict[str, float] = {}
+    for team, term in flushed(session).execute(stmt).all():
+        usage[team] = usage.get(team, 0.0) + term
+    return usage
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _micros(value: Any, dialect: str) -> Any:
+    """A stored timestamp as whole microseconds since the epoch (an integer: exact)."""
+    if dialect == "postgresql":
+        return sa.cast(sa.func.extract("epoch", value) * 1_000_000, sa.BigInteger)
+    # SQLite keeps `YYYY-MM-DD HH:MM:SS.ffffff`: whole seconds, then the six digits after them.
+    # The seconds are read without the fraction (which SQLite's clock would round to
+    # milliseconds) as a Julian day, whose float is off by far less than the half second
+    # that rounding takes away.
+    days = sa.func.julianday(sa.func.substr(value, 1, 19)) - sa.literal(2_440_587.5, sa.Float)
+    seconds = sa.cast(sa.func.round(days * sa.literal(86_400, sa.Integer)), sa.BigInteger)
+    return seconds * 1_000_000 + sa.cast(sa.func.substr(value, 21, 6), sa.BigInteger)
 
 
 def lock_gpus(session: Session, gpu_ids: Iterable[int] | sa.Select[Any]) -> None:
@@ -199,8 +272,9 @@ class PoolLease:
 
 
 def pool_leases(session: Session, pool: str) -> list[PoolLease]:
-    """The pool's active leases, by id, in two reads of plain columns: no ORM objects, and
-    the stored marks decoded only for the leases being recalled."""
+    """The pool's active leases, by id, in two reads of plain columns: no ORM objects, the
+    timestamps converted here (`_utc`), and the stored marks decoded only for the leases being
+    recalled."""
     usable = (
         sa.select(sa.func.count())
         .select_from(LeaseGpuRow)
@@ -228,8 +302,8 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
             col(LeaseRow.gpus),
             col(LeaseRow.priority),
             col(LeaseRow.protected),
-            col(LeaseRow.granted_at),
-            col(LeaseRow.expires_at),
+            _plain(col(LeaseRow.granted_at), sa.String),
+            _plain(col(LeaseRow.expires_at), sa.String),
             usable,
         )
         .where(*here)
@@ -243,8 +317,8 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
             gpus,
             priority,
             protected,
-            granted_at,
-            expires_at,
+            _utc(granted_at),
+            _utc(expires_at),
             int(usable_gpus or 0),
             recalled.get(lease_id, Marks()),
         )

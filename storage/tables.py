@@ -212,6 +212,11 @@ class LeaseRow(SQLModel, table=True):
     __table_args__ = (
         sa.Index("ix_lease_end_reason_ended_at", "end_reason", "ended_at"),
         sa.Index("ix_lease_ended_at_state", "ended_at", "state"),
+        # Fair share sums a pool's active leases and those ended since an instant from this
+        # index alone.
+        sa.Index(
+            "ix_lease_pool_state_ended", "pool", "state", "ended_at", "team", "gpus", "granted_at"
+        ),
         # Quota sums (GPUs held per team in a pool) read this index alone.
         sa.Index("ix_lease_pool_state_team_gpus", "pool", "state", "team", "gpus"),
         sa.Index(

@@ -7,8 +7,9 @@ from sqlmodel import Session
 
 from bot.services.context import Context
 from bot.services.results import FairShareUse
-from rules.fairshare import Share, decayed_usage, shares
-from storage.leases import held_since
+from rules.fairshare import Share, decay_rate, shares
+from storage.leases import decayed_use
+from storage.requests import per_transaction
 
 # Usage older than this many half-lives counts less than 2 % of its weight: it is not read.
 HALF_LIVES_READ = 6
@@ -16,7 +17,13 @@ HALF_LIVES_READ = 6
 
 def pool_shares(ctx: Context, session: Session, pool: str) -> dict[str, Share]:
     """The fair share of every team with a quota in `pool`, from the GPU-hours its leases held
-    (decayed by `queue.fair_share_half_life`). With fair share off, every usage is 0."""
+    (decayed by `queue.fair_share_half_life`). With fair share off, every usage is 0. Read
+    once while the transaction changes nothing: `/gpu queue` orders the queue by it and shows
+    it too. Shared: not to be changed."""
+    return per_transaction(session, ("fair shares", pool), lambda: _shares(ctx, session, pool))
+
+
+def _shares(ctx: Context, session: Session, pool: str) -> dict[str, Share]:
     spec = ctx.policy.pools.get(pool)
     if spec is None:
         return {}
@@ -24,8 +31,9 @@ def pool_shares(ctx: Context, session: Session, pool: str) -> dict[str, Share]:
     usage: dict[str, float] = {}
     if half_life:
         now = ctx.now()
-        intervals = held_since(session, pool, now - HALF_LIVES_READ * half_life)
-        usage = decayed_usage(intervals, now, half_life)
+        since = now - HALF_LIVES_READ * half_life
+        # each lease's term computed by the database: the window holds thousands of leases
+        usage = decayed_use(session, pool, since, now, decay_rate(half_life))
     return shares(spec.quotas, usage)
 
 

@@ -142,13 +142,22 @@ def _ends(ctx: Context, session: Session, pool: str, now: datetime) -> tuple[int
     this one in linear time, not quadratic)."""
     notice = ctx.policy.recall.notice
     ending = []
-    for row in storage_leases.pool_leases(session, pool):
+    for row in pool_leases(session, pool):
         end = row.expires_at
         if row.marks.recalled_at is not None:
             end = min(end, (taken_at(session, row.marks, notice) or now + notice))
         ending.append(Ending(row.usable, end))
     free = free_count(session, pool)
     return free, sorted(ending, key=lambda e: e.at)
+
+
+def pool_leases(session: Session, pool: str) -> list[storage_leases.PoolLease]:
+    """The pool's active leases (storage.leases.pool_leases), read once while the transaction
+    changes nothing: `/gpu queue` and an approval card weigh them for recall and for the
+    timeline, thousands of them in a large pool. Shared: not to be changed."""
+    return per_transaction(
+        session, ("pool leases", pool), lambda: storage_leases.pool_leases(session, pool)
+    )
 
 
 def taken_at(session: Session, marks: Marks, notice: timedelta) -> datetime | None:

@@ -23,10 +23,11 @@ from bot.services.reads import request_view
 from bot.services.results import ApprovalEffects, HeldFor, PassedOver, QueueEntry, Recall, Recalled
 from rules import recall
 from rules.domain import Outcome, RequestKind, RequestState
+from rules.marks import RECALL
 from rules.queueing import Slot
-from storage import audit, requests
+from storage import audit, homes, requests
 from storage import leases as storage_leases
-from storage.audit import AuditTag
+from storage.audit import AuditEntry, AuditTag
 from storage.gpus import free_count
 from storage.leases import PoolLease
 from storage.pools import lock as lock_pool
@@ -67,24 +68,9 @@ class PoolPicture:
 
 
 def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
-    leases = storage_leases.pool_leases(session, pool)
+    leases = queueing.pool_leases(session, pool)
     protected_pool = ctx.policy.pools[pool].protected
-    holdings = tuple(
-        recall.Holding(
-            lease=row.id,
-            holder=row.holder,
-            team=row.team,
-            gpus=row.gpus,
-            priority=row.priority,
-            granted_at=row.granted_at,
-            protected=row.protected or protected_pool,
-            recalled_at=row.marks.recalled_at,
-            recalled_for=row.marks.recalled_for,
-            usable=row.usable,
-            within_team=row.marks.recalled_within_team,
-        )
-        for row in leases
-    )
+    holdings = tuple(_holding(row, protected_pool) for row in leases)
     ordered = queue_of(ctx, session, pool)
     queue = tuple(_waiting(r, now) for r, _ in ordered)
     free = free_count(session, pool)
@@ -103,6 +89,34 @@ def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPic
         {r.id or 0: r for r, _ in ordered},
         soon,
         tuple(ordered),
+    )
+
+
+def _holding(row: PoolLease, protected_pool: bool) -> recall.Holding:
+    protected = row.protected or protected_pool
+    if row.marks.raw.get(RECALL) is None:  # (most leases of a pool: no recall's marks)
+        return recall.Holding(
+            row.id,
+            row.holder,
+            row.team,
+            row.gpus,
+            row.priority,
+            row.granted_at,
+            protected,
+            usable=row.usable,
+        )
+    return recall.Holding(
+        lease=row.id,
+        holder=row.holder,
+        team=row.team,
+        gpus=row.gpus,
+        priority=row.priority,
+        granted_at=row.granted_at,
+        protected=protected,
+        recalled_at=row.marks.recalled_at,
+        recalled_for=row.marks.recalled_for,
+        usable=row.usable,
+        within_team=row.marks.recalled_within_team,
     )
 
 
@@ -158,23 +172,19 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             paused = admin.is_paused(session, ctx)
             if paused:
                 admin.would_recall(session, ctx, plan.start, now)
+            # the leases the plan changes, read in one go (the picture holds plain columns)
+            rows = storage_leases.by_id(
+                session,
+                [v.lease for v in (*plan.start, *plan.reassign)] + list(plan.withdraw),
+            )
             for victim in () if paused else plan.start:
-                _start(session, _row(session, victim.lease), victim, now)
+                _start(session, rows[victim.lease], victim, now)
                 report.started.append(f"L{victim.lease}")
-            for victim in plan.reassign:
-                _reassign(session, _row(session, victim.lease), victim, now)
+            _reassign(session, [(rows[v.lease], v) for v in plan.reassign], now)
             for lease_id in plan.withdraw:
-                _withdraw(session, _row(session, lease_id), now)
+                _withdraw(session, rows[lease_id], now)
                 report.withdrawn.append(f"L{lease_id}")
     return report
-
-
-def _row(session: Session, lease_id: int) -> LeaseRow:
-    """The lease a plan changes (the picture holds plain columns of every lease, this the
-    few the plan names)."""
-    row = storage_leases.get(session, lease_id)
-    assert row is not None
-    return row
 
 
 def _settled(session: Session, pool: str) -> bool:
@@ -209,19 +219,27 @@ def _start(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime
     )
 
 
-def _reassign(session: Session, row: LeaseRow, victim: recall.Victim, now: datetime) -> None:
-    """A recall that stands for another waiting request: the record says whom it serves."""
-    row.warnings = row.warnings.with_recall_for(request=victim.request, team=victim.for_team)
-    session.add(row)
-    record(
-        session,
-        at=now,
-        actor=RECALLER,
-        tag=AuditTag.LEASE_RECALL_REASSIGNED,
-        subject=f"lease:{row.id}",
-        outcome="recall",
-        detail={"request": victim.request, "for_team": victim.for_team, "because": victim.because},
-    )
+def _reassign(session: Session, moved: list[tuple[LeaseRow, recall.Victim]], now: datetime) -> None:
+    """Recalls that stand for another waiting request: each record says whom it serves. When
+    the queue moves up, every recall under way may move with it (hundreds in a large pool):
+    their audit rows are appended under one lock of the chain's head, in the plan's order,
+    each as `record` writes it."""
+    entries = []
+    for row, victim in moved:
+        row.warnings = row.warnings.with_recall_for(request=victim.request, team=victim.for_team)
+        session.add(row)
+        subject = f"lease:{row.id}"
+        homes.touch(session, subject)  # (as `record` notes it)
+        detail = {"request": victim.request, "for_team": victim.for_team, "because": victim.because}
+        entry = AuditEntry(
+            actor=RECALLER,
+            tag=AuditTag.LEASE_RECALL_REASSIGNED,
+            subject=subject,
+            outcome="recall",
+            detail=detail,
+        )
+        entries.append((entry, now))
+    audit.append_all(session, entries)
 
 
 def _withdraw(session: Session, row: LeaseRow, now: datetime) -> None:
@@ -420,6 +438,12 @@ def waiting_guarantee(
     """For a queued request inside its team's nominal: the borrowed leases recall passes over
     for it now (maybe none). None when it is not such a request."""
     if request.state != RequestState.QUEUED or request.pool not in ctx.policy.pools:
+        return None
+    # A guarantee is a request inside its team's nominal, which the queue's order already
+    # says (the plan finds the same ones): only for one is the whole pool weighed.
+    if not any(
+        inside and row.id == request.id for row, inside in queue_of(ctx, session, request.pool)
+    ):
         return None
     now = ctx.now()
     seen = picture(ctx, session, request.pool, now)

@@ -6,8 +6,10 @@ Each fleet (8 GPUs a node, GPUs 0-3 of every node in 1-GPU active leases: 1,250 
 One person of `vision`, who holds nothing else, then borrows, asks why, lists their leases and
 releases, through `bot.services.Services`; each command is timed (wall, and this process's
 CPU, which the budget mark reads: steadier on a shared machine), median of `RUNS`. With
-`--queue`, the l40s pool is full and `QUEUED` borrows wait for it: the borrow waits too
-(and is cancelled), and a lease of l40s is released (the queue's head is granted).
+`--queue`, the l40s pool is full, in the same proportions at both sizes (vision and nlp just
+inside their nominal, platform borrowing beyond its own), and `QUEUED` borrows wait for it:
+the borrow waits too (and is cancelled), and a lease of l40s is released (the queue's head
+is granted).
 Run with `python -m tests.bench.commands_scale [--queue]`. Reports figures; never fails.
 """
 
@@ -19,13 +21,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import col, select
+from sqlmodel import col, select, update
 
 from bot.services import BorrowAsk, Refused, Services
 from bot.services.rule_files import read_rules_dir
@@ -40,6 +42,7 @@ FLEETS = (100, 10_000)
 RUNS = 7
 HISTORY = 20  # ended leases per active lease
 QUEUED = 1_000
+SPARE = 0.08  # of their nominal, what vision and nlp leave unused in the full l40s pool
 RATIO_BUDGET = 1.5
 USER = "U0BENCH01"  # a member of vision holding nothing but what the bench borrows
 
@@ -123,10 +126,12 @@ def _request(lease: dict[str, Any], lease_id: int | None, state: str) -> dict[st
     }
 
 
-def add_queue(db: Database, rng: random.Random) -> list[int]:
-    """The l40s pool full (its free GPUs leased too, some of them to the bench's person, one
-    lease a round to release) and QUEUED 1-GPU borrows waiting for it, for up to half a day;
-    the bench person's leases, by id."""
+def add_queue(db: Database, rng: random.Random, nominal: Mapping[str, int]) -> list[int]:
+    """The l40s pool full, in the same proportions at every fleet size: RUNS + 1 of vision's
+    leases become the bench person's (one a round to release), vision and nlp get free GPUs up
+    to `SPARE` short of their nominal (so that their waiting borrows are inside it, and recall
+    works for them) and platform the rest (borrowing beyond its nominal); then QUEUED 1-GPU
+    borrows wait, for up to half a day. The bench person's leases, by id."""
     with db.read() as session:
         free = session.exec(
             select(GpuRow.id)
@@ -135,10 +140,35 @@ def add_queue(db: Database, rng: random.Random) -> list[int]:
             .order_by(col(GpuRow.id))
         ).all()
         first = session.exec(select(sa.func.max(LeaseRow.id))).one() or 0
+        held = dict(
+            session.exec(
+                select(LeaseRow.team, sa.func.count())
+                .where(LeaseRow.pool == "l40s", LeaseRow.state == LeaseState.ACTIVE)
+                .group_by(col(LeaseRow.team))
+            ).all()
+        )
+        mine = list(
+            session.exec(
+                select(LeaseRow.id)
+                .where(
+                    LeaseRow.pool == "l40s",
+                    LeaseRow.team == "vision",
+                    LeaseRow.state == LeaseState.ACTIVE,
+                )
+                .order_by(col(LeaseRow.id))
+                .limit(RUNS + 1)
+            ).all()
+        )
+    assert len(mine) == RUNS + 1, mine
     teams = (("vision", "U0ALICE01"), ("nlp", "U0CAROL01"), ("platform", "U0ERIN001"))
+    lenders = [(team, holder) for team, holder in teams if team != "platform"]
+    short = {team: int(nominal[team] * (1 - SPARE)) - held.get(team, 0) for team, _ in lenders}
     leases: list[dict[str, Any]] = []
     for k in range(len(free)):
-        team, holder = ("vision", USER) if k < RUNS + 1 else teams[k % len(teams)]
+        team, holder = next(
+            ((t, h) for t, h in lenders[k % 2 :] + lenders[: k % 2] if short[t] > 0), teams[2]
+        )
+        short[team] = short.get(team, 0) - 1
         at = NOW - timedelta(hours=rng.uniform(1, 24))
         leases.append(_lease(holder, team, "l40s", at, NOW + timedelta(hours=rng.uniform(1, 72))))
     asks = []
@@ -148,6 +178,7 @@ def add_queue(db: Database, rng: random.Random) -> list[int]:
         lease = {"holder": holder, "team": team, "pool": "l40s", "gpus": 1, "granted_at": at}
         asks.append(_request(lease, None, RequestState.QUEUED))
     with db.write() as session:
+        session.exec(update(LeaseRow).where(col(LeaseRow.id).in_(mine)).values(holder=USER))
         session.execute(sa.insert(LeaseRow.__table__), leases)  # type: ignore[attr-defined]
         links = [
             {"lease_id": first + 1 + k, "gpu_id": gpu_id, "active": True}
@@ -155,7 +186,7 @@ def add_queue(db: Database, rng: random.Random) -> list[int]:
         ]
         session.execute(sa.insert(LeaseGpuRow.__table__), links)  # type: ignore[attr-defined]
         session.execute(sa.insert(RequestRow.__table__), asks)  # type: ignore[attr-defined]
-    return [first + 1 + k for k in range(RUNS + 1)]
+    return [int(lease_id or 0) for lease_id in mine]
 
 
 def _lease(
@@ -212,7 +243,9 @@ def bench_fleet(gpus: int, *, queue: bool) -> dict[str, tuple[float, float]]:
         try:
             insert_leases(db, nodes, rng)
             add_history(db, rng)
-            held = add_queue(db, rng) if queue else []
+            quotas = services.ctx.policy.pools["l40s"].quotas
+            nominal = {team: quota.nominal for team, quota in quotas.items()}
+            held = add_queue(db, rng, nominal) if queue else []
             # What building the fleet left is kept out of the commands' collections, as
             # `serve` keeps what start-up built: a full collection over it is not the command's
             gc.collect()

@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import select
 
 from bot.services import BorrowAsk, Services, recall
+from bot.services.grants import queue_of
 from bot.services.notice_views import LeaseWarning, Reclaimed
 from bot.services.results import (
     BorrowResult,
@@ -22,7 +23,7 @@ from bot.services.results import (
 )
 from bot.telemetry.window import TelemetryWindow
 from rules.domain import Outcome, Priority
-from storage import outbox
+from storage import audit, outbox
 from storage.audit import AuditTag
 from storage.db import Database
 from storage.outbox import OutboxKind
@@ -505,3 +506,54 @@ def test_a_borrowed_lease_ending_within_the_notice_is_left_to_end(
     assert "" == services.leases(DAVE)[0].recalled_for
     (entry,) = services.queue_explained()
     assert clock() + timedelta(minutes=19, seconds=0) == entry.expected_start
+
+
+def test_a_recall_moves_to_the_next_guarantee_when_its_request_goes(
+    services: Services, database: Database, clock: Clock
+) -> None:
+    """Dave's loan is recalled for Alice's request inside vision's nominal; when she cancels
+    it, the recall stands for Bob's, which waited beyond the nominal and is inside it now:
+    the lease's marks and one `lease:recall_reassigned` row say so, chained like any row."""
+    borrowed(services, CAROL, BorrowAsk("l40s", 3, DAY))
+    approved(services, NADIA, borrowed(services, DAVE, BorrowAsk("l40s", 2, DAY)))
+    borrowed(services, ERIN, BorrowAsk("l40s", 2, DAY))
+    borrowed(services, BOB, BorrowAsk("l40s", 1, DAY))
+    clock.advance(timedelta(minutes=61))
+    first = borrowed(services, ALICE, BorrowAsk("l40s", 2, DAY))
+    second = borrowed(services, BOB, BorrowAsk("l40s", 1, DAY))
+    assert (Outcome.QUEUE, Outcome.QUEUE) == (first.outcome, second.outcome)
+    dave = services.leases(DAVE)[0]
+    assert f"vision (R{first.request.id})" == dave.recalled_for
+    services.cancel(ALICE, first.request.id)
+    assert f"vision (R{second.request.id})" == services.leases(DAVE)[0].recalled_for
+    with database.read() as session:
+        moved = session.exec(
+            select(AuditRow).where(AuditRow.tag == AuditTag.LEASE_RECALL_REASSIGNED)
+        ).all()
+        assert audit.verify(session).ok
+    assert [(f"lease:{dave.id}", "recall", second.request.id, "vision")] == [
+        (row.subject, row.outcome, row.detail["request"], row.detail["for_team"]) for row in moved
+    ]
+
+
+def test_the_queue_marks_as_inside_nominal_exactly_the_requests_recall_guarantees(
+    services: Services, database: Database, clock: Clock
+) -> None:
+    """`/gpu why R` weighs the whole pool only for a guarantee, told by the queue's own
+    inside-nominal mark: for every waiting request the mark and the recall plan agree, for
+    requests inside and beyond their team's nominal alike."""
+    lent_out(services, clock)
+    for user, gpus in ((BOB, 1), (ALICE, 2)):  # beyond vision's nominal, with Alice's first
+        assert Outcome.QUEUE == borrowed(services, user, BorrowAsk("l40s", gpus, DAY)).outcome
+    ctx, now = services.ctx, services.ctx.now()
+    with database.read() as session:
+        ordered = queue_of(ctx, session, "l40s")
+        plan = recall.plan_for(ctx, recall.picture(ctx, session, "l40s", now), "l40s", now)
+    marked = {row.id for row, inside in ordered if inside}
+    assert {True, False} == {inside for _, inside in ordered}
+    assert marked == set(plan.guaranteed)
+    with database.read() as session:
+        told = {
+            row.id: recall.waiting_guarantee(ctx, session, row) is not None for row, _ in ordered
+        }
+    assert {request: request in marked for request in told} == told

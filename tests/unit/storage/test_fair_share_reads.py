@@ -1,0 +1,86 @@
+"""Fair share's usage summed by the database is what the rules compute from the leases read
+one by one, on a generated history."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlmodel import Session
+
+from rules.domain import LeaseState
+from rules.fairshare import decay_rate, decayed_usage
+from storage import leases
+from storage.db import Database
+from storage.tables import LeaseRow
+
+NOW = datetime(2026, 3, 2, 12, 0, 0, 123_456, tzinfo=UTC)
+TEAMS = ("vision", "nlp", "platform", "robotics")
+
+
+def a_history(session: Session, rng: random.Random, count: int) -> None:
+    """Leases of two pools over the last 60 days with microsecond times: running ones, ones
+    that ended (some before the window, some stamped after `now`), a few granted after `now`."""
+    for k in range(count):
+        granted = NOW - timedelta(microseconds=rng.randrange(60 * 86_400 * 10**6))
+        if k % 17 == 0:
+            granted = NOW + timedelta(minutes=rng.uniform(1, 90))
+        ended: datetime | None = None
+        state = LeaseState.ACTIVE
+        if rng.random() < 0.7:
+            state = rng.choice((LeaseState.RELEASED, LeaseState.RECLAIMED, LeaseState.EXPIRED))
+            ended = granted + timedelta(microseconds=rng.randrange(3 * 86_400 * 10**6))
+        session.add(
+            LeaseRow(
+                holder=f"U{k % 9}",
+                team=rng.choice(TEAMS),
+                pool=rng.choice(("a100", "l40s")),
+                gpus=rng.randint(1, 8),
+                state=state,
+                granted_at=granted,
+                expires_at=granted + timedelta(hours=8),
+                ended_at=ended,
+            )
+        )
+    session.flush()
+
+
+@pytest.mark.parametrize("half_life", [timedelta(days=7), timedelta(hours=5, seconds=7)])
+def test_usage_summed_by_the_database_is_the_rules_usage(
+    database: Database, half_life: timedelta
+) -> None:
+    """Per team, the very same decayed GPU-hours as `decayed_usage` over `held_since`, in
+    each pool (and so the same order of teams)."""
+    since = NOW - 6 * half_life
+    with database.write() as session:
+        a_history(session, random.Random(16), 600)
+        for pool in ("a100", "l40s", "h100"):
+            expected = decayed_usage(leases.held_since(session, pool, since), NOW, half_life)
+            summed = leases.decayed_use(session, pool, since, NOW, decay_rate(half_life))
+            assert expected == summed
+
+
+def test_each_lease_gives_the_rules_term_exactly(database: Database) -> None:
+    """With one lease a team, each team's usage is one term: the very float `decayed_usage`
+    computes (ages in whole microseconds, divided as timedeltas divide)."""
+    since = NOW - timedelta(days=42)
+    with database.write() as session:
+        for k, team in enumerate(TEAMS):
+            granted = NOW - timedelta(days=k + 1, microseconds=7_919 * k + 1)
+            session.add(
+                LeaseRow(
+                    holder="U1",
+                    team=team,
+                    pool="a100",
+                    gpus=k + 1,
+                    state=LeaseState.RELEASED if k % 2 else LeaseState.ACTIVE,
+                    granted_at=granted,
+                    expires_at=granted + timedelta(days=9),
+                    ended_at=granted + timedelta(hours=13, microseconds=3) if k % 2 else None,
+                )
+            )
+        session.flush()
+        week = timedelta(days=7)
+        expected = decayed_usage(leases.held_since(session, "a100", since), NOW, week)
+        assert expected == leases.decayed_use(session, "a100", since, NOW, decay_rate(week))
