@@ -494,7 +494,11 @@ def occupied_lines(session: Session, pool: str | None = None) -> list[GpuLine]:
         sa.not_(col(NodeRow.drained)),
     )
     taken = [gpu_id for (gpu_id,) in session.connection().execute(stmt)]
-    return gpu_lines(session, pool, ids=taken) if taken else []
+    if not taken:
+        return []
+    # A GPU leased between the two reads (PostgreSQL reads each at its own instant) is not
+    # in use without a lease any more.
+    return [line for line in gpu_lines(session, pool, ids=taken) if line.place == Place.OCCUPIED]
 
 
 def _own(policy: Policy, user: str, line: GpuLine) -> bool:
