@@ -15,9 +15,8 @@ GPUs are bulk-inserted before the services open, so the inventory sync finds the
 Every figure is printed as ours, the budget, and their ratio, from one run. Figures only: it
 never fails. Run with `python -m tests.bench.scale [--quick] [--sqlite-only | --postgres-only]`
 (--quick: 1,000 and 10,000 GPUs). `--scrape-only [--history N] [--profile]` times only /metrics,
-over N ended leases and their requests (PostgreSQL then vacuumed and analyzed, as autovacuum
-keeps it): the first scrape ever, a replica's first scrape from the leader's checkpoint, and
-later ones, wall and CPU seconds. `--sweep-only [--profile]` times
+over N ended leases and their requests: the first scrape ever, a replica's first scrape from
+the leader's checkpoint, and later ones, wall and CPU seconds. `--sweep-only [--profile]` times
 only the steady sweeps, wall and CPU seconds.
 
 `--ingest-only` measures ingest alone, for --ingest-s seconds per fleet and database (30 by
