@@ -141,8 +141,9 @@ def _totals(
     every_state: bool,
 ) -> Totals:
     """The requests and ended leases `asked_where` and `ended_where` pick, counted. With
-    `every_state` (the whole history) the states' index picks the leases; otherwise the
-    conditions' indexes do, and the grouping tells the states apart."""
+    `every_state` (the whole history) the final states pick the leases, from
+    ix_lease_ended_state_team alone; otherwise the conditions' indexes do, and the grouping
+    tells the states apart."""
     keys = (
         col(RequestRow.pool),
         col(RequestRow.team),
@@ -151,31 +152,59 @@ def _totals(
     )
     asked = sa.select(*keys, sa.func.count()).where(*asked_where).group_by(*keys)
     requests = {(str(p), str(t), str(k), str(o)): int(n) for p, t, k, o, n in _rows(session, asked)}
-    state, reason = col(LeaseRow.state), col(LeaseRow.end_reason)
-    reclaimed = (
-        sa.select(col(LeaseRow.pool), col(LeaseRow.team), state, reason, sa.func.count())
-        .where(*ended_where, *([state == RECLAIMED] if every_state else []))
-        .group_by(col(LeaseRow.pool), col(LeaseRow.team), state, reason)
-    )
     reclaims: dict[ReclaimKey, int] = {}
-    for pool, team, how, why, count in _rows(session, reclaimed):
+    held: dict[tuple[str, str, str], float] = {}
+    state = col(LeaseRow.state)
+    where = [*ended_where, *([state.in_(HELD_FINAL)] if every_state else [])]
+    for how, pool, team, why, count, seconds in _rows(session, _ended(session, where)):
         if how == RECLAIMED:
             key = (str(pool), str(team), str(why or "unknown"))
             reclaims[key] = reclaims.get(key, 0) + int(count)
-    end = sa.func.coalesce(col(LeaseGpuRow.released_at), col(LeaseRow.ended_at))
-    seconds = seconds_between(session, col(LeaseRow.granted_at), end)
-    held = (
-        sa.select(col(LeaseRow.pool), col(LeaseRow.team), state, sa.func.sum(seconds))
-        .join(LeaseGpuRow, col(LeaseGpuRow.lease_id) == col(LeaseRow.id))
-        .where(*ended_where, *([state.in_(HELD_FINAL)] if every_state else []))
-        .group_by(col(LeaseRow.pool), col(LeaseRow.team), state)
-    )
+        team_state = (str(pool), str(team), str(how))
+        held[team_state] = held.get(team_state, 0.0) + float(seconds or 0)
+    for pool, team, how, seconds in _rows(session, _given_back(session, where, every_state)):
+        team_state = (str(pool), str(team), str(how))
+        held[team_state] = held.get(team_state, 0.0) + float(seconds or 0)
     gpu_s: dict[TeamKey, float] = {}
-    for pool, team, how, total in _rows(session, held):
+    for (pool, team, how), seconds in held.items():
         if how in HELD_FINAL:
-            key2 = (str(pool), str(team))
-            gpu_s[key2] = gpu_s.get(key2, 0.0) + max(0.0, float(total or 0))
+            gpu_s[pool, team] = gpu_s.get((pool, team), 0.0) + max(0.0, seconds)
     return Totals(until, requests, reclaims, gpu_s)
+
+
+# The GPU-seconds of an ended lease are counted as storage.metrics.active_leases counts them
+# while it runs, so no lease GPU is read but the few a shrink gave back: `gpus` counts the
+# GPUs it held to its end (storage.leases.give_back lowers it as it dates the others), each
+# held from the grant to the end; a GPU given back, from the grant to its `released_at`.
+
+
+def _ended(session: Session, where: list[Any]) -> Any:
+    """The leases `where` picks by (state, pool, team, end reason): how many, and the
+    GPU-seconds of the GPUs they held to their end. Grouped in the order of
+    ix_lease_ended_state_team, which can then be read in order, with no sort."""
+    lease = LeaseRow
+    keys = (col(lease.state), col(lease.pool), col(lease.team), col(lease.end_reason))
+    held = col(lease.gpus) * seconds_between(session, col(lease.granted_at), col(lease.ended_at))
+    return sa.select(*keys, sa.func.count(), sa.func.sum(held)).where(*where).group_by(*keys)
+
+
+def _given_back(session: Session, where: list[Any], every_state: bool) -> Any:
+    """The GPU-seconds of the GPUs a shrink gave back, of the leases `where` picks, by (pool,
+    team, state)."""
+    released = col(LeaseGpuRow.released_at)
+    seconds: Any = seconds_between(session, col(LeaseRow.granted_at), released)
+    if every_state:
+        # Over the whole history: from the GPUs given back (ix_lease_gpu_given_back), each
+        # lease found by its key, not from every ended lease probing for GPUs given back.
+        seconds, where = sa.case((sa.and_(*where), seconds)), []
+    keys = (col(LeaseRow.pool), col(LeaseRow.team), col(LeaseRow.state))
+    return (
+        sa.select(*keys, sa.func.sum(seconds))
+        .select_from(LeaseGpuRow)
+        .join(LeaseRow, col(LeaseRow.id) == col(LeaseGpuRow.lease_id))
+        .where(released.is_not(None), *where)
+        .group_by(*keys)
+    )
 
 
 def _span(

@@ -148,9 +148,17 @@ class RequestRow(SQLModel, table=True):
     """A borrow or extend request as a person asked for it, and how it was settled."""
 
     __tablename__ = "request"
-    # /metrics counts requests by these, read from the index alone (storage.metrics).
+    # /metrics counts requests by these up to a time, read from the index alone
+    # (storage.metrics_history).
     __table_args__ = (
-        sa.Index("ix_request_pool_team_kind_outcome", "pool", "team", "kind", "outcome"),
+        sa.Index(
+            "ix_request_pool_team_kind_outcome_created",
+            "pool",
+            "team",
+            "kind",
+            "outcome",
+            "created_at",
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -239,6 +247,20 @@ class LeaseRow(SQLModel, table=True):
             "gpus",
             sqlite_where=sa.text("state = 'active'"),
             postgresql_where=sa.text("state = 'active'"),
+        ),
+        # /metrics counts the ended leases (reclaims by reason, GPU-seconds held) over the
+        # whole history from this index alone.
+        sa.Index(
+            "ix_lease_ended_state_team",
+            "state",
+            "pool",
+            "team",
+            "end_reason",
+            "ended_at",
+            "granted_at",
+            "gpus",
+            sqlite_where=sa.text("ended_at IS NOT NULL"),
+            postgresql_where=sa.text("ended_at IS NOT NULL"),
         ),
     )
 

@@ -9,6 +9,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -417,6 +418,45 @@ def test_two_replicas_tell_what_the_rows_say_at_every_step(
             two = a_collector(timeline)  # restarted: from the checkpoint, or the whole history
             shown.pop(1, None)
         check()
+
+
+def test_a_first_scrape_with_no_checkpoint_equals_the_rows_counted_one_by_one(
+    timeline: Services, clock: Clock, watching: CollectorRegistry
+) -> None:
+    """A process's first scrape before the leader stored any checkpoint counts the whole
+    history in grouped SQL; it equals the counters recounted from the rows one by one (ended
+    leases a shrink made smaller, one still running shrunk, a backfilled lease of two GPUs),
+    what the collector that watched all along says, and a replica's first scrape from the
+    checkpoint the leader stores next."""
+    with timeline.db.read() as session:
+        alice = session.exec(
+            select(LeaseRow).where(
+                LeaseRow.holder == ALICE, LeaseRow.pool == "l40s", LeaseRow.state == "active"
+            )
+        ).one()
+        bob = session.exec(
+            select(LeaseRow).where(LeaseRow.holder == BOB, LeaseRow.state == "active")
+        ).one()
+    clock.advance(timedelta(minutes=20))
+    timeline.shrink(ALICE, alice.id or 0, keep=2)
+    timeline.shrink(BOB, bob.id or 0, keep=5)
+    clock.advance(timedelta(minutes=25))
+    timeline.release(ALICE, alice.id or 0)
+    two = (("l40s-node-02", 2), ("l40s-node-02", 3))
+    backfilled(timeline, replace(a_past_lease(clock.now - timedelta(hours=3)), gpus=two))
+    clock.advance(timedelta(minutes=10))
+    with timeline.db.read() as session:
+        assert session.get(MetricsCheckpointRow, 1) is None
+        shrunk = session.exec(
+            select(LeaseGpuRow).where(col(LeaseGpuRow.released_at).is_not(None))
+        ).all()
+    assert {alice.id, bob.id} == {row.lease_id for row in shrunk}
+    expected = the_long_way(timeline, clock.now)
+    first = scraped(a_collector(timeline))
+    same(expected, first)
+    same(first, scraped(watching))
+    assert store_checkpoint(timeline.db, clock.now)
+    same(first, scraped(a_collector(timeline)))
 
 
 def test_the_fleet_figures_equal_the_gpu_and_node_rows(timeline: Services, clock: Clock) -> None:
