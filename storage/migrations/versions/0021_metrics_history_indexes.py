@@ -6,8 +6,8 @@ requests filed before a time, counted from the index alone. `lease (state, pool,
 end_reason, ended_at, granted_at, gpus) WHERE ended_at IS NOT NULL` counts the reclaims by
 reason and the GPU-seconds of the ended leases.
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-03
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0019"
-down_revision: str | None = "0018"
+revision: str = "0021"
+down_revision: str | None = "0020"
 branch_labels: str | None = None
 depends_on: str | None = None
 
