@@ -31,7 +31,7 @@ from storage.audit import AuditEntry, AuditTag
 from storage.gpus import free_count
 from storage.leases import PoolLease
 from storage.pools import lock as lock_pool
-from storage.requests import pools_with_queue
+from storage.requests import held_now, pools_with_queue
 from storage.tables import (
     LeaseRow,
     RequestRow,
@@ -60,6 +60,9 @@ class PoolPicture:
     # come back before a recall could, so nobody is preempted for them
     soon: int = 0
     order: tuple[tuple[RequestRow, bool], ...] = ()  # the queue in serving order
+    # GPUs each team holds in the pool, given when `holdings` are only the leases the plan
+    # touches (rules.recall.touched); None: `holdings` are all of them
+    used: Mapping[str, int] | None = None
 
     @property
     def coming(self) -> int:
@@ -67,28 +70,45 @@ class PoolPicture:
         return self.free + self.soon
 
 
-def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
-    leases = queueing.pool_leases(session, pool)
-    protected_pool = ctx.policy.pools[pool].protected
-    holdings = tuple(_holding(row, protected_pool) for row in leases)
+def picture(
+    ctx: Context, session: Session, pool: str, now: datetime, *, planned: str = ""
+) -> PoolPicture:
+    """The pool as recall sees it. `planned`, for a picture that is only planned from (no
+    lease is added to it): "read" reads only the leases the plan touches (and those coming
+    back soon, which it counts), "kept" keeps only those of the leases read for the
+    transaction (the queue's timeline reads them all); either is the same plan as over every
+    lease, for a fraction of the work in a large pool."""
     ordered = queue_of(ctx, session, pool)
-    queue = tuple(_waiting(r, now) for r, _ in ordered)
-    free = free_count(session, pool)
     by = now + ctx.policy.recall.notice
+    spec = ctx.policy.pools[pool]
+    within = ctx.policy.preemption.by_priority
+    used = held_now(session, pool) if planned and not within else None
+    if used is not None and planned == "read":
+        over = [team for team in used if recall.touched_team(team, used, spec.quotas)]
+        leases = storage_leases.pool_leases(session, pool, teams=over, ending=(now, by))
+    else:
+        leases = queueing.pool_leases(session, pool)
+    every = [_holding(row, spec.protected) for row in leases]
     soon = sum(
         h.returns
-        for h, row in zip(holdings, leases, strict=True)
+        for h, row in zip(every, leases, strict=True)
         if not h.protected and h.recalled_at is None and now < row.expires_at <= by
+    )
+    holdings = (
+        tuple(h for h in every if recall.touched(h, used, spec.quotas, within))
+        if used is not None
+        else tuple(every)
     )
     return PoolPicture(
         holdings,
-        queue,
-        free,
+        tuple(_waiting(r, now) for r, _ in ordered),
+        free_count(session, pool),
         _cooled(session, now - ctx.policy.recall.cooldown),
         {row.id: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
         soon,
         tuple(ordered),
+        used,
     )
 
 
@@ -152,6 +172,7 @@ def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recal
         recall=ctx.policy.recall,
         cooled=seen.cooled,
         within_team=ctx.policy.preemption.by_priority,
+        used=seen.used,
     )
 
 
@@ -166,7 +187,7 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             lock_pool(session, pool)
             if _settled(session, pool):
                 continue
-            seen = picture(ctx, session, pool, now)
+            seen = picture(ctx, session, pool, now, planned="read")
             plan = plan_for(ctx, seen, pool, now)
             # Paused automation starts no recall (the kill switch); withdrawing one is safe.
             paused = admin.is_paused(session, ctx)
@@ -362,7 +383,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
     for pool in sorted(pools_with_queue(session)):
         if pool not in ctx.policy.pools:
             continue
-        seen = picture(ctx, session, pool, now)
+        seen = picture(ctx, session, pool, now, planned="kept")
         out += _pool_entries(ctx, session, pool, seen, plan_for(ctx, seen, pool, now))
     return out
 
@@ -446,7 +467,7 @@ def waiting_guarantee(
     ):
         return None
     now = ctx.now()
-    seen = picture(ctx, session, request.pool, now)
+    seen = picture(ctx, session, request.pool, now, planned="read")
     plan = plan_for(ctx, seen, request.pool, now)
     if request.id not in plan.guaranteed:
         return None
