@@ -31,7 +31,7 @@ from storage.audit import AuditEntry, AuditTag
 from storage.gpus import free_count
 from storage.leases import PoolLease
 from storage.pools import lock as lock_pool
-from storage.requests import held_now, pools_with_queue
+from storage.requests import held_now, ordered_queue, pools_with_queue
 from storage.tables import (
     LeaseRow,
     RequestRow,
@@ -75,14 +75,20 @@ def picture(
 ) -> PoolPicture:
     """The pool as recall sees it. `planned`, for a picture that is only planned from (no
     lease is added to it): "read" reads only the leases the plan touches (and those coming
-    back soon, which it counts), "kept" keeps only those of the leases read for the
-    transaction (the queue's timeline reads them all); either is the same plan as over every
-    lease, for a fraction of the work in a large pool."""
-    ordered = queue_of(ctx, session, pool)
+    back soon, which it counts) and orders the queue without fair share, "kept" keeps only
+    those of the leases read for the transaction (the queue's timeline reads them all);
+    either is the same plan as over every lease, for a fraction of the work in a large pool."""
     by = now + ctx.policy.recall.notice
     spec = ctx.policy.pools[pool]
     within = ctx.policy.preemption.by_priority
     used = held_now(session, pool) if planned and not within else None
+    # Fair share orders only the requests beyond their nominal, after every one inside it:
+    # the guarantees, all a plan without preemption within a team reads of the queue, come
+    # in the same order without it (rules.queueing.queue_order), and its usage is not read.
+    if used is not None and planned == "read":
+        ordered = ordered_queue(session, ctx.policy, pool)
+    else:
+        ordered = queue_of(ctx, session, pool)
     if used is not None and planned == "read":
         over = [team for team in used if recall.touched_team(team, used, spec.quotas)]
         leases = storage_leases.pool_leases(session, pool, teams=over, ending=(now, by))
@@ -462,8 +468,10 @@ def waiting_guarantee(
         return None
     # A guarantee is a request inside its team's nominal, which the queue's order already
     # says (the plan finds the same ones): only for one is the whole pool weighed.
+    # (whether a request is inside its nominal does not depend on fair share: not read here)
     if not any(
-        inside and row.id == request.id for row, inside in queue_of(ctx, session, request.pool)
+        inside and row.id == request.id
+        for row, inside in ordered_queue(session, ctx.policy, request.pool)
     ):
         return None
     now = ctx.now()
