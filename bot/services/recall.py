@@ -74,10 +74,10 @@ def picture(
     ctx: Context, session: Session, pool: str, now: datetime, *, planned: str = ""
 ) -> PoolPicture:
     """The pool as recall sees it. `planned`, for a picture that is only planned from (no
-    lease is added to it): "read" reads only the leases the plan touches (and those coming
-    back soon, which it counts) and orders the queue without fair share, "kept" keeps only
-    those of the leases read for the transaction (the queue's timeline reads them all);
-    either is the same plan as over every lease, for a fraction of the work in a large pool."""
+    lease is added to it): its holdings are only the leases the plan touches, read alone (with
+    those coming back soon, which it counts), the same plan as over every lease for a fraction
+    of the work in a large pool; "read" also orders the queue without fair share, "shown"
+    with it (the order people see)."""
     by = now + ctx.policy.recall.notice
     spec = ctx.policy.pools[pool]
     within = ctx.policy.preemption.by_priority
@@ -89,7 +89,7 @@ def picture(
         ordered = ordered_queue(session, ctx.policy, pool)
     else:
         ordered = queue_of(ctx, session, pool)
-    if used is not None and planned == "read":
+    if used is not None:
         over = [team for team in used if recall.touched_team(team, used, spec.quotas)]
         leases = storage_leases.pool_leases(session, pool, teams=over, ending=(now, by))
     else:
@@ -389,7 +389,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
     for pool in sorted(pools_with_queue(session)):
         if pool not in ctx.policy.pools:
             continue
-        seen = picture(ctx, session, pool, now, planned="kept")
+        seen = picture(ctx, session, pool, now, planned="shown")
         out += _pool_entries(ctx, session, pool, seen, plan_for(ctx, seen, pool, now))
     return out
 
