@@ -154,13 +154,19 @@ def plan(
     recall: Recall,
     cooled: Mapping[str, datetime] | Collection[str] = (),
     within_team: bool = False,
+    used: Mapping[str, int] | None = None,
 ) -> Plan:
     """What recall should do in one pool now. `queue` is in serving order; `cooled`: holders
     preempted (or warned of a preemption) within the cooldown, with when, where known;
-    `within_team`: a waiting request may also preempt its own team's lower-priority leases."""
-    used: dict[str, int] = {}
-    for h in holdings:
-        used[h.team] = used.get(h.team, 0) + h.gpus
+    `within_team`: a waiting request may also preempt its own team's lower-priority leases.
+
+    `used`, the GPUs each team holds in the pool, when known: `holdings` may then be only the
+    leases this plan can touch (`touched`), the same plan as over every lease of the pool."""
+    if used is None:
+        counted: dict[str, int] = {}
+        for h in holdings:
+            counted[h.team] = counted.get(h.team, 0) + h.gpus
+        used = counted
     # Which queued requests are guarantees: inside nominal with the team's earlier ones.
     inside = inside_nominal(queue, used, quotas)
     guaranteed = [w for w, fits in zip(queue, inside, strict=True) if fits]
@@ -199,6 +205,24 @@ def plan(
         covered=new.covered,
         passed_within=team.passed,
     )
+
+
+def touched(
+    holding: Holding, used: Mapping[str, int], quotas: Mapping[str, Quota], within_team: bool
+) -> bool:
+    """Can `plan` start, keep, reassign, withdraw or pass over this lease? Without preemption
+    within a team, only a lease being recalled or one of a team above its nominal (the only
+    leases holding borrowed GPUs: a team at or below it has none, whatever its leases'
+    order) can; every lease can when a request may preempt its own team's."""
+    if within_team or holding.recalled_at is not None:
+        return True
+    return touched_team(holding.team, used, quotas)
+
+
+def touched_team(team: str, used: Mapping[str, int], quotas: Mapping[str, Quota]) -> bool:
+    """Does `team` hold more than its nominal (so that its leases hold borrowed GPUs)?"""
+    quota = quotas.get(team)
+    return used.get(team, 0) > (quota.nominal if quota is not None else 0)
 
 
 def _overdue(guaranteed: Sequence[Waiting], bound: timedelta) -> Waiting | None:

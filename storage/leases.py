@@ -5,7 +5,7 @@ and the sweep. Callers own the session (and so the transaction).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -271,29 +271,35 @@ class PoolLease:
     marks: Marks
 
 
-def pool_leases(session: Session, pool: str) -> list[PoolLease]:
+def pool_leases(
+    session: Session,
+    pool: str,
+    *,
+    teams: Collection[str] | None = None,
+    ending: tuple[datetime, datetime] | None = None,
+) -> list[PoolLease]:
     """The pool's active leases, by id, in two reads of plain columns: no ORM objects, the
     timestamps converted here (`_utc`), and the stored marks decoded only for the leases being
-    recalled."""
-    usable = (
-        sa.select(sa.func.count())
-        .select_from(LeaseGpuRow)
-        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(
-            col(LeaseGpuRow.lease_id) == col(LeaseRow.id),
-            HELD,
-            col(GpuRow.state) == GpuState.OK,
-            sa.not_(col(NodeRow.drained)),
-        )
-        .scalar_subquery()
-    )
+    recalled. With `teams`, only those teams' leases, the leases being recalled, and (with
+    `ending`, `(after, until)`) those that expire after `after` and by `until`: recall's plan
+    touches a few hundred of a large pool's thousands."""
     here = (col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE)
     db = flushed(session)
-    marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(
-        col(LeaseRow.pool) == pool, _being_recalled(session)
-    )
-    recalled: dict[int | None, Marks] = {row[0]: row[1] for row in db.execute(marked)}
+    recalled = _recall_marks(session, pool)
+    some: list[sa.ColumnElement[bool]] = []
+    if teams is not None:
+        alternatives: list[sa.ColumnElement[bool]] = []
+        if teams:
+            alternatives.append(col(LeaseRow.team).in_(sorted(teams)))
+        if ids := sorted(i for i in recalled if i is not None):
+            alternatives.append(col(LeaseRow.id).in_(ids))
+        if ending is not None:
+            after, until = ending
+            expiring = (col(LeaseRow.expires_at) > after, col(LeaseRow.expires_at) <= until)
+            alternatives.append(sa.and_(*expiring))
+        if not alternatives:
+            return []
+        some.append(sa.or_(*alternatives))
     rows = db.execute(
         sa.select(
             col(LeaseRow.id),
@@ -304,9 +310,9 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
             col(LeaseRow.protected),
             _plain(col(LeaseRow.granted_at), sa.String),
             _plain(col(LeaseRow.expires_at), sa.String),
-            usable,
+            _usable(),
         )
-        .where(*here)
+        .where(*here, *some)
         .order_by(col(LeaseRow.id))
     ).all()
     return [
@@ -334,6 +340,46 @@ def pool_leases(session: Session, pool: str) -> list[PoolLease]:
             usable_gpus,
         ) in rows
     ]
+
+
+def pool_ends(session: Session, pool: str) -> tuple[list[tuple[int, datetime]], list[PoolLease]]:
+    """What the queue's timeline reads of the pool's active leases: of each one not being
+    recalled, its usable GPUs and its expiry (as `pool_leases` gives them, in two plain
+    columns: thousands of them in a large pool), and the leases being recalled, whole (their
+    marks say when they come back)."""
+    recalled = pool_leases(session, pool, teams=())
+    stmt = sa.select(_plain(col(LeaseRow.expires_at), sa.String), _usable()).where(
+        col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE
+    )
+    if recalled:
+        stmt = stmt.where(col(LeaseRow.id).not_in([lease.id for lease in recalled]))
+    rows = flushed(session).execute(stmt).all()
+    return [(int(usable or 0), _utc(expires_at)) for expires_at, usable in rows], recalled
+
+
+def _recall_marks(session: Session, pool: str) -> dict[int | None, Marks]:
+    """The marks of the pool's leases being recalled, by lease id."""
+    marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(
+        col(LeaseRow.pool) == pool, _being_recalled(session)
+    )
+    return {row[0]: row[1] for row in flushed(session).execute(marked)}
+
+
+def _usable() -> sa.ScalarSelect[Any]:
+    """A lease's GPUs that would come back free: held, healthy, on an undrained node."""
+    return (
+        sa.select(sa.func.count())
+        .select_from(LeaseGpuRow)
+        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+        .where(
+            col(LeaseGpuRow.lease_id) == col(LeaseRow.id),
+            HELD,
+            col(GpuRow.state) == GpuState.OK,
+            sa.not_(col(NodeRow.drained)),
+        )
+        .scalar_subquery()
+    )
 
 
 def last_preempted_since(session: Session, since: datetime) -> dict[str, datetime]:

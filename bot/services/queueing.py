@@ -141,8 +141,9 @@ def _ends(ctx: Context, session: Session, pool: str, now: datetime) -> tuple[int
     each extends the step function at its end (the same function in any order, but built in
     this one in linear time, not quadratic)."""
     notice = ctx.policy.recall.notice
-    ending = []
-    for row in pool_leases(session, pool):
+    others, recalled = storage_leases.pool_ends(session, pool)
+    ending = [Ending(usable, at) for usable, at in others]
+    for row in recalled:
         end = row.expires_at
         if row.marks.recalled_at is not None:
             end = min(end, (taken_at(session, row.marks, notice) or now + notice))

@@ -31,7 +31,7 @@ from storage.audit import AuditEntry, AuditTag
 from storage.gpus import free_count
 from storage.leases import PoolLease
 from storage.pools import lock as lock_pool
-from storage.requests import pools_with_queue
+from storage.requests import held_now, ordered_queue, pools_with_queue
 from storage.tables import (
     LeaseRow,
     RequestRow,
@@ -60,6 +60,9 @@ class PoolPicture:
     # come back before a recall could, so nobody is preempted for them
     soon: int = 0
     order: tuple[tuple[RequestRow, bool], ...] = ()  # the queue in serving order
+    # GPUs each team holds in the pool, given when `holdings` are only the leases the plan
+    # touches (rules.recall.touched); None: `holdings` are all of them
+    used: Mapping[str, int] | None = None
 
     @property
     def coming(self) -> int:
@@ -67,28 +70,51 @@ class PoolPicture:
         return self.free + self.soon
 
 
-def picture(ctx: Context, session: Session, pool: str, now: datetime) -> PoolPicture:
-    leases = queueing.pool_leases(session, pool)
-    protected_pool = ctx.policy.pools[pool].protected
-    holdings = tuple(_holding(row, protected_pool) for row in leases)
-    ordered = queue_of(ctx, session, pool)
-    queue = tuple(_waiting(r, now) for r, _ in ordered)
-    free = free_count(session, pool)
+def picture(
+    ctx: Context, session: Session, pool: str, now: datetime, *, planned: str = ""
+) -> PoolPicture:
+    """The pool as recall sees it. `planned`, for a picture that is only planned from (no
+    lease is added to it): its holdings are only the leases the plan touches, read alone (with
+    those coming back soon, which it counts), the same plan as over every lease for a fraction
+    of the work in a large pool; "read" also orders the queue without fair share, "shown"
+    with it (the order people see)."""
     by = now + ctx.policy.recall.notice
+    spec = ctx.policy.pools[pool]
+    within = ctx.policy.preemption.by_priority
+    used = held_now(session, pool) if planned and not within else None
+    # Fair share orders only the requests beyond their nominal, after every one inside it:
+    # the guarantees, all a plan without preemption within a team reads of the queue, come
+    # in the same order without it (rules.queueing.queue_order), and its usage is not read.
+    if used is not None and planned == "read":
+        ordered = ordered_queue(session, ctx.policy, pool)
+    else:
+        ordered = queue_of(ctx, session, pool)
+    if used is not None:
+        over = [team for team in used if recall.touched_team(team, used, spec.quotas)]
+        leases = storage_leases.pool_leases(session, pool, teams=over, ending=(now, by))
+    else:
+        leases = queueing.pool_leases(session, pool)
+    every = [_holding(row, spec.protected) for row in leases]
     soon = sum(
         h.returns
-        for h, row in zip(holdings, leases, strict=True)
+        for h, row in zip(every, leases, strict=True)
         if not h.protected and h.recalled_at is None and now < row.expires_at <= by
+    )
+    holdings = (
+        tuple(h for h in every if recall.touched(h, used, spec.quotas, within))
+        if used is not None
+        else tuple(every)
     )
     return PoolPicture(
         holdings,
-        queue,
-        free,
+        tuple(_waiting(r, now) for r, _ in ordered),
+        free_count(session, pool),
         _cooled(session, now - ctx.policy.recall.cooldown),
         {row.id: row for row in leases},
         {r.id or 0: r for r, _ in ordered},
         soon,
         tuple(ordered),
+        used,
     )
 
 
@@ -152,6 +178,7 @@ def plan_for(ctx: Context, seen: PoolPicture, pool: str, now: datetime) -> recal
         recall=ctx.policy.recall,
         cooled=seen.cooled,
         within_team=ctx.policy.preemption.by_priority,
+        used=seen.used,
     )
 
 
@@ -166,7 +193,7 @@ def reconcile(ctx: Context, pools: Iterable[str] | None = None) -> RecallReport:
             lock_pool(session, pool)
             if _settled(session, pool):
                 continue
-            seen = picture(ctx, session, pool, now)
+            seen = picture(ctx, session, pool, now, planned="read")
             plan = plan_for(ctx, seen, pool, now)
             # Paused automation starts no recall (the kill switch); withdrawing one is safe.
             paused = admin.is_paused(session, ctx)
@@ -362,7 +389,7 @@ def queue_entries(ctx: Context, session: Session) -> list[QueueEntry]:
     for pool in sorted(pools_with_queue(session)):
         if pool not in ctx.policy.pools:
             continue
-        seen = picture(ctx, session, pool, now)
+        seen = picture(ctx, session, pool, now, planned="shown")
         out += _pool_entries(ctx, session, pool, seen, plan_for(ctx, seen, pool, now))
     return out
 
@@ -441,12 +468,14 @@ def waiting_guarantee(
         return None
     # A guarantee is a request inside its team's nominal, which the queue's order already
     # says (the plan finds the same ones): only for one is the whole pool weighed.
+    # (whether a request is inside its nominal does not depend on fair share: not read here)
     if not any(
-        inside and row.id == request.id for row, inside in queue_of(ctx, session, request.pool)
+        inside and row.id == request.id
+        for row, inside in ordered_queue(session, ctx.policy, request.pool)
     ):
         return None
     now = ctx.now()
-    seen = picture(ctx, session, request.pool, now)
+    seen = picture(ctx, session, request.pool, now, planned="read")
     plan = plan_for(ctx, seen, request.pool, now)
     if request.id not in plan.guaranteed:
         return None

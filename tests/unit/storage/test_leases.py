@@ -198,3 +198,67 @@ def test_gpus_named_by_a_query_are_locked_by_it(database: Database) -> None:
             other.rollback()
             with pytest.raises(sa.exc.OperationalError, match="could not obtain lock"):
                 other.execute(sa.text(probe), {"id": gpus[1]})
+
+
+def a_pool_to_recall_from(session: Session) -> list[int]:
+    """Pool a100: four 1-GPU leases of vision (one being recalled, one expiring within the
+    hour, one on an unhealthy GPU) and one of nlp, one GPU each; the leases by id."""
+    gpus = a_fleet(session)
+    node = NodeRow(name="a100-node-02", pool="a100")
+    session.add(node)
+    session.flush()
+    assert node.id is not None
+    spare = GpuRow(node_id=node.id, index=0, pool="a100", state="unhealthy")
+    session.add(spare)
+    session.flush()
+    assert spare.id is not None
+    recalled = Marks().with_recall(at=NOW, request=7, team="nlp", because="nlp's nominal")
+    return [
+        a_lease(session, at=START, gpu_ids=gpus[:1], marks=recalled),
+        a_lease(session, at=START, gpu_ids=gpus[1:2], lasts=timedelta(minutes=90)),
+        a_lease(session, at=START, gpu_ids=gpus[2:3]),
+        a_lease(session, at=START, gpu_ids=[spare.id]),
+        a_lease(session, at=START, gpu_ids=gpus[3:4], holder="U2", team="nlp"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("teams", "ending", "expected"),
+    [
+        (None, None, [0, 1, 2, 3, 4]),
+        (["nlp"], None, [0, 4]),  # nlp's, and the one being recalled
+        (["nlp"], (NOW, NOW + timedelta(minutes=30)), [0, 1, 4]),  # and the one expiring
+        ([], (NOW, NOW + timedelta(minutes=30)), [0, 1]),
+        ([], None, [0]),
+        (["vision"], (NOW + timedelta(minutes=30), NOW + timedelta(hours=1)), [0, 1, 2, 3]),
+    ],
+)
+def test_a_pools_leases_read_in_part_are_those_of_the_whole_read(
+    database: Database,
+    teams: list[str] | None,
+    ending: tuple[datetime, datetime] | None,
+    expected: list[int],
+) -> None:
+    """Only some teams' leases, those being recalled and those expiring in a window: each read
+    as the read of every lease reads it."""
+    with database.write() as session:
+        ids = a_pool_to_recall_from(session)
+    with database.read() as session:
+        whole = {lease.id: lease for lease in leases.pool_leases(session, "a100")}
+        part = leases.pool_leases(session, "a100", teams=teams, ending=ending)
+    assert [ids[k] for k in expected] == [lease.id for lease in part]
+    assert [whole[lease.id] for lease in part] == part
+    assert [1, 1, 1, 0, 1] == [whole[i].usable for i in ids]
+    assert whole[ids[0]].marks.recalled_at == NOW
+
+
+def test_a_pools_ends_are_its_leases_usable_gpus_and_expiries(database: Database) -> None:
+    """The timeline's read: each lease not being recalled as two columns, the others whole."""
+    with database.write() as session:
+        ids = a_pool_to_recall_from(session)
+    with database.read() as session:
+        whole = leases.pool_leases(session, "a100")
+        others, recalled = leases.pool_ends(session, "a100")
+    assert [whole[0]] == recalled
+    assert sorted((lease.usable, lease.expires_at) for lease in whole[1:]) == sorted(others)
+    assert ids[0] == recalled[0].id
