@@ -124,12 +124,13 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
 def decayed_use(
     session: Session, pool: str, since: datetime, now: datetime, rate_per_hour: float
 ) -> dict[str, float]:
-    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)`, to
-    the last bit: the database computes each lease's term (its GPUs times the integral of
-    2 ** (-age / half-life) over its time held, clipped at `now`; `rate_per_hour` is ln 2 over
-    the half-life in hours) with ages in whole microseconds divided as Python divides two
-    timedeltas, and the terms are added here per team in the same order, so no timestamp is
-    converted in Python. Teams with no such lease are left out."""
+    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)` (to the
+    last bit where the database's exp() is Python's, as on SQLite): the database computes each
+    lease's term (its GPUs times the integral of 2 ** (-age / half-life) over its time held,
+    clipped at `now`; `rate_per_hour` is ln 2 over the half-life in hours) with ages in whole
+    microseconds divided as Python divides two timedeltas, and the terms are added here per team
+    in the same order, so no timestamp is converted in Python. Teams with no such lease are left
+    out."""
     dialect = session.get_bind().dialect.name
     here = col(LeaseRow.pool) == pool
     held: tuple[sa.Label[Any], ...] = (
@@ -155,7 +156,7 @@ def decayed_use(
     older = sa.cast(at - start, sa.Float) / per_hour  # hours since the lease began
     newer = sa.cast(at - end, sa.Float) / per_hour  # hours since it ended (0: it runs on)
     fall = sa.literal(-rate_per_hour, sa.Float)
-    hours = (sa.func.exp(fall * newer) - sa.func.exp(fall * older)) / sa.literal(
+    hours = (_exp(fall * newer, dialect) - _exp(fall * older, dialect)) / sa.literal(
         rate_per_hour, sa.Float
     )
     # in `held_since`'s order, which `decayed_usage` adds them in
@@ -164,6 +165,16 @@ def decayed_use(
     for team, term in flushed(session).execute(stmt).all():
         usage[team] = usage.get(team, 0.0) + term
     return usage
+
+
+def _exp(power: Any, dialect: str) -> Any:
+    """exp() of a power no lower than -700: PostgreSQL raises on an underflow (a lease a
+    thousand half-lives old) where Python gives 0. The terms differ by under 1e-304, which a
+    lease of the window (ended within a few half-lives: exp() at least 1/64 beside it) absorbs
+    exactly."""
+    floor = sa.literal(-700.0, sa.Float)
+    higher = sa.func.greatest if dialect == "postgresql" else sa.func.max
+    return sa.func.exp(higher(power, floor))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

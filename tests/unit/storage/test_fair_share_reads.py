@@ -84,3 +84,29 @@ def test_each_lease_gives_the_rules_term_exactly(database: Database) -> None:
         week = timedelta(days=7)
         expected = decayed_usage(leases.held_since(session, "a100", since), NOW, week)
         assert expected == leases.decayed_use(session, "a100", since, NOW, decay_rate(week))
+
+
+def test_a_lease_thousands_of_half_lives_old_counts_as_the_rules_count_it(
+    database: Database,
+) -> None:
+    """A running lease granted 23 days ago under a 30-minute half-life (1,104 half-lives: an
+    exp() below the smallest double, which PostgreSQL refuses) weighs what the rules say."""
+    half_life = timedelta(minutes=30)
+    with database.write() as session:
+        session.add(
+            LeaseRow(
+                holder="U1",
+                team="vision",
+                pool="a100",
+                gpus=2,
+                state=LeaseState.ACTIVE,
+                granted_at=NOW - timedelta(days=23),
+                expires_at=NOW + timedelta(days=7),
+            )
+        )
+        session.flush()
+        since = NOW - 6 * half_life
+        expected = decayed_usage(leases.held_since(session, "a100", since), NOW, half_life)
+        summed = leases.decayed_use(session, "a100", since, NOW, decay_rate(half_life))
+    assert expected == pytest.approx(summed, rel=1e-12)
+    assert summed["vision"] > 0
