@@ -186,6 +186,11 @@ class LocalSlack:
         return Answer.text(status, text)
 
     def _route(self, verb: str, path: str, headers: Mapping[str, str], raw: bytes) -> Answer:
+        declared = next((v for k, v in headers.items() if k.lower() == "content-length"), "")
+        if len(raw) < int(declared or 0):
+            # The sender died mid-body (a bot killed while posting): Slack never acts on a
+            # request it did not receive whole, so neither do we.
+            return Answer.text(400, "incomplete_body")
         path, _, query = path.partition("?")
         if path.startswith("/api/"):
             return self.api.handle(path.removeprefix("/api/"), headers, raw, query)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+from urllib.parse import urlsplit
+
 from slack_sdk import WebClient
 from slack_sdk.webhook import WebhookClient
 
@@ -93,3 +96,18 @@ def test_a_faulted_response_url_shows_nothing(local: LocalSlack) -> None:
     answer = WebhookClient(fresh_response_url(local, "C0GPU", ALICE)).send(text="lost")
     assert (500, "internal_error") == (answer.status_code, answer.body)
     assert [] == local.ephemerals(ALICE)
+
+
+def test_a_body_cut_short_by_a_dying_sender_is_not_acted_on(local: LocalSlack) -> None:
+    """A bot killed mid-POST leaves part of its body: nothing is posted, nothing is refused
+    as an empty message (Slack acts only on requests it received whole)."""
+    url = urlsplit(fresh_response_url(local, "C0GPU", ALICE))
+    body = b""  # killed after its headers
+    with socket.create_connection((url.hostname or "", url.port or 80), timeout=5) as sock:
+        head = f"POST {url.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {len(body) + 40}\r\n\r\n".encode() + body)
+        sock.shutdown(socket.SHUT_WR)
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert [] == local.ephemerals(ALICE, "C0GPU")
+    assert [] == local.violations
