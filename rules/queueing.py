@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -152,16 +152,50 @@ class Timeline:
     release) or late (an extension, a lease that overruns until reclaimed).
 
     Kept as a step function: `_avail[i]` GPUs are neither in use nor promised from `_times[i]`
-    until the next breakpoint (the last one lasts for ever)."""
+    until the next breakpoint (the last one lasts for ever). The leases' ends are added as a
+    question needs them, in order (a large pool has thousands; backfill looks at the first
+    hundred or so): each answer is the one every end gives (see `_cover`)."""
 
-    def __init__(self, now: datetime, free: int, ending: Sequence[Ending]) -> None:
+    def __init__(self, now: datetime, free: int, ending: Iterable[Ending]) -> None:
+        """`ending`: a sequence in any order, or an iterable in order of `at`, consumed only
+        as far as the questions asked need."""
         self.now = now
         self._times: list[datetime] = [now]
         self._avail: list[int] = [free]
         self.reservations: list[Reservation] = []
-        for e in ending:
-            if e.gpus > 0:  # a lease past its end holds its GPUs until the sweep reclaims it
-                self._add(max(e.at, now + SOON), None, e.gpus)
+        # the ends still to add (from the first), the GPUs added and those promised so far
+        self._pending = iter(sorted(ending, key=_at) if isinstance(ending, Sequence) else ending)
+        self._next: Ending | None = None
+        self._added = free
+        self._promised = 0
+        self._pull()
+
+    def _pull(self) -> None:
+        """The next end that gives GPUs back, if any (a lease past its end holds its GPUs
+        until the sweep reclaims it, then gives them back)."""
+        self._next = next((e for e in self._pending if e.gpus > 0), None)
+
+    def _cover(self, gpus: int) -> None:
+        """Add ends, each time all those at the next instant, until the GPUs added (free now
+        or at an end) exceed those promised by at least `gpus`, or none is left. Then from the
+        last end added on, at least `gpus` are available at every instant, so no question
+        about `gpus` or fewer finds a step there too short; before it, every end is added,
+        and each step is as every end makes it. The ends not added would only raise the steps
+        from a later instant on: `_blocked`, `earliest` and `available` up to there answer as
+        with all of them."""
+        while self._next is not None and self._added - self._promised < gpus:
+            at = self._next.at
+            while self._next is not None and self._next.at == at:
+                self._add(max(at, self.now + SOON), None, self._next.gpus)
+                self._added += self._next.gpus
+                self._pull()
+
+    def _through(self, at: datetime) -> None:
+        """Add every end not later than `at` (what `available(at)` counts)."""
+        while self._next is not None and max(self._next.at, self.now + SOON) <= at:
+            self._add(max(self._next.at, self.now + SOON), None, self._next.gpus)
+            self._added += self._next.gpus
+            self._pull()
 
     @property
     def deep(self) -> bool:
@@ -185,10 +219,12 @@ class Timeline:
 
     def available(self, at: datetime) -> int:
         """GPUs neither in use nor promised at `at` (now or later)."""
+        self._through(max(at, self.now))
         return self._avail[bisect_right(self._times, max(at, self.now)) - 1]
 
     def _blocked(self, gpus: int, start: datetime, end: datetime) -> int | None:
         """The first step within [start, end) with fewer than `gpus` available, if any."""
+        self._cover(gpus)
         i = bisect_right(self._times, start) - 1
         while i < len(self._times) and self._times[i] < end:
             if self._avail[i] < gpus:
@@ -216,6 +252,7 @@ class Timeline:
     def start(self, gpus: int, duration: timedelta) -> None:
         """A lease of `gpus` starts now."""
         self._add(self.now, self.now + duration, -gpus)
+        self._promised += gpus
 
     def earliest(
         self, gpus: int, duration: timedelta, not_before: datetime | None = None
@@ -238,8 +275,13 @@ class Timeline:
         at = self.earliest(gpus, duration, not_before)
         if at is not None:
             self._add(at, at + duration, -gpus)
+            self._promised += gpus
             self.reservations.append(Reservation(request, gpus, at, at + duration))
         return at
+
+
+def _at(ending: Ending) -> datetime:
+    return ending.at
 
 
 @dataclass(frozen=True)

@@ -368,6 +368,41 @@ def pool_ends(session: Session, pool: str) -> tuple[list[tuple[int, datetime]], 
     return [(int(usable or 0), _utc(expires_at)) for expires_at, usable in rows], recalled
 
 
+def ends_by_expiry(
+    session: Session,
+    pool: str,
+    *,
+    upto: int,
+    besides: Collection[int] = (),
+    offset: int = 0,
+    limit: int,
+) -> list[tuple[int, datetime]]:
+    """Of the pool's active leases with ids up to `upto` (those of a moment: a lease granted
+    since has a higher id) and not in `besides`, at most `limit` from `offset` in order of
+    expiry (then id): each one's usable GPUs and expiry, as `pool_ends` gives them. Read from
+    ix_lease_pool_state_expires, as far as the queue's timeline needs them."""
+    stmt = (
+        sa.select(_plain(col(LeaseRow.expires_at), sa.String), _usable())
+        .where(
+            col(LeaseRow.pool) == pool,
+            col(LeaseRow.state) == LeaseState.ACTIVE,
+            col(LeaseRow.id) <= upto,
+        )
+        .order_by(col(LeaseRow.expires_at), col(LeaseRow.id))
+        .offset(offset)
+        .limit(limit)
+    )
+    if besides:
+        stmt = stmt.where(col(LeaseRow.id).not_in(sorted(besides)))
+    rows = flushed(session).execute(stmt).all()
+    return [(int(usable or 0), _utc(expires_at)) for expires_at, usable in rows]
+
+
+def last_id(session: Session) -> int:
+    """The highest lease id given so far (0: none)."""
+    return int(flushed(session).execute(sa.select(sa.func.max(col(LeaseRow.id)))).scalar() or 0)
+
+
 def _recall_marks(session: Session, pool: str) -> dict[int | None, Marks]:
     """The marks of the pool's leases being recalled, by lease id."""
     marked = sa.select(col(LeaseRow.id), col(LeaseRow.warnings)).where(

@@ -227,6 +227,9 @@ class LeaseRow(SQLModel, table=True):
         ),
         # Quota sums (GPUs held per team in a pool) read this index alone.
         sa.Index("ix_lease_pool_state_team_gpus", "pool", "state", "team", "gpus"),
+        # The queue's timeline reads a pool's active leases in order of expiry, only as far as
+        # backfill looks.
+        sa.Index("ix_lease_pool_state_expires", "pool", "state", "expires_at", "id"),
         sa.Index(
             "ix_lease_recalled",
             "pool",

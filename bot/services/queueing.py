@@ -5,6 +5,8 @@ request's expected start, computed from the leases' end times."""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 from sqlmodel import Session
@@ -129,27 +131,65 @@ def timeline(ctx: Context, session: Session, pool: str, now: datetime) -> Timeli
     """The pool's GPUs over time: free now, and each active lease's usable GPUs back at its
     end, or sooner when it is being recalled (the delivered warning plus the notice). What it
     is built from is read once while the transaction changes nothing (a walk of the queue asks
-    for it for each request it weighs); each caller gets a timeline of its own to reserve on."""
-    free, ending = per_transaction(
-        session, ("timeline", pool, now), lambda: _ends(ctx, session, pool, now)
-    )
-    return Timeline(now, free, ending)
+    for it for each request it weighs), the leases' ends only as far as the questions asked of
+    it need (`Ends`); each caller gets a timeline of its own to reserve on."""
+    ends = per_transaction(session, ("timeline", pool, now), lambda: Ends(ctx, session, pool, now))
+    return Timeline(now, ends.free, ends.ordered())
 
 
-def _ends(ctx: Context, session: Session, pool: str, now: datetime) -> tuple[int, list[Ending]]:
-    """The pool's free GPUs, and its leases' usable GPUs with when they come back, in order:
-    each extends the step function at its end (the same function in any order, but built in
-    this one in linear time, not quadratic)."""
-    notice = ctx.policy.recall.notice
-    others, recalled = storage_leases.pool_ends(session, pool)
-    ending = [Ending(usable, at) for usable, at in others]
-    for row in recalled:
-        end = row.expires_at
-        if row.marks.recalled_at is not None:
-            end = min(end, (taken_at(session, row.marks, notice) or now + notice))
-        ending.append(Ending(row.usable, end))
-    free = free_count(session, pool)
-    return free, sorted(ending, key=lambda e: e.at)
+class Ends:
+    """A pool's free GPUs and its active leases' usable GPUs with when they come back, in
+    order of that time: those being recalled read whole (their marks say when), the others
+    from the index of the pool's leases by expiry, a chunk at a time as a timeline asks for
+    more (backfill looks about a hundred requests deep, a large pool holds thousands of
+    leases). The leases are those of the moment it is made: a lease granted since (a walk of
+    the queue grants, and counts each grant on its timeline) is left out by its id; the
+    transactions that hold a timeline end no lease and recall none."""
+
+    FIRST = 128  # leases in the first chunk; each further one is as long as all before it
+
+    def __init__(self, ctx: Context, session: Session, pool: str, now: datetime) -> None:
+        notice = ctx.policy.recall.notice
+        self._session, self._pool = session, pool
+        self._upto = storage_leases.last_id(session)
+        recalled = storage_leases.pool_leases(session, pool, teams=())
+        self._besides = [row.id for row in recalled]
+        ending = []
+        for row in recalled:
+            end = row.expires_at
+            if row.marks.recalled_at is not None:
+                end = min(end, (taken_at(session, row.marks, notice) or now + notice))
+            ending.append(Ending(row.usable, end))
+        self._recalled = sorted(ending, key=lambda e: e.at)
+        self.free = free_count(session, pool)
+        self._read: list[Ending] = []
+        self._done = False
+
+    def ordered(self) -> Iterator[Ending]:
+        """Every end, in order of `at`; read further only as far as it is iterated."""
+        return heapq.merge(self._recalled, self._others(), key=lambda e: e.at)
+
+    def _others(self) -> Iterator[Ending]:
+        i = 0
+        while i < len(self._read) or not self._done:
+            if i == len(self._read):
+                self._more()
+                continue
+            yield self._read[i]
+            i += 1
+
+    def _more(self) -> None:
+        limit = max(self.FIRST, len(self._read))
+        rows = storage_leases.ends_by_expiry(
+            self._session,
+            self._pool,
+            upto=self._upto,
+            besides=self._besides,
+            offset=len(self._read),
+            limit=limit,
+        )
+        self._read += [Ending(usable, at) for usable, at in rows]
+        self._done = len(rows) < limit
 
 
 def pool_leases(session: Session, pool: str) -> list[storage_leases.PoolLease]:

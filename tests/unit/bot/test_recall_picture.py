@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import random
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlmodel import Session
 
-from bot.services import Services, queueing
+from bot.services import BorrowAsk, Services, borrowing, queueing
 from bot.services import recall as service
+from bot.services.context import Context
+from bot.services.grants import queue_of
 from bot.services.rule_files import read_rules_dir
-from rules.queueing import Ending, Timeline
+from rules.queueing import Ending, Slot, Timeline
 from storage import leases
 from storage.db import Database
 from tests.bench import commands_scale as scenario
@@ -50,9 +54,11 @@ def test_the_plan_from_the_touched_leases_is_the_plan_from_all(full_pool: Servic
 
 
 def test_the_timeline_from_two_columns_is_the_timeline_from_the_leases(
-    full_pool: Services,
+    full_pool: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each lease's usable GPUs and end, as the whole read of the pool's leases gives them."""
+    """Each lease's usable GPUs and end, as the whole read of the pool's leases gives them,
+    read in chunks in order of when they come back."""
+    monkeypatch.setattr(queueing.Ends, "FIRST", 3)
     ctx = full_pool.ctx
     notice = ctx.policy.recall.notice
     with ctx.db.read() as session:
@@ -62,8 +68,51 @@ def test_the_timeline_from_two_columns_is_the_timeline_from_the_leases(
             if row.marks.recalled_at is not None:
                 end = min(end, queueing.taken_at(session, row.marks, notice) or NOW + notice)
             ending.append((row.usable, end))
-        free, ends = queueing._ends(ctx, session, "l40s", NOW)
-    assert sorted(ending) == sorted((e.gpus, e.at) for e in ends)
-    line = Timeline(NOW, free, ends)
-    before = Timeline(NOW, free, sorted((Ending(g, at) for g, at in ending), key=lambda e: e.at))
-    assert [before.available(e.at) for e in ends] == [line.available(e.at) for e in ends]
+        ends = queueing.Ends(ctx, session, "l40s", NOW)
+        read = list(ends.ordered())
+    assert sorted(ending) == sorted((e.gpus, e.at) for e in read)
+    assert sorted(e.at for e in read) == [e.at for e in read]
+    line = Timeline(NOW, ends.free, iter(read))
+    before = Timeline(NOW, ends.free, [Ending(g, at) for g, at in ending])
+    assert [before.available(e.at) for e in read] == [line.available(e.at) for e in read]
+
+
+def every_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timelines as they were built before: every end of the pool read and added at once."""
+    monkeypatch.setattr(queueing.Ends, "FIRST", 10**9)
+    lazy = queueing.timeline
+
+    def whole(ctx: Context, session: Session, pool: str, now: datetime) -> Timeline:
+        line = lazy(ctx, session, pool, now)
+        line.available(now + timedelta(days=10_000))
+        return line
+
+    monkeypatch.setattr(queueing, "timeline", whole)
+    monkeypatch.setattr(borrowing, "timeline", whole)
+
+
+@pytest.mark.parametrize("gpus", [1, 3])
+def test_the_queue_weighed_on_ends_read_as_needed_is_weighed_as_on_every_end(
+    full_pool: Services, monkeypatch: pytest.MonkeyPatch, gpus: int
+) -> None:
+    """A borrow's place and the requests it would delay, whom each waiting request would
+    push back, and each one's expected start: the same with the ends read a few at a time as
+    with all of them read first."""
+    ctx = full_pool.ctx
+    ask = BorrowAsk("l40s", gpus, timedelta(hours=2), reason="bench")
+
+    def weighed() -> tuple[object, list[list[int]], dict[int, Slot]]:
+        with ctx.db.read() as session:
+            waiting = [row for row, _ in queue_of(ctx, session, "l40s")]
+            return (
+                borrowing._queue_now(ctx, session, ask, "vision", NOW),
+                [queueing.pushed_back(ctx, session, row) for row in waiting[::25]],
+                queueing.slots(ctx, session, "l40s"),
+            )
+
+    with monkeypatch.context() as patched:
+        patched.setattr(queueing.Ends, "FIRST", 2)
+        chunked = weighed()
+    every_end(monkeypatch)
+    assert weighed() == chunked
+    assert any(slot.start is not None for slot in chunked[2].values())

@@ -3,6 +3,8 @@ backfill on the pool's timeline (reservations from the leases' end times), table
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -190,3 +192,63 @@ def test_backfill_looks_only_so_deep() -> None:
     assert all(slots[n].start is not None for n in range(DEPTH))
     assert all(slots[n].start is None for n in range(DEPTH, DEPTH + 5))
     assert pool.deep
+
+
+def walked(pool: Timeline, seed: int) -> list[object]:
+    """What a walk of a queue asks of a timeline (starts, reservations, fits, delays, the
+    GPUs available at each reservation), answered in order."""
+    rng = random.Random(seed)
+    said: list[object] = []
+    for n in range(60):
+        gpus, length = rng.choice((1, 1, 1, 2, 4, 8)), rng.randint(1, 40) * H / 4
+        asked = rng.random()
+        if asked < 0.1:
+            said.append(("start", n, pool.available(NOW)))
+            pool.start(gpus, length)
+        elif asked < 0.2:
+            said.append(("fits", n, pool.fits_now(gpus, length)))
+        elif asked < 0.3:
+            said.append(("delays", n, pool.delays(gpus, length)))
+        elif asked < 0.4:
+            said.append(("earliest", n, pool.earliest(gpus, length)))
+        else:
+            said.append(("reserve", n, pool.reserve(n, gpus, length)))
+    said.append([pool.available(r.start) for r in pool.reservations])
+    return said
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_timeline_reading_its_ends_as_asked_answers_as_with_every_end(seed: int) -> None:
+    """Ends read one at a time, only as far as each question needs, give the answers of a
+    timeline holding every end from the start (in groups at the same instant, some past)."""
+    rng = random.Random(seed)
+    ends = sorted(
+        (Ending(rng.choice((0, 1, 1, 2, 4)), NOW + rng.randint(-2, 60) * H / 2) for _ in range(80)),
+        key=lambda e: e.at,
+    )
+    free = rng.choice((0, 0, 1, 3))
+    whole = Timeline(NOW, free, ends)
+    whole.available(NOW + 1000 * H)  # every end added before any question
+    assert walked(whole, seed) == walked(Timeline(NOW, free, iter(ends)), seed)
+
+
+def test_a_timeline_reads_only_the_ends_its_questions_need() -> None:
+    """Nothing free, one GPU back each hour for a thousand hours: three 2-GPU requests
+    for an hour each, waiting for GPUs, add the first six ends (each reservation done leaves
+    at least 2 GPUs from the last end added on) and look at the seventh; one more GPU for 8
+    hours adds it."""
+    read: list[Ending] = []
+
+    def one_by_one() -> Iterator[Ending]:
+        for n in range(1, 1001):
+            read.append(Ending(1, NOW + n * H))
+            yield read[-1]
+
+    pool = Timeline(NOW, 0, one_by_one())
+    waiting = [Queued(n, "vision", 2, "normal", at(n), H) for n in range(3)]
+    assert [NOW + 2 * H, NOW + 3 * H, NOW + 4 * H] == [
+        slot.start for slot in expected_starts(waiting, pool, Backfill.RESERVE).values()
+    ]
+    assert 7 == len(read)
+    assert NOW + 3 * H == pool.earliest(1, 8 * H)
+    assert 8 == len(read)
