@@ -102,18 +102,32 @@ class Plan:
         return max(0, self.need - self.covered)
 
 
-def borrowed_parts(holdings: Sequence[Holding], quotas: Mapping[str, Quota]) -> dict[int, int]:
+def borrowed_parts(
+    holdings: Sequence[Holding],
+    quotas: Mapping[str, Quota],
+    used: Mapping[str, int] | None = None,
+) -> dict[int, int]:
     """How many of each lease's GPUs are borrowed. A team's nominal covers its highest-priority
     leases first, the earliest granted first among equals; whatever lies beyond is borrowed, so
-    the borrowed share falls on the lowest priority, most recently granted leases."""
+    the borrowed share falls on the lowest priority, most recently granted leases: counted from
+    them back, they hold the team's GPUs beyond its nominal. `used`, the GPUs each team holds,
+    when `holdings` are not all its leases: they must then hold those of its leases that hold
+    borrowed GPUs (`storage.leases.borrowing`), and any others of them get none."""
+    if used is None:
+        counted: dict[str, int] = {}
+        for h in holdings:
+            counted[h.team] = counted.get(h.team, 0) + h.gpus
+        used = counted
     out: dict[int, int] = {}
-    held: dict[str, int] = {}
-    for h in sorted(holdings, key=lambda h: (-rank(h.priority), h.granted_at, h.lease)):
-        quota = quotas.get(h.team)
-        nominal = quota.nominal if quota is not None else 0
-        before = held.get(h.team, 0)
-        held[h.team] = before + h.gpus
-        out[h.lease] = max(0, held[h.team] - nominal) - max(0, before - nominal)
+    beyond: dict[str, int] = {}  # per team, its GPUs beyond its nominal not yet placed
+    for h in sorted(
+        holdings, key=lambda h: (-rank(h.priority), h.granted_at, h.lease), reverse=True
+    ):
+        if h.team not in beyond:
+            quota = quotas.get(h.team)
+            beyond[h.team] = used.get(h.team, 0) - (quota.nominal if quota is not None else 0)
+        out[h.lease] = min(h.gpus, max(0, beyond[h.team]))
+        beyond[h.team] -= h.gpus
     return out
 
 
@@ -172,7 +186,7 @@ def plan(
     guaranteed = [w for w, fits in zip(queue, inside, strict=True) if fits]
     claims = _Claims(guaranteed, free)
     overdue = _overdue(guaranteed, recall.max_guarantee_wait)
-    borrowed = borrowed_parts(holdings, quotas)
+    borrowed = borrowed_parts(holdings, quotas, used)
     standing = _under_way(holdings, borrowed, claims)
     new = _Recruit(
         claims=claims,
@@ -213,7 +227,8 @@ def touched(
     """Can `plan` start, keep, reassign, withdraw or pass over this lease? Without preemption
     within a team, only a lease being recalled or one of a team above its nominal (the only
     leases holding borrowed GPUs: a team at or below it has none, whatever its leases'
-    order) can; every lease can when a request may preempt its own team's."""
+    order; and of such a team, only those that hold some, `borrowed_parts`) can; every lease
+    can when a request may preempt its own team's."""
     if within_team or holding.recalled_at is not None:
         return True
     return touched_team(holding.team, used, quotas)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select, update
 
-from rules.domain import GpuState, LeaseState
+from rules.domain import GpuState, LeaseState, Priority
 from rules.fairshare import Interval
 from rules.lease_facts import LeaseSnapshot, Warned
 from rules.marks import RECALL, Marks
@@ -287,13 +287,14 @@ def pool_leases(
     pool: str,
     *,
     teams: Collection[str] | None = None,
+    ids: Collection[int] = (),
     ending: tuple[datetime, datetime] | None = None,
 ) -> list[PoolLease]:
     """The pool's active leases, by id, in two reads of plain columns: no ORM objects, the
     timestamps converted here (`_utc`), and the stored marks decoded only for the leases being
-    recalled. With `teams`, only those teams' leases, the leases being recalled, and (with
-    `ending`, `(after, until)`) those that expire after `after` and by `until`: recall's plan
-    touches a few hundred of a large pool's thousands."""
+    recalled. With `teams`, only those teams' leases, those in `ids`, the leases being
+    recalled, and (with `ending`, `(after, until)`) those that expire after `after` and by
+    `until`: recall's plan touches a few hundred of a large pool's thousands."""
     here = (col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE)
     db = flushed(session)
     recalled = _recall_marks(session, pool)
@@ -302,8 +303,8 @@ def pool_leases(
         alternatives: list[sa.ColumnElement[bool]] = []
         if teams:
             alternatives.append(col(LeaseRow.team).in_(sorted(teams)))
-        if ids := sorted(i for i in recalled if i is not None):
-            alternatives.append(col(LeaseRow.id).in_(ids))
+        if some_ids := sorted({*ids, *(i for i in recalled if i is not None)}):
+            alternatives.append(col(LeaseRow.id).in_(some_ids))
         if ending is not None:
             after, until = ending
             expiring = (col(LeaseRow.expires_at) > after, col(LeaseRow.expires_at) <= until)
@@ -351,6 +352,35 @@ def pool_leases(
             usable_gpus,
         ) in rows
     ]
+
+
+def borrowing(session: Session, pool: str, team: str, beyond: int) -> list[int]:
+    """The ids of `team`'s active leases in `pool` that hold its `beyond` GPUs beyond its
+    nominal (rules.recall.borrowed_parts): its leases from the lowest priority, the most
+    recently granted first among equals, until their GPUs reach `beyond`."""
+    if beyond <= 0:
+        return []
+    ranked = sa.case(
+        {p.value: p.rank for p in Priority},
+        value=col(LeaseRow.priority),
+        else_=Priority.NORMAL.rank,
+    )
+    stmt = (
+        sa.select(col(LeaseRow.id), col(LeaseRow.gpus))
+        .where(
+            col(LeaseRow.pool) == pool,
+            col(LeaseRow.state) == LeaseState.ACTIVE,
+            col(LeaseRow.team) == team,
+        )
+        .order_by(ranked, col(LeaseRow.granted_at).desc(), col(LeaseRow.id).desc())
+    )
+    out: list[int] = []
+    for lease_id, gpus in flushed(session).execute(stmt).all():
+        if beyond <= 0:
+            break
+        out.append(int(lease_id or 0))
+        beyond -= gpus
+    return out
 
 
 def pool_ends(session: Session, pool: str) -> tuple[list[tuple[int, datetime]], list[PoolLease]]:

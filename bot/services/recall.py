@@ -24,6 +24,7 @@ from bot.services.results import ApprovalEffects, HeldFor, PassedOver, QueueEntr
 from rules import recall
 from rules.domain import Outcome, RequestKind, RequestState
 from rules.marks import RECALL
+from rules.policy import Pool
 from rules.queueing import Slot
 from storage import audit, homes, requests
 from storage import leases as storage_leases
@@ -90,8 +91,16 @@ def picture(
     else:
         ordered = queue_of(ctx, session, pool)
     if used is not None:
-        over = [team for team in used if recall.touched_team(team, used, spec.quotas)]
-        leases = storage_leases.pool_leases(session, pool, teams=over, ending=(now, by))
+        # of each team above its nominal, only the leases that hold its borrowed GPUs
+        borrowing = [
+            lease
+            for team in used
+            if recall.touched_team(team, used, spec.quotas)
+            for lease in storage_leases.borrowing(session, pool, team, _beyond(team, used, spec))
+        ]
+        leases = storage_leases.pool_leases(
+            session, pool, teams=(), ids=borrowing, ending=(now, by)
+        )
     else:
         leases = queueing.pool_leases(session, pool)
     every = [_holding(row, spec.protected) for row in leases]
@@ -116,6 +125,12 @@ def picture(
         tuple(ordered),
         used,
     )
+
+
+def _beyond(team: str, used: Mapping[str, int], spec: Pool) -> int:
+    """The GPUs `team` holds beyond its nominal in the pool."""
+    quota = spec.quotas.get(team)
+    return used.get(team, 0) - (quota.nominal if quota is not None else 0)
 
 
 def _holding(row: PoolLease, protected_pool: bool) -> recall.Holding:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rules.policy import Quota, Recall
-from rules.recall import Holding, Waiting, plan, touched
+from rules.recall import Holding, Waiting, borrowed_parts, plan, touched
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 RULES = Recall(
@@ -94,3 +94,45 @@ def test_a_team_at_its_nominal_is_not_touched_unless_recalled() -> None:
         Holding(3, "U3", "vision", 1, "normal", NOW, False, recalled_at=NOW), used, QUOTAS, False
     )
     assert touched(lease, used, QUOTAS, True)
+
+
+def holding_borrowed(holdings: list[Holding], used: dict[str, int]) -> list[Holding]:
+    """Of each team above its nominal, its leases from the lowest priority, the most recently
+    granted first, until their GPUs reach those beyond its nominal (as the pool's storage
+    reads them)."""
+    order = {p: n for n, p in enumerate(PRIORITIES)}
+    out = []
+    for team, gpus in used.items():
+        quota = QUOTAS.get(team)
+        beyond = gpus - (quota.nominal if quota else 0)
+        mine = [h for h in holdings if h.team == team]
+        for h in sorted(
+            mine, key=lambda h: (order[h.priority], -h.granted_at.timestamp(), -h.lease)
+        ):
+            if beyond <= 0:
+                break
+            out.append(h)
+            beyond -= h.gpus
+    return out
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_plan_over_the_leases_holding_borrowed_gpus_is_the_plan_over_all(seed: int) -> None:
+    """Given each team's use, the leases holding borrowed GPUs, those being recalled and some
+    others (leases coming back soon) plan as every lease does; the borrowed GPUs of each are
+    those the whole pool gives it, and the others hold none."""
+    rng = random.Random(seed)
+    holdings, queue, free, cooled = a_pool(rng)
+    used: dict[str, int] = {}
+    for h in holdings:
+        used[h.team] = used.get(h.team, 0) + h.gpus
+    tail = holding_borrowed(holdings, used)
+    some = [h for h in holdings if h in tail or h.recalled_at is not None or rng.random() < 0.2]
+    kwargs = {"now": NOW, "recall": RULES, "cooled": cooled, "within_team": False}
+    expected = plan(QUOTAS, holdings, queue, free, **kwargs)  # type: ignore[arg-type]
+    actual = plan(QUOTAS, some, queue, free, used=used, **kwargs)  # type: ignore[arg-type]
+    assert expected == actual
+    whole = borrowed_parts(holdings, QUOTAS)
+    part = borrowed_parts(some, QUOTAS, used)
+    assert {h.lease: whole[h.lease] for h in some} == part
+    assert all(whole[h.lease] == 0 for h in some if h not in tail)
