@@ -5,7 +5,9 @@ Each fleet (8 GPUs a node, GPUs 0-3 of every node in 1-GPU active leases: 1,250 
 (`HISTORY` ended leases per active one, each with its inactive lease_gpu row and its request).
 One person of `vision`, who holds nothing else, then borrows, asks why, lists their leases and
 releases, through `bot.services.Services`; each command is timed (wall, and this process's
-CPU, which the budget mark reads: steadier on a shared machine), median of `RUNS`. With
+CPU, which the budget mark reads: steadier on a shared machine), median of `RUNS` rounds,
+which alternate between the fleets (both open at once) so that a shared machine's drifting
+load weighs on both alike. With
 `--queue`, the l40s pool is full, in the same proportions at both sizes (vision and nlp just
 inside their nominal, platform borrowing beyond its own), and `QUEUED` borrows wait for it:
 the borrow waits too (and is cancelled), and a lease of l40s is released (the queue's head
@@ -16,12 +18,14 @@ Run with `python -m tests.bench.commands_scale [--queue]`. Reports figures; neve
 from __future__ import annotations
 
 import gc
+import os
 import random
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -228,9 +232,11 @@ def timed(run: Callable[[], Any]) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def bench_fleet(gpus: int, *, queue: bool) -> dict[str, tuple[float, float]]:
+@contextmanager
+def a_fleet(gpus: int, *, queue: bool) -> Iterator[tuple[Services, list[int]]]:
+    """A fleet of `gpus` GPUs in a SQLite file of its own, its Services open, with the bench
+    person's l40s leases (one a round to release) when the l40s queue is built."""
     rng = random.Random(gpus)
-    times: dict[str, list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="gpubot-bench-commands-") as name:
         tmp = Path(name)
         nodes = plan_nodes(gpus)
@@ -245,26 +251,40 @@ def bench_fleet(gpus: int, *, queue: bool) -> dict[str, tuple[float, float]]:
             add_history(db, rng)
             quotas = services.ctx.policy.pools["l40s"].quotas
             nominal = {team: quota.nominal for team, quota in quotas.items()}
-            held = add_queue(db, rng, nominal) if queue else []
-            # What building the fleet left is kept out of the commands' collections, as
-            # `serve` keeps what start-up built: a full collection over it is not the command's
-            gc.collect()
-            gc.freeze()
-            for k in range(RUNS + 1):  # the first round warms caches up, and is dropped
-                spent = one_round(services, held[k] if held else None)
-                for command, s in spent.items():
-                    times.setdefault(command, []).append(s)
+            yield services, add_queue(db, rng, nominal) if queue else []
         finally:
             services.close()
             db.dispose()
+
+
+def bench_fleets(*, queue: bool) -> list[dict[str, tuple[float, float]]]:
+    """Each command's median wall and CPU seconds per fleet of FLEETS. Both fleets stay open
+    and the rounds alternate between them, so that a shared machine's drifting load weighs
+    on both alike."""
+    times: list[dict[str, list[tuple[float, float]]]] = [{} for _ in FLEETS]
+    with ExitStack() as stack:
+        fleets = [stack.enter_context(a_fleet(n, queue=queue)) for n in FLEETS]
+        # What building the fleets left is kept out of the commands' collections, as `serve`
+        # keeps what start-up built: a full collection over it is not the command's
+        gc.collect()
+        gc.freeze()
+        try:
+            for k in range(RUNS + 1):  # the first round warms caches up, and is dropped
+                for (services, held), spent in zip(fleets, times, strict=True):
+                    for command, s in one_round(services, held[k] if held else None).items():
+                        spent.setdefault(command, []).append(s)
+        finally:
             gc.unfreeze()
-    return {
-        command: (
-            statistics.median(wall for wall, _ in s[1:]),
-            statistics.median(cpu for _, cpu in s[1:]),
-        )
-        for command, s in times.items()
-    }
+    return [
+        {
+            command: (
+                statistics.median(wall for wall, _ in s[1:]),
+                statistics.median(cpu for _, cpu in s[1:]),
+            )
+            for command, s in spent.items()
+        }
+        for spent in times
+    ]
 
 
 def one_round(services: Services, held: int | None) -> dict[str, tuple[float, float]]:
@@ -297,10 +317,12 @@ def one_round(services: Services, held: int | None) -> dict[str, tuple[float, fl
 
 def main() -> None:
     queue = "--queue" in sys.argv
-    small, large = (bench_fleet(n, queue=queue) for n in FLEETS)
+    small, large = bench_fleets(queue=queue)
+    load = ", ".join(f"{n:.2f}" for n in os.getloadavg())
     print(
-        f"commands through Services on SQLite, median of {RUNS}; history {HISTORY} ended "
-        f"leases per active one{f'; l40s full, {QUEUED} borrows queued in it' if queue else ''}"
+        f"commands through Services on SQLite, median of {RUNS} rounds alternating between "
+        f"the fleets; history {HISTORY} ended leases per active one"
+        f"{f'; l40s full, {QUEUED} borrows queued in it' if queue else ''}; load {load}"
     )
     print(
         f"{'command':<10}{'wall 100':>10}{'wall 10k':>10}{'ratio':>7}"
