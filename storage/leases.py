@@ -404,28 +404,29 @@ def ends_by_expiry(
     *,
     upto: int,
     besides: Collection[int] = (),
-    offset: int = 0,
+    after: tuple[datetime, int] | None = None,
     limit: int,
-) -> list[tuple[int, datetime]]:
+) -> list[tuple[int, datetime, int]]:
     """Of the pool's active leases with ids up to `upto` (those of a moment: a lease granted
-    since has a higher id) and not in `besides`, at most `limit` from `offset` in order of
-    expiry (then id): each one's usable GPUs and expiry, as `pool_ends` gives them. Read from
-    ix_lease_pool_state_expires, as far as the queue's timeline needs them."""
+    since has a higher id) and not in `besides`, the first `limit` in order of expiry, then
+    id, after `after` (an expiry and an id, where the last read stopped: a lease ended in the
+    meantime moves none of the others): each one's usable GPUs, as `pool_ends` gives them, its
+    expiry and its id. Read from ix_lease_pool_state_expires, as far as the queue's timeline
+    needs them."""
+    expires, lease = col(LeaseRow.expires_at), col(LeaseRow.id)
     stmt = (
-        sa.select(_plain(col(LeaseRow.expires_at), sa.String), _usable())
-        .where(
-            col(LeaseRow.pool) == pool,
-            col(LeaseRow.state) == LeaseState.ACTIVE,
-            col(LeaseRow.id) <= upto,
-        )
-        .order_by(col(LeaseRow.expires_at), col(LeaseRow.id))
-        .offset(offset)
+        sa.select(_plain(expires, sa.String), _usable(), lease)
+        .where(col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE, lease <= upto)
+        .order_by(expires, lease)
         .limit(limit)
     )
+    if after is not None:
+        at, last = after
+        stmt = stmt.where(expires >= at, sa.or_(expires > at, lease > last))
     if besides:
-        stmt = stmt.where(col(LeaseRow.id).not_in(sorted(besides)))
+        stmt = stmt.where(lease.not_in(sorted(besides)))
     rows = flushed(session).execute(stmt).all()
-    return [(int(usable or 0), _utc(expires_at)) for expires_at, usable in rows]
+    return [(int(usable or 0), _utc(at), int(i or 0)) for at, usable, i in rows]
 
 
 def last_id(session: Session) -> int:

@@ -163,6 +163,7 @@ class Ends:
         self._recalled = sorted(ending, key=lambda e: e.at)
         self.free = free_count(session, pool)
         self._read: list[Ending] = []
+        self._last: tuple[datetime, int] | None = None  # the expiry and id read last
         self._done = False
 
     def ordered(self) -> Iterator[Ending]:
@@ -185,10 +186,12 @@ class Ends:
             self._pool,
             upto=self._upto,
             besides=self._besides,
-            offset=len(self._read),
+            after=self._last,
             limit=limit,
         )
-        self._read += [Ending(usable, at) for usable, at in rows]
+        self._read += [Ending(usable, at) for usable, at, _ in rows]
+        if rows:
+            self._last = (rows[-1][1], rows[-1][2])
         self._done = len(rows) < limit
 
 

@@ -14,6 +14,7 @@ from bot.services import recall as service
 from bot.services.context import Context
 from bot.services.grants import queue_of
 from bot.services.rule_files import read_rules_dir
+from rules.domain import LeaseState
 from rules.queueing import Ending, Slot, Timeline
 from storage import leases
 from storage.db import Database
@@ -116,3 +117,25 @@ def test_the_queue_weighed_on_ends_read_as_needed_is_weighed_as_on_every_end(
     every_end(monkeypatch)
     assert weighed() == chunked
     assert any(slot.start is not None for slot in chunked[2].values())
+
+
+def test_a_lease_ended_between_two_chunks_of_ends_moves_none_of_the_others(
+    full_pool: Services,
+) -> None:
+    """The ends are read on from the last expiry and id read, not by count: a lease of the
+    first chunk that ends before the next one is read leaves no other lease out."""
+    ctx = full_pool.ctx
+    with ctx.db.write() as session:
+        upto = leases.last_id(session)
+        whole = leases.ends_by_expiry(session, "l40s", upto=upto, limit=10**6)
+        first = leases.ends_by_expiry(session, "l40s", upto=upto, limit=3)
+        ended = leases.get(session, first[0][2])
+        assert ended is not None
+        ended.state = LeaseState.RELEASED
+        session.add(ended)
+        rest = leases.ends_by_expiry(
+            session, "l40s", upto=upto, after=(first[-1][1], first[-1][2]), limit=10**6
+        )
+    assert first == whole[:3]
+    assert whole[3:] == rest
+    assert len(whole) > 6
