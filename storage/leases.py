@@ -383,21 +383,6 @@ def borrowing(session: Session, pool: str, team: str, beyond: int) -> list[int]:
     return out
 
 
-def pool_ends(session: Session, pool: str) -> tuple[list[tuple[int, datetime]], list[PoolLease]]:
-    """What the queue's timeline reads of the pool's active leases: of each one not being
-    recalled, its usable GPUs and its expiry (as `pool_leases` gives them, in two plain
-    columns: thousands of them in a large pool), and the leases being recalled, whole (their
-    marks say when they come back)."""
-    recalled = pool_leases(session, pool, teams=())
-    stmt = sa.select(_plain(col(LeaseRow.expires_at), sa.String), _usable()).where(
-        col(LeaseRow.pool) == pool, col(LeaseRow.state) == LeaseState.ACTIVE
-    )
-    if recalled:
-        stmt = stmt.where(col(LeaseRow.id).not_in([lease.id for lease in recalled]))
-    rows = flushed(session).execute(stmt).all()
-    return [(int(usable or 0), _utc(expires_at)) for expires_at, usable in rows], recalled
-
-
 def ends_by_expiry(
     session: Session,
     pool: str,
@@ -410,9 +395,8 @@ def ends_by_expiry(
     """Of the pool's active leases with ids up to `upto` (those of a moment: a lease granted
     since has a higher id) and not in `besides`, the first `limit` in order of expiry, then
     id, after `after` (an expiry and an id, where the last read stopped: a lease ended in the
-    meantime moves none of the others): each one's usable GPUs, as `pool_ends` gives them, its
-    expiry and its id. Read from ix_lease_pool_state_expires, as far as the queue's timeline
-    needs them."""
+    meantime moves none of the others): each one's usable GPUs (`_usable`), its expiry and its
+    id. Read from ix_lease_pool_state_expires, as far as the queue's timeline needs them."""
     expires, lease = col(LeaseRow.expires_at), col(LeaseRow.id)
     stmt = (
         sa.select(_plain(expires, sa.String), _usable(), lease)

@@ -253,12 +253,22 @@ def test_a_pools_leases_read_in_part_are_those_of_the_whole_read(
 
 
 def test_a_pools_ends_are_its_leases_usable_gpus_and_expiries(database: Database) -> None:
-    """The timeline's read: each lease not being recalled as two columns, the others whole."""
+    """The timeline's read: the leases being recalled whole, each other one's usable GPUs and
+    expiry in order of expiry, two at a time."""
     with database.write() as session:
         ids = a_pool_to_recall_from(session)
     with database.read() as session:
         whole = leases.pool_leases(session, "a100")
-        others, recalled = leases.pool_ends(session, "a100")
+        recalled = leases.pool_leases(session, "a100", teams=())
+        upto, besides = leases.last_id(session), [lease.id for lease in recalled]
+        others: list[tuple[int, datetime, int]] = []
+        chunk = leases.ends_by_expiry(session, "a100", upto=upto, besides=besides, limit=2)
+        while chunk:
+            others += chunk
+            chunk = leases.ends_by_expiry(
+                session, "a100", upto=upto, besides=besides, after=others[-1][1:], limit=2
+            )
     assert [whole[0]] == recalled
-    assert sorted((lease.usable, lease.expires_at) for lease in whole[1:]) == sorted(others)
     assert ids[0] == recalled[0].id
+    expected = sorted((lease.expires_at, lease.id, lease.usable) for lease in whole[1:])
+    assert [(usable, at, i) for at, i, usable in expected] == others
