@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select, update
 
@@ -633,7 +634,9 @@ _LEASE_COLUMNS = (
     col(LeaseRow.protected),
     _plain(col(LeaseRow.granted_at), sa.String),
     _plain(col(LeaseRow.expires_at), sa.String),
-    _plain(col(LeaseRow.warnings), sa.String),
+    # As text on both engines: PostgreSQL's driver would decode every lease's JSON, where
+    # `_marks` passes over the many empty ones undecoded.
+    sa.cast(col(LeaseRow.warnings), sa.Text).label("warnings"),
     _plain(col(LeaseRow.snoozed_until), sa.String),
 )
 
@@ -660,6 +663,21 @@ def _marks(value: Any) -> Marks:
     return Marks.of(value if isinstance(value, Mapping) else None)
 
 
+def _outbox_states(db: Connection, ids: list[int]) -> Iterable[Any]:
+    """(id, state, delivered_at) of these outbox rows. PostgreSQL gets the ids as one array:
+    a list of thousands of parameters took longer to plan than to run, and to render."""
+    columns = (col(OutboxRow.id), col(OutboxRow.state), col(OutboxRow.delivered_at))
+    if db.dialect.name == "postgresql":
+        if ids:
+            every = sa.bindparam("ids", ids, type_=postgresql.ARRAY(sa.Integer))
+            yield from db.execute(sa.select(*columns).where(col(OutboxRow.id) == sa.any_(every)))
+        return
+    for i in range(0, len(ids), _IN_CHUNK):
+        yield from db.execute(
+            sa.select(*columns).where(col(OutboxRow.id).in_(ids[i : i + _IN_CHUNK]))
+        )
+
+
 def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, Warned]]:
     """Every active lease as the sweep sees it, and when each of its warnings was delivered."""
     db = session.connection()
@@ -680,15 +698,9 @@ def active_snapshots(session: Session) -> tuple[list[LeaseSnapshot], dict[int, W
     owed = [marks.outboxes() if marks.raw else {} for marks in marked]  # used twice below
     outbox_ids = sorted({i for marks in owed for i in marks.values()})
     delivered: dict[int, datetime | None] = {}
-    for i in range(0, len(outbox_ids), _IN_CHUNK):
-        chunk = outbox_ids[i : i + _IN_CHUNK]
-        for row_id, state, delivered_at in db.execute(
-            sa.select(col(OutboxRow.id), col(OutboxRow.state), col(OutboxRow.delivered_at)).where(
-                col(OutboxRow.id).in_(chunk)
-            )
-        ):
-            if state == outbox.DELIVERED and row_id is not None:
-                delivered[row_id] = delivered_at
+    for row_id, state, delivered_at in _outbox_states(db, outbox_ids):
+        if state == outbox.DELIVERED and row_id is not None:
+            delivered[row_id] = delivered_at
     snapshots, warned = [], {}
     no_warnings = Warned({})
     for row, marks, outboxes in zip(rows, marked, owed, strict=True):

@@ -194,6 +194,7 @@ def waiting(
             col(OutboxRow.next_attempt_at) > not_before,
         )
         .order_by(col(OutboxRow.id).desc())
+        .limit(1)  # the ORM would load every match, and a pass grows many digests
         .with_for_update()
     )
     return session.exec(stmt).first()

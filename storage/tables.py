@@ -312,6 +312,9 @@ class LeaseGpuRow(SQLModel, table=True):
             sqlite_where=sa.text("released_at IS NOT NULL"),
             postgresql_where=sa.text("released_at IS NOT NULL"),
         ),
+        # the leases that ever held a GPU, whether or not they still do (the primary key
+        # leads with lease_id)
+        sa.Index("ix_lease_gpu_gpu_id", "gpu_id"),
     )
 
     lease_id: int = Field(foreign_key="lease.id", primary_key=True)
@@ -409,6 +412,12 @@ class OutboxRow(SQLModel, table=True):
     """
 
     __tablename__ = "outbox"
+    __table_args__ = (
+        # A lease's waiting redraw, an admin's open digest: read per sweep action, and the
+        # `state` index alone would read every pending row (migration 0022).
+        sa.Index("ix_outbox_subject_kind_state", "subject", "kind", "state"),
+        sa.Index("ix_outbox_recipient_kind_state", "recipient", "kind", "state"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     created_at: datetime = _ts(index=True)

@@ -17,7 +17,9 @@ never fails. Run with `python -m tests.bench.scale [--quick] [--sqlite-only | --
 (--quick: 1,000 and 10,000 GPUs). `--scrape-only [--history N] [--profile]` times only /metrics,
 over N ended leases and their requests: the first scrape ever, a replica's first scrape from
 the leader's checkpoint, and later ones, wall and CPU seconds. `--sweep-only [--profile]` times
-only the steady sweeps, wall and CPU seconds. `--commands-only [--profile]` times only the
+only the sweeps: the first pass (wall and CPU seconds, and per action; `--first-committed`: a
+transaction per action, as serve runs it after downtime, instead of one unit of work) and the
+steady ones, wall and CPU seconds. `--commands-only [--profile]` times only the
 commands, on --small and --compared GPUs open together and timed round by round, median wall
 and CPU seconds and their ratios (`--profile`: where status spends its time on each).
 
@@ -37,6 +39,7 @@ import gc
 import http.client
 import importlib
 import math
+import os
 import platform
 import pstats
 import random
@@ -97,6 +100,7 @@ SCRAPE_BUDGET_S = 1.0
 INGEST_P99_BUDGET_S = 0.2
 KEPT_UP = 0.97  # ingest sustained: pushes answered per second over those offered, at least
 SCALING_BUDGET = 12.0  # 10x the fleet costs at most this many times the time
+ACTION_SCALING_BUDGET = 1.25  # a first-pass action on 10x the fleet: about the same cost
 COMMAND_BUDGET = 1.5  # a command with 10,000 GPUs against the same with 100
 AUDIT_BUDGET_S = 10.0
 AUDIT_ROWS = 1_000_000
@@ -230,17 +234,32 @@ class Sweep:
     delivered: int
     profile: list[tuple[str, float]] = field(default_factory=list)
     cpu_s: float = math.nan  # the least CPU time of the steady passes (the machine is shared)
+    first_cpu_s: float = math.nan
+    actions: int = 0  # what the first pass did: warnings, reclaims, notices, would-haves
+
+    @property
+    def per_action_ms(self) -> tuple[float, float]:
+        """The first pass's wall and CPU milliseconds per action."""
+        n = max(self.actions, 1)
+        return self.first_s * 1000 / n, self.first_cpu_s * 1000 / n
 
 
-def bench_sweep(f: Fleet, *, profile: bool = False) -> Sweep:
+def bench_sweep(f: Fleet, *, profile: bool = False, committed: bool = False) -> Sweep:
     services, telemetry = f.services, f.telemetry
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     # The first pass warns a tenth of the leases: at 100,000 GPUs, some 16,000 actions. As one
     # unit of work (each action a savepoint of one transaction) it builds the steady state in
     # a fraction of the time a commit per action takes; the steady passes are timed as served.
-    with services.db.unit():
-        services.sweep(telemetry)
-    first_s = time.perf_counter() - t0
+    # `committed`: the first pass as serve runs it after downtime, a transaction per action.
+    if committed:
+        first = services.sweep(telemetry)
+    else:
+        with services.db.unit():
+            first = services.sweep(telemetry)
+    first_s, first_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    actions = sum(
+        len(done) for done in (first.warned, first.reclaimed, first.notified, first.would_have)
+    )
     delivered = deliver_all(services.db)
     services.sweep(telemetry)  # the warnings now stand delivered: settle once more
     best = cpu = math.inf
@@ -252,7 +271,9 @@ def bench_sweep(f: Fleet, *, profile: bool = False) -> Sweep:
         cpu = min(cpu, time.process_time() - c0)
     assert report is not None
     top = hot_spots(lambda: services.sweep(telemetry)) if profile else []
-    return Sweep(first_s, best, report.decided, report.evaluated, delivered, top, cpu)
+    return Sweep(
+        first_s, best, report.decided, report.evaluated, delivered, top, cpu, first_cpu_s, actions
+    )
 
 
 def hot_spots(run: Callable[[], object], limit: int = 12) -> list[tuple[str, float]]:
@@ -270,10 +291,15 @@ def hot_spots(run: Callable[[], object], limit: int = 12) -> list[tuple[str, flo
     return own[:limit]
 
 
-def sweep_only(kinds: tuple[str, ...], fleets: tuple[int, ...], *, profile: bool) -> int:
-    """Each fleet's steady sweeps alone (no scrape, ingest, commands or audit): wall and CPU
-    seconds, with the budget lines; `profile` adds the biggest fleet's hot spots."""
-    print("steady sweeps only (wall seconds on a shared machine; cpu: this process's CPU)")
+def sweep_only(
+    kinds: tuple[str, ...], fleets: tuple[int, ...], *, profile: bool, committed: bool = False
+) -> int:
+    """Each fleet's first and steady sweeps alone (no scrape, ingest, commands or audit): wall
+    and CPU seconds, the first pass's cost per action, with the budget lines; `profile` adds
+    the biggest fleet's hot spots; `committed`: the first pass commits each action."""
+    print("sweeps only (wall seconds on a shared machine; cpu: this process's CPU)")
+    how = "a transaction per action, as serve runs it" if committed else "one unit of work"
+    print(f"first pass: {how}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     got: list[tuple[str, int, Sweep]] = []
     with ExitStack() as stack:
@@ -283,14 +309,17 @@ def sweep_only(kinds: tuple[str, ...], fleets: tuple[int, ...], *, profile: bool
                 print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
                 with fleet(kind, gpus, server) as f:
                     print("    sweeping ...", file=sys.stderr, flush=True)
-                    got.append((kind, gpus, bench_sweep(f, profile=profile and gpus == fleets[-1])))
+                    biggest = profile and gpus == fleets[-1]
+                    got.append((kind, gpus, bench_sweep(f, profile=biggest, committed=committed)))
     print(
-        f"  {'db':<9}{'GPUs':>8}{'1st sweep s':>12}{'sweep s':>9}{'cpu s':>7}"
-        f"{'decided':>9}{'evaluated':>10}"
+        f"  {'db':<9}{'GPUs':>8}{'1st sweep s':>12}{'cpu s':>7}{'actions':>8}{'ms/action':>10}"
+        f"{'cpu ms':>7}{'sweep s':>9}{'cpu s':>7}{'decided':>9}{'evaluated':>10}"
     )
     for kind, gpus, s in got:
+        wall_ms, cpu_ms = s.per_action_ms
         print(
-            f"  {kind:<9}{gpus:>8,}{s.first_s:>12.2f}{s.best_s:>9.3f}{s.cpu_s:>7.3f}"
+            f"  {kind:<9}{gpus:>8,}{s.first_s:>12.2f}{s.first_cpu_s:>7.2f}{s.actions:>8,}"
+            f"{wall_ms:>10.2f}{cpu_ms:>7.2f}{s.best_s:>9.3f}{s.cpu_s:>7.3f}"
             f"{s.decided:>9,}{s.evaluated:>10,}"
         )
     print()
@@ -306,6 +335,10 @@ def sweep_only(kinds: tuple[str, ...], fleets: tuple[int, ...], *, profile: bool
             print(budget_line(what, big.best_s / small.best_s, SCALING_BUDGET, "x", below=False))
             what = f"{kind}: sweep CPU, {many // few}x the fleet"
             print(budget_line(what, big.cpu_s / small.cpu_s, SCALING_BUDGET, "x", below=False))
+            # An action costs what it costs whatever the fleet: flat, within the noise.
+            what = f"{kind}: first pass CPU per action, {many // few}x the fleet"
+            got_x = big.per_action_ms[1] / small.per_action_ms[1]
+            print(budget_line(what, got_x, ACTION_SCALING_BUDGET, "x", below=False))
     for kind, gpus, s in got:
         if s.profile:
             print()
@@ -1210,6 +1243,11 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sweep-only", action="store_true", help="time only the steady sweeps (wall and CPU)"
     )
+    parser.add_argument(
+        "--first-committed",
+        action="store_true",
+        help="with --sweep-only: the first pass commits each action, as serve runs it",
+    )
     parser.add_argument("--fleets", type=int, nargs="+", help="fleet sizes (GPUs) instead")
     parser.add_argument("--small", type=int, default=SMALL, help="the commands' small fleet")
     parser.add_argument(
@@ -1251,7 +1289,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 def one_part(args: argparse.Namespace, kinds: tuple[str, ...], fleets: tuple[int, ...]) -> int:
     """The run of one --*-only flag."""
     if args.sweep_only:
-        return sweep_only(kinds, fleets, profile=args.profile)
+        return sweep_only(kinds, fleets, profile=args.profile, committed=args.first_committed)
     if args.scrape_only:
         return scrape_only(kinds, fleets, history=args.history, profile=args.profile)
     if args.commands_only:

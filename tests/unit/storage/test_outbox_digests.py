@@ -108,3 +108,13 @@ def test_a_redraw_not_claimed_yet_is_untaken(database: Database) -> None:
         assert outbox.claim(session, row, at=T0 + WAIT, by="deliverer")
     with database.read() as session:
         assert not outbox.untaken(session, "lease:1", OutboxKind.LEASE_REDRAWN)
+
+
+def test_of_several_digests_that_may_grow_the_newest_is_grown(database: Database) -> None:
+    """A pass fills one digest after another: lines go to the newest, whichever engine."""
+    _digest(database, T0)
+    newest = _digest(database, T0 + timedelta(seconds=1))
+    with database.read() as session:
+        found = outbox.waiting(session, OutboxKind.ADMIN_DIGEST, "U1", not_before=T0)
+        assert found is not None
+        assert newest == found.id
