@@ -414,7 +414,7 @@ class OutboxRow(SQLModel, table=True):
     __tablename__ = "outbox"
     __table_args__ = (
         # A lease's waiting redraw, an admin's open digest: read per sweep action, and the
-        # `state` index alone would read every pending row (migration 0022).
+        # `state` index alone would read every pending row (migration 0023).
         sa.Index("ix_outbox_subject_kind_state", "subject", "kind", "state"),
         sa.Index("ix_outbox_recipient_kind_state", "recipient", "kind", "state"),
     )

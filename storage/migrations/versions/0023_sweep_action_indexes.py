@@ -7,8 +7,8 @@ Both were read through the `state` index, every pending row, and a first pass ow
 `lease_gpu (gpu_id)`: the leases that held or gave back a GPU in unreserved use, which were
 found by reading every active or every reclaimed lease.
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-03
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision: str = "0022"
-down_revision: str | None = "0021"
+revision: str = "0023"
+down_revision: str | None = "0022"
 branch_labels: str | None = None
 depends_on: str | None = None
 
