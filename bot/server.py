@@ -31,6 +31,7 @@ from slack_bolt import App, BoltContext
 from slack_bolt.request import BoltRequest
 from slack_bolt.request.internals import build_context
 
+from bot import foreground
 from bot import metrics as prometheus
 from bot.slack import wire
 from bot.telemetry.refusals import Refusals
@@ -54,6 +55,7 @@ EVENTS_PATH = "/slack/events"
 AGENT_PATH = "/agent/samples"
 RESULTS_PATH = "/agent/results"
 METRICS_PATH = "/metrics"
+AGENT_THREADS = 16  # agents' requests handled at once
 MAX_BODY = 1 << 20  # Slack's payloads are far smaller; anything bigger is not Slack
 TEXT = {"content-type": "text/plain; charset=utf-8"}
 JSON_TYPE = {"content-type": "application/json"}
@@ -106,6 +108,10 @@ class SlackAsgi:
         # Each dispatch holds its thread until the listener acks; asyncio's default pool (a
         # handful of threads on small machines) would queue requests behind slow acks.
         self._dispatch = ThreadPoolExecutor(max_workers=32, thread_name_prefix="slack-dispatch")
+        # The agents' requests have threads of their own: at hundreds a second, each waiting on
+        # its nonce's commit, they would fill asyncio's default pool and queue behind each other
+        # (and the more wait together, the more nonces one commit records).
+        self._agents = ThreadPoolExecutor(max_workers=AGENT_THREADS, thread_name_prefix="agent")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -201,6 +207,13 @@ class SlackAsgi:
     async def _agent(
         self, scope: Scope, receive: Receive, send: Send, handle: AgentHandler
     ) -> None:
+        # The passes over the fleet (the sweep) give way while an agent's request is served.
+        with foreground.serving():
+            await self._agent_served(scope, receive, send, handle)
+
+    async def _agent_served(
+        self, scope: Scope, receive: Receive, send: Send, handle: AgentHandler
+    ) -> None:
         headers = _single_headers(scope)
         body = await _body(receive, headers)
         if body is None:
@@ -219,7 +232,8 @@ class SlackAsgi:
                 )
                 return
         try:
-            status, message = await asyncio.to_thread(handle, headers, body)
+            loop = asyncio.get_running_loop()
+            status, message = await loop.run_in_executor(self._agents, handle, headers, body)
         except Exception:  # the ingest answers every refusal itself; this is a bug, said once
             log.exception("an agent request failed")
             status, message = 400, "malformed request"

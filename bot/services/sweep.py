@@ -15,9 +15,12 @@ shows (a warning sent, a notice given) returns without opening a transaction.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
+
 from sqlmodel import Session
 
-from bot import memory
+from bot import foreground, memory
 from bot.services import admin, approval_lifecycle, enforcement, notices, recall
 from bot.services.context import Context, record
 from bot.services.leases import end_lease
@@ -48,12 +51,17 @@ from storage.sweep_reads import gpu_lines
 from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"
+# Subjects decided between two give_way()s: a few milliseconds of a pass, so an agent's push
+# that arrives meanwhile waits about that long for the interpreter (bot.foreground).
+_CHUNK = 200
+_T = TypeVar("_T")
 
 
 def sweep(ctx: Context, readings: Readings) -> SweepReport:
     # A pass allocates a few objects per GPU and lease and frees them as it goes: the garbage
     # collector has nothing to find there, and at 100,000 GPUs it cost a third of the pass.
-    with memory.collector_paused():
+    # Pushes that agents wait on go first: the pass gives way to them between chunks.
+    with memory.collector_paused(), foreground.in_background():
         return _sweep(ctx, readings)
 
 
@@ -72,7 +80,7 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     policy, acted_on, reading, of_slots = ctx.policy, decisions.acted_on, run.reading, run.of_slots
 
     def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
-        for lease in on:
+        for lease in _giving_way(on):
             lease_readings = of_slots(lease.slots)
             sent = warned[lease.id]
             facts = lease_facts(policy, lease, lease_readings, sent, now)
@@ -88,7 +96,7 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     # The GPUs told of as in unreserved use, by id: settled below once no longer in such use.
     key = keyvalue.unreserved_key
     told_ids = {line[0] for line in gpus if key(line[1], line[2]) in told} if told else set()
-    for line in gpus:  # plain tuples: a snapshot is made of a GPU acted on
+    for line in _giving_way(gpus):  # plain tuples: a snapshot is made of a GPU acted on
         facts = gpu_line_facts(line, reading(line[1], line[2]))
         decision = acted_on(Subject.GPU, facts)
         if decision is not None:
@@ -107,6 +115,13 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     run.report.decided, run.report.evaluated = decisions.answered + decisions.asked, decisions.asked
     decisions.close()
     return run.report
+
+
+def _giving_way(subjects: Sequence[_T]) -> Iterator[_T]:
+    """`subjects` in order; before each _CHUNK of them, the pushes being served go first."""
+    for start in range(0, len(subjects), _CHUNK):
+        foreground.give_way()
+        yield from subjects[start : start + _CHUNK]
 
 
 # ---- acting on a lease ------------------------------------------------------------------

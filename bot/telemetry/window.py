@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+from bot.foreground import give_way
 from bot.telemetry.model import ProcessInfo, Sample
 from storage.tables import GpuMinuteRow
 
@@ -25,7 +26,7 @@ _MINUTE = timedelta(minutes=1)
 _CHECK_AFTER = 5  # intervals: below this a single late sample would decide the coverage
 # GPUs read in one hold of the lock by the passes over the whole fleet (the sweep's readings,
 # the poll's rollups): a push arriving meanwhile waits for one chunk, never for 100,000 GPUs.
-_CHUNK = 2_000
+_CHUNK = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,17 +161,23 @@ class TelemetryWindow:
 
     def gpu(self, node: str, index: int, now: datetime) -> GpuReading:
         with self._lock:
-            return self._reading(self._gpus.get((node, index)), _aware(now))
+            state = _state(self._gpus.get((node, index)))
+        return self._reading(state, _aware(now))
 
     def readings(self, now: datetime) -> dict[tuple[str, int], GpuReading]:
         """Every GPU ever observed, by (node, index). Each reading is whole, and pushes may be
         taken between one chunk of GPUs and the next, as they may after the last."""
         at = _aware(now)
         out: dict[tuple[str, int], GpuReading] = {}
+        gpus, reading = self._gpus, self._reading
         for keys in self._chunks():
+            # Only the fields are copied under the lock; the readings are made after it, so
+            # a push never waits for a reading to be built (nor for a pass the interpreter
+            # took the lock from while it held the window's).
             with self._lock:
-                for key in keys:
-                    out[key] = self._reading(self._gpus[key], at)
+                states = [_state(gpus[key]) for key in keys]
+            for key, state in zip(keys, states, strict=True):
+                out[key] = reading(state, at)
         return out
 
     def latest(self) -> dict[tuple[str, int], Sample]:
@@ -194,10 +201,12 @@ class TelemetryWindow:
         return [_row(node, index, minute, tally) for (node, index), minute, tally in taken]
 
     def _chunks(self) -> Iterator[list[tuple[str, int]]]:
-        """Every GPU's key, _CHUNK at a time (GPUs are only ever added)."""
+        """Every GPU's key, _CHUNK at a time (GPUs are only ever added); between chunks the
+        requests being served go first (bot.foreground)."""
         with self._lock:
             keys = list(self._gpus)
         for start in range(0, len(keys), _CHUNK):
+            give_way()
             yield keys[start : start + _CHUNK]
 
     # ---- internals (called with the lock held) ----------------------------------------
@@ -258,23 +267,25 @@ class TelemetryWindow:
             for stale in [m for m in gpu.minutes if m < oldest]:
                 del gpu.minutes[stale]
 
-    def _reading(self, gpu: _Gpu | None, now: datetime) -> GpuReading:
-        last = gpu.last if gpu is not None else None
-        if gpu is None or last is None:
+    def _reading(self, state: _State | None, now: datetime) -> GpuReading:
+        """A GPU's reading from its `_state` (made with or without the lock: its fields are
+        replaced, never changed in place)."""
+        if state is None:
             return GpuReading(False, True, True, "unknown", None, None, (), timedelta(0), None)
+        last, stretch_start, numbers_elsewhere, agent_processes, agent_at = state
         age = now - last.taken_at
         # A sample from further ahead than stale_after is a broken clock, not news.
         fresh = last.error is None and abs(age) <= self.stale_after
         idle_for = timedelta(0)
-        if fresh and gpu.stretch_start is not None:
-            idle_for = last.taken_at - gpu.stretch_start
+        if fresh and stretch_start is not None:
+            idle_for = last.taken_at - stretch_start
         ok = last.error is None
         processes = last.processes
         processes_at: datetime | None = last.taken_at
-        if gpu.numbers_elsewhere:
-            seen = gpu.processes_at
+        if numbers_elsewhere:
+            seen = agent_at
             told = seen is not None and abs(now - seen) <= self.stale_after
-            processes, processes_at = (gpu.processes if told else ()), seen
+            processes, processes_at = (agent_processes if told else ()), seen
         return GpuReading(
             fresh=fresh,
             unknown=not fresh,
@@ -288,6 +299,19 @@ class TelemetryWindow:
             memory_total_mib=last.memory_total_mib or None,
             processes_at=processes_at,
         )
+
+
+# What a reading is made of: the newest sample, the idle stretch's start, whether the numbers
+# come from elsewhere (hybrid), and the agent's processes with their time.
+_State = tuple[Sample, datetime | None, bool, tuple[ProcessInfo, ...], datetime | None]
+
+
+def _state(gpu: _Gpu | None) -> _State | None:
+    """The fields of `gpu` a reading is made of (taken with the lock held); None when it has
+    no sample yet."""
+    if gpu is None or gpu.last is None:
+        return None
+    return gpu.last, gpu.stretch_start, gpu.numbers_elsewhere, gpu.processes, gpu.processes_at
 
 
 def _row(node: str, index: int, minute: datetime, tally: _Minute) -> GpuMinuteRow:

@@ -505,6 +505,8 @@ class Ingested:
     cpu_s: float = math.nan  # the serving process's CPU time over the run
     how: str = "handler"  # handler, http, or http + sweeps
     sweeps: int = 0  # sweeps run meanwhile
+    sweep_s: list[tuple[float, float]] = field(default_factory=list)  # each one's (wall, CPU)
+    sweep_alone_s: tuple[float, float] = (math.nan, math.nan)  # one just before, no pushes
     full_gc_s: list[float] = field(default_factory=list)  # each full collection's pause
 
     def quantile(self, q: float) -> float:
@@ -628,20 +630,23 @@ def bench_ingest_http(f: Fleet, seconds: float, *, sweeping: bool = False) -> In
     rate = len(f.nodes) / PUSH_EVERY_S
     count = max(1, round(rate * seconds))
     stop = threading.Event()
-    sweeps = 0
+    sweeps: list[tuple[float, float]] = []
+    alone = (math.nan, math.nan)
 
     def sweep_on() -> None:
-        nonlocal sweeps
         while not stop.is_set():
+            wall, cpu = time.perf_counter(), time.thread_time()
             f.services.sweep(f.telemetry)
-            sweeps += 1
+            sweeps.append((time.perf_counter() - wall, time.thread_time() - cpu))
 
     sweeper = threading.Thread(target=sweep_on, name="bench-sweep", daemon=True)
     if sweeping:  # the steady state, as serve's sweep finds it minute after minute
         with f.services.db.unit():
             f.services.sweep(f.telemetry)
         deliver_all(f.services.db)
+        alone = (time.perf_counter(), time.thread_time())
         f.services.sweep(f.telemetry)
+        alone = (time.perf_counter() - alone[0], time.thread_time() - alone[1])
     try:
         with (
             full_collections() as pauses,
@@ -668,7 +673,9 @@ def bench_ingest_http(f: Fleet, seconds: float, *, sweeping: bool = False) -> In
         sorted(latencies),
         cpu,
         how=how,
-        sweeps=sweeps,
+        sweeps=len(sweeps),
+        sweep_s=sweeps,
+        sweep_alone_s=alone,
         full_gc_s=pauses,
     )
 
@@ -1084,6 +1091,14 @@ def print_ingest(kind: str, gpus: int, runs: list[Ingested]) -> None:
             f"{r.cpu_s / r.offered * 1000:>12.2f}{r.sweeps:>7}{len(r.full_gc_s):>9}"
             f"{max(r.full_gc_s, default=0.0) * 1000:>12.0f}"
         )
+    for r in runs:
+        if r.sweep_s:
+            walls, cpus = zip(*r.sweep_s, strict=True)
+            print(
+                f"    the sweeps meanwhile: median {statistics.median(walls):.2f} s wall, "
+                f"{statistics.median(cpus):.2f} s CPU (their thread), {r.sweeps} in all; "
+                f"one alone before: {r.sweep_alone_s[0]:.2f} s wall, {r.sweep_alone_s[1]:.2f} s CPU"
+            )
     print(header())
     for r in runs:
         what = f"{kind}: {r.how}, p99 at {r.rate:.0f} pushes/s"
