@@ -6,20 +6,25 @@ its nonce, to answer), and each time it waits for the interpreter to take the lo
 sweep: up to a switch interval (5 ms) per hand-over, and the sweep takes it back as soon as the
 push waits on the database. At hundreds of pushes a second they fell seconds behind.
 
-The HTTP front marks each push `serving()` from its arrival to its answer. A pass calls
-`give_way()` between chunks of its work: while a request is being served it waits, without the
-lock, until none is (at most `GIVE_WAY_S` at a time, so the pass always moves on). A pass runs
-`in_background()`, which shortens the switch interval meanwhile, so a request that arrives in
-the middle of a chunk gets the lock in a fraction of a millisecond. The pass's own work is the
-same; only its wall time stretches by the time it left to the requests.
+The HTTP front marks each push `serving()` while its handler runs (not while its body is
+still arriving: a sender that stalls mid-body holds nothing up). A pass runs `in_background()`,
+which shortens the switch interval meanwhile, so a request that arrives in the middle of a
+chunk gets the lock in a fraction of a millisecond; between chunks the pass calls `give_way()`:
+while a request is being served it waits, without the lock, until none is (at most `GIVE_WAY_S`
+at a time). A pass never waits longer in all than it has worked, so under any stream of
+requests it finishes in at most about twice its own time. `give_way()` outside a pass (on a
+thread not `in_background()`) returns at once. The pass's own work is the same; only its wall
+time stretches by the time it left to the requests.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 GIVE_WAY_S = 0.02  # the longest one give_way() waits for the requests in flight
 SWITCH_S = 0.0001  # the switch interval while a pass runs (CPython's default is 0.005)
@@ -30,6 +35,15 @@ _idle = threading.Event()  # set while none is
 _idle.set()
 _passes = 0  # passes in_background() now
 _switch_before: float | None = None
+
+
+@dataclass
+class _Pass:
+    started: float  # perf_counter() at its start
+    waited: float = 0.0  # seconds given way so far
+
+
+_here = threading.local()  # .run: the _Pass this thread runs, if any
 
 
 @contextmanager
@@ -50,23 +64,39 @@ def serving() -> Iterator[None]:
 
 def give_way(most_s: float = GIVE_WAY_S) -> None:
     """Between chunks of a pass: let the requests being served finish first, for at most
-    `most_s`; returns at once when there are none."""
-    if not _idle.is_set():
-        _idle.wait(most_s)
+    `most_s`, and in all no longer than the pass has worked (its first wait excepted); returns
+    at once when none is served, or when this thread runs no pass."""
+    run: _Pass | None = getattr(_here, "run", None)
+    if run is None or _idle.is_set():
+        return
+    if run.waited:
+        worked = time.perf_counter() - run.started - run.waited
+        most_s = min(most_s, worked - run.waited)
+        if most_s <= 0:
+            return
+    started = time.perf_counter()
+    _idle.wait(most_s)
+    run.waited += time.perf_counter() - started
 
 
 @contextmanager
 def in_background() -> Iterator[None]:
-    """Run a pass with the short switch interval (restored when the last pass ends)."""
+    """Run a pass on this thread: it gives way to requests being served (`give_way`), with the
+    short switch interval (restored when the last pass of the process ends)."""
     global _passes, _switch_before  # noqa: PLW0603 - the switch interval is per process too
     with _lock:
         if not _passes:
             _switch_before = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_S, _switch_before))
         _passes += 1
+    outer = getattr(_here, "run", None) is None
+    if outer:
+        _here.run = _Pass(time.perf_counter())
     try:
         yield
     finally:
+        if outer:
+            _here.run = None
         with _lock:
             _passes -= 1
             if not _passes and _switch_before is not None:

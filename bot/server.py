@@ -207,13 +207,6 @@ class SlackAsgi:
     async def _agent(
         self, scope: Scope, receive: Receive, send: Send, handle: AgentHandler
     ) -> None:
-        # The passes over the fleet (the sweep) give way while an agent's request is served.
-        with foreground.serving():
-            await self._agent_served(scope, receive, send, handle)
-
-    async def _agent_served(
-        self, scope: Scope, receive: Receive, send: Send, handle: AgentHandler
-    ) -> None:
         headers = _single_headers(scope)
         body = await _body(receive, headers)
         if body is None:
@@ -233,7 +226,10 @@ class SlackAsgi:
                 return
         try:
             loop = asyncio.get_running_loop()
-            status, message = await loop.run_in_executor(self._agents, handle, headers, body)
+            # The passes over the fleet (the sweep) give way while the push is handled.
+            status, message = await loop.run_in_executor(
+                self._agents, _served, handle, headers, body
+            )
         except Exception:  # the ingest answers every refusal itself; this is a bug, said once
             log.exception("an agent request failed")
             status, message = 400, "malformed request"
@@ -264,6 +260,12 @@ def _headers(scope: Scope) -> dict[str, str | Sequence[str]]:
     for raw_name, raw_value in scope.get("headers", []):
         out.setdefault(raw_name.decode("latin-1").lower(), []).append(raw_value.decode("latin-1"))
     return dict(out)
+
+
+def _served(handle: AgentHandler, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+    """`handle` an agent's request, marked as served while it runs (bot.foreground)."""
+    with foreground.serving():
+        return handle(headers, body)
 
 
 def _single_headers(scope: Scope) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -37,7 +38,8 @@ def test_give_way_waits_until_the_request_is_answered() -> None:
     assert entered.wait(5.0)
     threading.Timer(0.05, leave.set).start()
     started = time.perf_counter()
-    foreground.give_way(10.0)
+    with foreground.in_background():
+        foreground.give_way(10.0)
     waited = time.perf_counter() - started
     serving.join()
     assert 0.04 < waited < 5.0
@@ -45,7 +47,7 @@ def test_give_way_waits_until_the_request_is_answered() -> None:
 
 def test_give_way_waits_no_longer_than_asked() -> None:
     """A request that never ends cannot stop a pass: it moves on after `most_s`."""
-    with foreground.serving():
+    with foreground.serving(), foreground.in_background():
         started = time.perf_counter()
         foreground.give_way(0.05)
         waited = time.perf_counter() - started
@@ -54,15 +56,40 @@ def test_give_way_waits_no_longer_than_asked() -> None:
 
 def test_served_requests_are_counted_across_threads() -> None:
     """The pass waits while any request is served, until the last one is answered."""
-    with foreground.serving():
+    with foreground.in_background():
         with foreground.serving():
+            with foreground.serving():
+                pass
+            started = time.perf_counter()
+            foreground.give_way(0.05)
+            assert time.perf_counter() - started >= 0.04
+        started = time.perf_counter()
+        foreground.give_way(5.0)
+        assert time.perf_counter() - started < 1.0
+
+
+def test_give_way_outside_a_pass_returns_at_once() -> None:
+    """Only a pass gives way: a thread running none (a page, a command) is never held up."""
+    with foreground.serving():
+        started = time.perf_counter()
+        foreground.give_way(5.0)
+        assert time.perf_counter() - started < 1.0
+
+
+def test_a_pass_waits_no_longer_in_all_than_it_has_worked() -> None:
+    """Requests that never stop coming cannot stall a pass: after its first wait, it gives
+    way at most as long as it has worked, so it ends within about twice its own time."""
+    with foreground.serving(), foreground.in_background():
+        started = time.perf_counter()
+        foreground.give_way(0.2)  # the first wait: the whole allowance
+        assert time.perf_counter() - started >= 0.19
+        busy = time.perf_counter()
+        while time.perf_counter() - busy < 0.05:  # 50 ms of work
             pass
         started = time.perf_counter()
-        foreground.give_way(0.05)
-        assert time.perf_counter() - started >= 0.04
-    started = time.perf_counter()
-    foreground.give_way(5.0)
-    assert time.perf_counter() - started < 1.0
+        for _ in range(100):
+            foreground.give_way(0.2)
+        assert time.perf_counter() - started < 0.15  # not 100 x 0.2 s
 
 
 def test_a_pass_shortens_the_switch_interval_until_the_last_one_ends() -> None:
@@ -118,15 +145,39 @@ def test_the_front_serves_an_agent_push_before_a_pass() -> None:
     try:
         sender.start()
         assert ingest.entered.wait(5.0)
-        started = time.perf_counter()
-        foreground.give_way(0.05)
-        assert time.perf_counter() - started >= 0.04
-        ingest.leave.set()
-        sender.join(10.0)
-        assert answers == [200]
-        started = time.perf_counter()
-        foreground.give_way(5.0)
-        assert time.perf_counter() - started < 1.0
+        with foreground.in_background():
+            started = time.perf_counter()
+            foreground.give_way(0.05)
+            assert time.perf_counter() - started >= 0.04
+            ingest.leave.set()
+            sender.join(10.0)
+            assert answers == [200]
+            started = time.perf_counter()
+            foreground.give_way(5.0)
+            assert time.perf_counter() - started < 1.0
     finally:
+        ingest.leave.set()
+        http.stop()
+
+
+def test_a_push_whose_body_stalls_holds_no_pass_up() -> None:
+    """A sender that stops mid-body is not being served: a pass does not wait on it."""
+    ingest = _HeldIngest()
+    app = App(signing_secret="front", token="xoxb-front", token_verification_enabled=False)
+    http = Background(SlackAsgi(app, lambda: {"ok": True}, ingest=cast(Any, ingest)))
+    host, port = http.url.removeprefix("http://").split(":")
+    stalled = socket.create_connection((host, int(port)), timeout=10)
+    try:
+        stalled.sendall(
+            f"POST {AGENT_PATH} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000\r\n\r\n{{".encode()
+        )
+        time.sleep(0.2)  # the front has the head and one byte of the body
+        with foreground.in_background():
+            started = time.perf_counter()
+            foreground.give_way(2.0)
+            assert time.perf_counter() - started < 1.0
+        assert not ingest.entered.is_set()
+    finally:
+        stalled.close()
         ingest.leave.set()
         http.stop()
