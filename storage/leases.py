@@ -305,7 +305,7 @@ def pool_leases(
         if teams:
             alternatives.append(col(LeaseRow.team).in_(sorted(teams)))
         if some_ids := sorted({*ids, *(i for i in recalled if i is not None)}):
-            alternatives.append(col(LeaseRow.id).in_(some_ids))
+            alternatives.append(_among(db, col(LeaseRow.id), some_ids))
         if ending is not None:
             after, until = ending
             expiring = (col(LeaseRow.expires_at) > after, col(LeaseRow.expires_at) <= until)
@@ -408,9 +408,10 @@ def ends_by_expiry(
     if after is not None:
         at, last = after
         stmt = stmt.where(expires >= at, sa.or_(expires > at, lease > last))
+    db = flushed(session)
     if besides:
-        stmt = stmt.where(lease.not_in(sorted(besides)))
-    rows = flushed(session).execute(stmt).all()
+        stmt = stmt.where(sa.not_(_among(db, lease, sorted(besides))))
+    rows = db.execute(stmt).all()
     return [(int(usable or 0), _utc(at), int(i or 0)) for at, usable, i in rows]
 
 
@@ -661,6 +662,19 @@ def _marks(value: Any) -> Marks:
     if isinstance(value, str):
         value = json.loads(value)
     return Marks.of(value if isinstance(value, Mapping) else None)
+
+
+def _among(db: Connection, column: Any, ids: list[int]) -> sa.ColumnElement[bool]:
+    """`column` is one of `ids`, however many: one array on PostgreSQL (a list of thousands of
+    parameters takes longer to plan than to run), and on SQLite a list up to _IN_CHUNK, beyond
+    it one JSON parameter (SQLite takes at most 32,766 parameters in a statement)."""
+    if db.dialect.name == "postgresql":
+        array = sa.bindparam(None, ids, type_=postgresql.ARRAY(sa.Integer))
+        return column == sa.any_(array)  # type: ignore[no-any-return]
+    if len(ids) <= _IN_CHUNK:
+        return column.in_(ids)  # type: ignore[no-any-return]
+    every = sa.func.json_each(sa.bindparam(None, json.dumps(ids))).table_valued("value")
+    return column.in_(sa.select(every.c.value))  # type: ignore[no-any-return]
 
 
 def _outbox_states(db: Connection, ids: list[int]) -> Iterable[Any]:

@@ -164,6 +164,7 @@ class Ends:
         self.free = free_count(session, pool)
         self._read: list[Ending] = []
         self._last: tuple[datetime, int] | None = None  # the expiry and id read last
+        self._seen: set[int] = set()  # the ids read
         self._done = False
 
     def ordered(self) -> Iterator[Ending]:
@@ -189,7 +190,10 @@ class Ends:
             after=self._last,
             limit=limit,
         )
-        self._read += [Ending(usable, at) for usable, at, _ in rows]
+        # A lease read already and extended since (PostgreSQL reads each chunk anew) comes
+        # again further on: it counts once, as first read.
+        self._read += [Ending(usable, at) for usable, at, i in rows if i not in self._seen]
+        self._seen.update(i for _, _, i in rows)
         if rows:
             self._last = (rows[-1][1], rows[-1][2])
         self._done = len(rows) < limit

@@ -139,3 +139,25 @@ def test_a_lease_ended_between_two_chunks_of_ends_moves_none_of_the_others(
     assert first == whole[:3]
     assert whole[3:] == rest
     assert len(whole) > 6
+
+
+def test_a_lease_extended_between_two_chunks_of_ends_counts_once(
+    full_pool: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease of the first chunk extended before the next one is read (PostgreSQL reads each
+    chunk anew) comes again further on: the timeline counts it once, where it was first read."""
+    monkeypatch.setattr(queueing.Ends, "FIRST", 3)
+    ctx = full_pool.ctx
+    with ctx.db.write() as session:
+        ends = queueing.Ends(ctx, session, "l40s", NOW)
+        whole = leases.ends_by_expiry(
+            session, "l40s", upto=leases.last_id(session), besides=ends._besides, limit=10**6
+        )
+        others = ends._others()
+        first = [next(others) for _ in range(3)]
+        extended = leases.get(session, whole[0][2])
+        assert extended is not None
+        extended.expires_at = NOW + timedelta(days=30)
+        session.add(extended)
+        read = first + list(others)
+    assert [(e.gpus, e.at) for e in read] == [(usable, at) for usable, at, _ in whole]

@@ -272,3 +272,17 @@ def test_a_pools_ends_are_its_leases_usable_gpus_and_expiries(database: Database
     assert ids[0] == recalled[0].id
     expected = sorted((lease.expires_at, lease.id, lease.usable) for lease in whole[1:])
     assert [(usable, at, i) for at, i, usable in expected] == others
+
+
+def test_a_pools_leases_named_by_thousands_of_ids(database: Database) -> None:
+    """Recall names the leases holding borrowed GPUs, one id each, and the timeline leaves out
+    those being recalled: thousands of ids (beyond SQLite's 32,766 parameters) read as a few."""
+    with database.write() as session:
+        ids = a_pool_to_recall_from(session)
+    many = [*range(10**6, 10**6 + 40_000), ids[2]]  # ids no lease has, and one that has
+    with database.read() as session:
+        named = leases.pool_leases(session, "a100", teams=[], ids=many)
+        upto = leases.last_id(session)
+        left = leases.ends_by_expiry(session, "a100", upto=upto, besides=[*many, ids[0]], limit=9)
+    assert [ids[0], ids[2]] == [lease.id for lease in named]  # and the one being recalled
+    assert [ids[1], ids[3], ids[4]] == sorted(i for _, _, i in left)
