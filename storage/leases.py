@@ -21,6 +21,7 @@ from rules.lease_facts import LeaseSnapshot, Warned
 from rules.marks import RECALL, Marks
 from storage import outbox
 from storage.db import lock_for_update
+from storage.decay import decayed_use_sqlite
 from storage.tables import RECALLED_WHERE, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
 
 #: A lease GPU held now, written as ix_lease_gpu_active's own condition (`WHERE active`):
@@ -131,8 +132,12 @@ def decayed_use(
     clipped at `now`; `rate_per_hour` is ln 2 over the half-life in hours) with ages in whole
     microseconds divided as Python divides two timedeltas, and the terms are added here per team
     in the same order, so no timestamp is converted in Python. Teams with no such lease are left
-    out."""
+    out. On SQLite the terms are computed in Python from the leases' times as lists
+    (`storage.decay`): SQLite's exp() is Python's, and turning each stored text into
+    microseconds cost it more than all the rest of the sum."""
     dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        return decayed_use_sqlite(session, pool, since, now, rate_per_hour)
     here = col(LeaseRow.pool) == pool
     held: tuple[sa.Label[Any], ...] = (
         col(LeaseRow.id).label("id"),

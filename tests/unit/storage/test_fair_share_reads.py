@@ -7,7 +7,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from rules.domain import LeaseState
 from rules.fairshare import decay_rate, decayed_usage
@@ -110,3 +110,49 @@ def test_a_lease_thousands_of_half_lives_old_counts_as_the_rules_count_it(
         summed = leases.decayed_use(session, "a100", since, NOW, decay_rate(half_life))
     assert expected == pytest.approx(summed, rel=1e-12)
     assert summed["vision"] > 0
+
+
+def test_usage_read_again_after_each_change_is_the_rules_usage(database: Database) -> None:
+    """Read after read, while leases end, shrink, start and fall out of the window, and while
+    the clock goes back before the latest grant, each read is what the rules compute afresh
+    (SQLite keeps what it parsed of a team's leases only while their text stays the same)."""
+    week = timedelta(days=7)
+    rng = random.Random(7)
+
+    def check(session: Session, now: datetime) -> None:
+        since = now - 6 * week
+        for pool in ("a100", "l40s"):
+            expected = decayed_usage(leases.held_since(session, pool, since), now, week)
+            summed = leases.decayed_use(session, pool, since, now, decay_rate(week))
+            assert list(expected.items()) == list(summed.items())
+
+    with database.write() as session:
+        a_history(session, rng, 300)
+        check(session, NOW)
+        check(session, NOW)
+        running = session.exec(
+            select(LeaseRow).where(LeaseRow.state == LeaseState.ACTIVE).order_by(col(LeaseRow.id))
+        ).all()
+        ending, shrinking = running[0], running[1]
+        ending.state, ending.ended_at = LeaseState.RELEASED, NOW - timedelta(minutes=3)
+        shrinking.gpus = max(1, shrinking.gpus - 1) if shrinking.gpus > 1 else 5
+        session.add_all([ending, shrinking])
+        session.flush()
+        check(session, NOW)
+        session.add(
+            LeaseRow(
+                holder="U1",
+                team="robotics",
+                pool="l40s",
+                gpus=3,
+                state=LeaseState.ACTIVE,
+                granted_at=NOW - timedelta(seconds=1, microseconds=1),
+                expires_at=NOW + timedelta(hours=2),
+            )
+        )
+        session.flush()
+        check(session, NOW)
+        check(session, NOW + 4 * week)  # the oldest ends leave the window
+        check(session, NOW - timedelta(days=2))  # before some grants and ends
+    with database.read() as session:
+        check(session, NOW + timedelta(microseconds=1))
