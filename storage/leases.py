@@ -126,25 +126,24 @@ def held_since(session: Session, pool: str, since: datetime) -> list[Interval]:
 def decayed_use(
     session: Session, pool: str, since: datetime, now: datetime, rate_per_hour: float
 ) -> dict[str, float]:
-    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)` (to the
-    last bit where the database's exp() is Python's, as on SQLite): the database computes each
+    """What `rules.fairshare.decayed_usage` makes of `held_since(session, pool, since)`: each
     lease's term (its GPUs times the integral of 2 ** (-age / half-life) over its time held,
     clipped at `now`; `rate_per_hour` is ln 2 over the half-life in hours) with ages in whole
-    microseconds divided as Python divides two timedeltas, and the terms are added here per team
-    in the same order, so no timestamp is converted in Python. Teams with no such lease are left
-    out. On SQLite the terms are computed in Python from the leases' times as lists
-    (`storage.decay`): SQLite's exp() is Python's, and turning each stored text into
-    microseconds cost it more than all the rest of the sum."""
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
+    microseconds divided as Python divides two timedeltas, added per team in the same order.
+    Teams with no such lease are left out. On SQLite, to the bit: `storage.decay` reads the
+    leases as one list of numbers and times per team (turning each stored text into
+    microseconds cost SQLite more than all the rest) and computes the terms in Python. On
+    PostgreSQL the database computes each term, to the last bit where its exp() is Python's,
+    and they are added here, so no timestamp is converted in Python."""
+    if session.get_bind().dialect.name == "sqlite":
         return decayed_use_sqlite(session, pool, since, now, rate_per_hour)
     here = col(LeaseRow.pool) == pool
     held: tuple[sa.Label[Any], ...] = (
         col(LeaseRow.id).label("id"),
         col(LeaseRow.team).label("team"),
         col(LeaseRow.gpus).label("gpus"),
-        _micros(col(LeaseRow.granted_at), dialect).label("granted"),
-        _micros(col(LeaseRow.ended_at), dialect).label("ended"),
+        _micros(col(LeaseRow.granted_at)).label("granted"),
+        _micros(col(LeaseRow.ended_at)).label("ended"),
     )
     # Two seeks of ix_lease_pool_state_ended: the pool's active leases, and those of every
     # other state that ended since `since` (the same leases as `held_since`, none twice).
@@ -162,9 +161,7 @@ def decayed_use(
     older = sa.cast(at - start, sa.Float) / per_hour  # hours since the lease began
     newer = sa.cast(at - end, sa.Float) / per_hour  # hours since it ended (0: it runs on)
     fall = sa.literal(-rate_per_hour, sa.Float)
-    hours = (_exp(fall * newer, dialect) - _exp(fall * older, dialect)) / sa.literal(
-        rate_per_hour, sa.Float
-    )
+    hours = (_exp(fall * newer) - _exp(fall * older)) / sa.literal(rate_per_hour, sa.Float)
     # in `held_since`'s order, which `decayed_usage` adds them in
     stmt = sa.select(leases.c.team, leases.c.gpus * hours).order_by(leases.c.granted, leases.c.id)
     usage: dict[str, float] = {}
@@ -173,31 +170,21 @@ def decayed_use(
     return usage
 
 
-def _exp(power: Any, dialect: str) -> Any:
+def _exp(power: Any) -> Any:
     """exp() of a power no lower than -700: PostgreSQL raises on an underflow (a lease a
     thousand half-lives old) where Python gives 0. The terms differ by under 1e-304, which a
     lease of the window (ended within a few half-lives: exp() at least 1/64 beside it) absorbs
     exactly."""
-    floor = sa.literal(-700.0, sa.Float)
-    higher = sa.func.greatest if dialect == "postgresql" else sa.func.max
-    return sa.func.exp(higher(power, floor))
+    return sa.func.exp(sa.func.greatest(power, sa.literal(-700.0, sa.Float)))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def _micros(value: Any, dialect: str) -> Any:
+def _micros(value: Any) -> Any:
     """A stored timestamp as whole microseconds since the epoch (an integer: exact)."""
-    if dialect == "postgresql":
-        return sa.cast(sa.func.extract("epoch", value) * 1_000_000, sa.BigInteger)
-    # SQLite keeps `YYYY-MM-DD HH:MM:SS.ffffff`: whole seconds, then the six digits after them.
-    # The seconds are read without the fraction (which SQLite's clock would round to
-    # milliseconds) as a Julian day, whose float is off by far less than the half second
-    # that rounding takes away.
-    days = sa.func.julianday(sa.func.substr(value, 1, 19)) - sa.literal(2_440_587.5, sa.Float)
-    seconds = sa.cast(sa.func.round(days * sa.literal(86_400, sa.Integer)), sa.BigInteger)
-    return seconds * 1_000_000 + sa.cast(sa.func.substr(value, 21, 6), sa.BigInteger)
+    return sa.cast(sa.func.extract("epoch", value) * 1_000_000, sa.BigInteger)
 
 
 def lock_gpus(session: Session, gpu_ids: Iterable[int] | sa.Select[Any]) -> None:

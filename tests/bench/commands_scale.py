@@ -6,8 +6,8 @@ Each fleet (8 GPUs a node, GPUs 0-3 of every node in 1-GPU active leases: 1,250 
 One person of `vision`, who holds nothing else, then borrows, asks why, lists their leases and
 releases, through `bot.services.Services`; each command is timed (wall, and this process's
 CPU, which the budget mark reads: steadier on a shared machine), median of `RUNS` rounds,
-which alternate between the fleets (both open at once) so that a shared machine's drifting
-load weighs on both alike. With
+which alternate between the fleets (both open at once, each going first in every other round)
+so that a shared machine's drifting load weighs on both alike. With
 `--queue`, the l40s pool is full, in the same proportions at both sizes (vision and nlp just
 inside their nominal, platform borrowing beyond its own), and `QUEUED` borrows wait for it:
 the borrow waits too (and is cancelled), and a lease of l40s is released (the queue's head
@@ -259,8 +259,8 @@ def a_fleet(gpus: int, *, queue: bool) -> Iterator[tuple[Services, list[int]]]:
 
 def bench_fleets(*, queue: bool) -> list[dict[str, tuple[float, float]]]:
     """Each command's median wall and CPU seconds per fleet of FLEETS. Both fleets stay open
-    and the rounds alternate between them, so that a shared machine's drifting load weighs
-    on both alike."""
+    and the rounds alternate between them, each going first in every other round, so that a
+    shared machine's drifting load weighs on both alike."""
     times: list[dict[str, list[tuple[float, float]]]] = [{} for _ in FLEETS]
     with ExitStack() as stack:
         fleets = [stack.enter_context(a_fleet(n, queue=queue)) for n in FLEETS]
@@ -270,7 +270,8 @@ def bench_fleets(*, queue: bool) -> list[dict[str, tuple[float, float]]]:
         gc.freeze()
         try:
             for k in range(RUNS + 1):  # the first round warms caches up, and is dropped
-                for (services, held), spent in zip(fleets, times, strict=True):
+                turn = list(zip(fleets, times, strict=True))
+                for (services, held), spent in turn[:: -1 if k % 2 else 1]:
                     for command, s in one_round(services, held[k] if held else None).items():
                         spent.setdefault(command, []).append(s)
         finally:
