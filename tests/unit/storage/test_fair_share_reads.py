@@ -156,3 +156,46 @@ def test_usage_read_again_after_each_change_is_the_rules_usage(database: Databas
         check(session, NOW - timedelta(days=2))  # before some grants and ends
     with database.read() as session:
         check(session, NOW + timedelta(microseconds=1))
+
+
+class UndoneError(Exception):
+    """Raised to roll a transaction back."""
+
+
+def test_usage_after_a_rolled_back_end_is_the_rules_usage(database: Database) -> None:
+    """A lease ended in a transaction that is rolled back counts as running again at the
+    next read, however the read inside that transaction saw it."""
+    week = timedelta(days=7)
+    since = NOW - 6 * week
+
+    def read(session: Session) -> tuple[dict[str, float], dict[str, float]]:
+        expected = decayed_usage(leases.held_since(session, "l40s", since), NOW, week)
+        return expected, leases.decayed_use(session, "l40s", since, NOW, decay_rate(week))
+
+    with database.write() as session:
+        a_history(session, random.Random(3), 200)
+
+    def end_then_undo() -> int:
+        with database.write() as session:
+            lease = session.exec(
+                select(LeaseRow)
+                .where(LeaseRow.state == LeaseState.ACTIVE, LeaseRow.pool == "l40s")
+                .order_by(col(LeaseRow.id))
+            ).first()
+            assert lease is not None
+            lease.state, lease.ended_at = LeaseState.RELEASED, NOW - timedelta(days=1)
+            session.add(lease)
+            session.flush()
+            expected, summed = read(session)
+            assert expected == summed
+            raise UndoneError(lease.id)
+
+    with pytest.raises(UndoneError) as undone:
+        end_then_undo()
+    lease_id = undone.value.args[0]
+    with database.read() as session:
+        expected, summed = read(session)
+        assert expected == summed
+        lease = session.get(LeaseRow, lease_id)
+        assert lease is not None
+        assert lease.state == LeaseState.ACTIVE
