@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from storage.db import Database
 from tests.imports import imports_of, modules
-from tests.support import postgres
+from tests.support import policies, postgres
 
 # freezegun, on entering, reads every attribute of every loaded module to patch `datetime`;
 # the Kubernetes client's package builds its pydantic models lazily on such a read, which
@@ -23,6 +24,9 @@ from tests.support import postgres
 # pytest's own clock (`_pytest.timing`) is left alone too: patched, it timed a test from a
 # frozen instant to a real one and reported durations of decades.
 freezegun.configure(extend_ignore_list=["kubernetes", "_pytest.timing"])
+
+# The same rule files are parsed once per worker (tests/support/policies.py).
+policies.parse_once()
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +77,7 @@ def database(request: pytest.FixtureRequest) -> Iterator[Database]:
     """A fresh `Database` with every table created: in-memory SQLite, then PostgreSQL."""
     if request.param == "sqlite":
         db = Database("sqlite://")
-        db.create_all()
+        _copy_empty_schema(db)
         yield db
         db.dispose()
         return
@@ -81,6 +85,28 @@ def database(request: pytest.FixtureRequest) -> Iterator[Database]:
     db = server.database_with_schema()
     yield db
     db.dispose()
+
+
+@functools.cache
+def _empty_schema() -> sqlite3.Connection:
+    """An in-memory SQLite database with every table and no rows, built once per worker."""
+    template = Database("sqlite://")
+    template.create_all()
+    # The one connection of the template's StaticPool, kept open for the worker's life.
+    connection = template.engine.raw_connection().driver_connection
+    assert isinstance(connection, sqlite3.Connection)
+    return connection
+
+
+def _copy_empty_schema(db: Database) -> None:
+    """`db.create_all()` for an empty in-memory database, as a page copy of the built one
+    (~1 ms instead of ~35 ms under coverage)."""
+    raw = db.engine.raw_connection()
+    try:
+        assert isinstance(raw.driver_connection, sqlite3.Connection)
+        _empty_schema().backup(raw.driver_connection)
+    finally:
+        raw.close()
 
 
 @pytest.fixture(
