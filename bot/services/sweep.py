@@ -68,8 +68,9 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
 def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     now = ctx.now()
     with ctx.db.read() as session:
-        active, warned = leases.active_snapshots(session)
         gpus = gpu_lines(session)
+        # The leases' GPUs are those the GPU lines name as held: read once, not twice.
+        active, warned = leases.active_snapshots(session, gpus)
         paused = admin.is_paused(session, ctx)
         told = keyvalue.told_unreserved(session)
         waiting = pools_with_queue(session)
