@@ -654,12 +654,15 @@ def _lease_columns(dialect: str) -> tuple[Any, ...]:
     )
 
 
+_UTC_ZONE = "+00:00"
+
+
 def _utc(value: Any) -> datetime:
     """A timestamp as `UtcDateTime` reads it: SQLite gives the stored text (UTC, naive),
     PostgreSQL's driver a datetime with its zone."""
     if isinstance(value, str):
         try:  # the zone written into the text: several times faster than replace(tzinfo=)
-            return datetime.fromisoformat(value + "+00:00")
+            return datetime.fromisoformat(value + _UTC_ZONE)
         except ValueError:  # text with a zone of its own
             value = datetime.fromisoformat(value)
     assert isinstance(value, datetime), value
@@ -752,10 +755,15 @@ def active_snapshots(
             delivered[row_id] = None if delivered_at is None else _utc(delivered_at)
     snapshots, warned = [], {}
     no_warnings = Warned({})
+    utc_text = datetime.fromisoformat
     for row, marks, outboxes in zip(rows, marked, owed, strict=True):
         lease_id, holder, team, pool, count, priority, protected, granted, expires, _, snoozed = row
         assert lease_id is not None
         held = slots.get(lease_id)
+        try:  # `_utc` of the naive UTC text both engines give, inlined (50,000 leases a pass)
+            granted_at, expires_at = utc_text(granted + _UTC_ZONE), utc_text(expires + _UTC_ZONE)
+        except (TypeError, ValueError):
+            granted_at, expires_at = _utc(granted), _utc(expires)
         snapshots.append(
             LeaseSnapshot(
                 lease_id,
@@ -765,8 +773,8 @@ def active_snapshots(
                 count,
                 priority,
                 bool(protected),
-                _utc(granted),
-                _utc(expires),
+                granted_at,
+                expires_at,
                 marks,
                 None if snoozed is None else _utc(snoozed),
                 tuple(sorted(held)) if held else (),

@@ -91,7 +91,8 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
             else:  # all lease_steps gives a lease no rule matched
                 for step in forget_steps(lease, facts):
                     _forget(run, lease, step.why)
-            _narrow_idle(run, lease)
+            if lease.warnings.raw:  # unmarked (most leases): no partly-idle warning stands
+                _narrow_idle(run, lease)
 
     act(active, warned)
     # The GPUs told of as in unreserved use, by id: settled below once no longer in such use.
