@@ -93,6 +93,8 @@ def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(
         sent.state, sent.delivered_at = outbox.DELIVERED, delivered_at
         session.add(sent)
     with database.read() as session:
+        if database.dialect == "postgresql":  # times come out in UTC whatever the session's zone
+            session.connection().exec_driver_sql("SET LOCAL TIME ZONE 'America/New_York'")
         lines = sweep_reads.gpu_lines(session) if from_lines else None
         snapshots, warned = leases.active_snapshots(session, lines)
         assert leases.any_recalled(session, "a100")
@@ -101,6 +103,7 @@ def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(
     assert (("a100-node-01", 0), ("a100-node-01", 1)) == snapshot.slots
     assert {"expiry": delivered_at, "idle": None} == dict(warned[lease_id].delivered)
     assert UTC == warned[lease_id].delivered["expiry"].tzinfo  # type: ignore[union-attr]
+    assert (START, START + timedelta(hours=6)) == (snapshot.granted_at, snapshot.expires_at)
 
 
 def test_the_sweeps_snapshot_reads_each_lease_as_the_table_does(database: Database) -> None:
