@@ -668,11 +668,14 @@ def _utc(value: Any) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+_NO_MARKS = Marks()  # frozen, and its mapping never written to: one serves every unmarked lease
+
+
 def _marks(value: Any) -> Marks:
     """A lease's marks as `MarksJSON` reads them. Most active leases have none (`{}`), which
     needs no JSON decoding; PostgreSQL's driver gives the object decoded already."""
     if value == "{}":
-        return Marks()
+        return _NO_MARKS
     if isinstance(value, str):
         value = json.loads(value)
     return Marks.of(value if isinstance(value, Mapping) else None)
