@@ -68,8 +68,9 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
 def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     now = ctx.now()
     with ctx.db.read() as session:
-        active, warned = leases.active_snapshots(session)
         gpus = gpu_lines(session)
+        # The leases' GPUs are those the GPU lines name as held: read once, not twice.
+        active, warned = leases.active_snapshots(session, gpus)
         paused = admin.is_paused(session, ctx)
         told = keyvalue.told_unreserved(session)
         waiting = pools_with_queue(session)
@@ -90,7 +91,8 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
             else:  # all lease_steps gives a lease no rule matched
                 for step in forget_steps(lease, facts):
                     _forget(run, lease, step.why)
-            _narrow_idle(run, lease)
+            if lease.warnings.raw:  # unmarked (most leases): no partly-idle warning stands
+                _narrow_idle(run, lease)
 
     act(active, warned)
     # The GPUs told of as in unreserved use, by id: settled below once no longer in such use.

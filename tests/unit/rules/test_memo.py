@@ -110,6 +110,21 @@ def test_wrong_facts_are_refused_before_the_memo_answers() -> None:
         decisions.decide(Subject.GPU, {**a_gpu(), "gpu.index": "0"})
 
 
+def test_acted_on_answers_from_the_memo_across_subjects_and_refuses_wrong_facts() -> None:
+    """A sweep decides leases, then GPUs, then (after a recall) leases again: each subject's
+    memo answers its own, and facts the memo has not seen checked are refused."""
+    decisions = PassDecisions(lambda: (POLICY, DURABLE))
+    faulty = a_gpu(gpu__healthy=False, gpu__health="xid")
+    for subject, facts in [(Subject.LEASE, a_lease()), (Subject.GPU, faulty)] * 2:
+        expected = decide(POLICY, DURABLE, subject, facts)
+        assert (expected if expected.matches else None) == decisions.acted_on(subject, facts)
+    assert (2, 2) == (decisions.asked, decisions.answered)
+    with pytest.raises(FactError):
+        decisions.acted_on(Subject.GPU, {**faulty, "gpu.index": "0"})
+    with pytest.raises(FactError):
+        decisions.acted_on(Subject.GPU, {k: v for k, v in faulty.items() if k != "gpu.index"})
+
+
 def test_a_reload_within_a_pass_is_decided_by_the_new_revision() -> None:
     """The memo of the old revision answers nothing once the new one is in force."""
     live = LivePolicy(default_sources(), "reference")

@@ -10,7 +10,7 @@ from sqlmodel import Session, col
 
 from rules.fairshare import Interval
 from rules.marks import Marks
-from storage import leases, outbox
+from storage import leases, outbox, sweep_reads
 from storage.db import Database
 from storage.outbox import OutboxKind, Owed
 from storage.tables import GpuRow, NodeRow, PoolRow
@@ -69,8 +69,14 @@ def test_a_lease_locked_only_while_it_is_the_one_read(database: Database) -> Non
         assert leases.lock(session, 999) is None
 
 
-def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(database: Database) -> None:
-    """A warning counts as delivered only once its outbox row is."""
+@pytest.mark.parametrize("from_lines", [False, True], ids=["own read", "from the GPU lines"])
+def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(
+    database: Database, from_lines: bool
+) -> None:
+    """A warning counts as delivered only once its outbox row is, at the instant it was (to
+    the microsecond); the lease's GPUs are the same whether read on their own or taken from
+    the sweep's GPU lines."""
+    delivered_at = NOW + timedelta(microseconds=120_001)
     with database.write() as session:
         gpus = a_fleet(session)
         sent = outbox.owe(session, Owed(OutboxKind.LEASE_WARNING, "lease:1", "U1", {}), at=NOW)
@@ -84,15 +90,20 @@ def test_the_sweeps_snapshot_knows_which_warnings_were_delivered(database: Datab
             .with_recall(at=NOW, request=4, team="nlp", because="b")
         )
         lease_id = a_lease(session, at=START, gpu_ids=gpus[:2], marks=marks)
-        sent.state, sent.delivered_at = outbox.DELIVERED, NOW
+        sent.state, sent.delivered_at = outbox.DELIVERED, delivered_at
         session.add(sent)
     with database.read() as session:
-        snapshots, warned = leases.active_snapshots(session)
+        if database.dialect == "postgresql":  # times come out in UTC whatever the session's zone
+            session.connection().exec_driver_sql("SET LOCAL TIME ZONE 'America/New_York'")
+        lines = sweep_reads.gpu_lines(session) if from_lines else None
+        snapshots, warned = leases.active_snapshots(session, lines)
         assert leases.any_recalled(session, "a100")
     (snapshot,) = snapshots
     assert (lease_id, marks) == (snapshot.id, snapshot.warnings)
     assert (("a100-node-01", 0), ("a100-node-01", 1)) == snapshot.slots
-    assert {"expiry": NOW, "idle": None} == dict(warned[lease_id].delivered)
+    assert {"expiry": delivered_at, "idle": None} == dict(warned[lease_id].delivered)
+    assert UTC == warned[lease_id].delivered["expiry"].tzinfo  # type: ignore[union-attr]
+    assert (START, START + timedelta(hours=6)) == (snapshot.granted_at, snapshot.expires_at)
 
 
 def test_the_sweeps_snapshot_reads_each_lease_as_the_table_does(database: Database) -> None:
