@@ -5,7 +5,6 @@ SQLite (the embedded default) and PostgreSQL (production) are both first-class.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -163,9 +162,6 @@ class Database:
             # pysqlite's own transaction handling would issue a deferred BEGIN lazily;
             # take it over so `_on_begin` decides how each transaction starts.
             dbapi_connection.isolation_level = None
-            # SQL's exp() (fair share) exists only in SQLite builds with the math functions;
-            # Python's is always there, and gives the very figures the rules compute.
-            dbapi_connection.create_function("exp", 1, math.exp, deterministic=True)
             cursor = dbapi_connection.cursor()
             try:
                 cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")

@@ -66,6 +66,7 @@ def decayed_use_sqlite(
     for team, *lists in rows:
         texts.setdefault(team, []).append(tuple(lists))
     url = str(session.get_bind().engine.url)
+    _forget_others(url, pool, texts)
     held = [_held((url, pool, team), tuple(sorted(parts))) for team, parts in texts.items()]
     at = (now - _UTC_EPOCH) // _MICROSECOND
     usage: dict[str, float] = {}
@@ -105,6 +106,14 @@ _WINDOW = sa.union_all(
         col(LeaseRow.ended_at) >= sa.bindparam("since"),
     ),
 )
+
+
+def _forget_others(url: str, pool: str, teams: dict[str, Any]) -> None:
+    """Drop the lists kept for the pool's teams that no longer have a lease in the window."""
+    with _LOCK:
+        gone = [key for key in _SEEN if key[:2] == (url, pool) and key[2] not in teams]
+        for key in gone:
+            del _SEEN[key]
 
 
 def _held(key: tuple[str, str, str], text: tuple[Any, ...]) -> _Held:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,16 +77,6 @@ def test_a_sqlite_file_is_opened_in_wal_mode_with_foreign_keys(tmp_path: Path) -
     finally:
         database.dispose()
     assert ["wal", 1, 30_000, 1] == pragmas
-
-
-def test_every_sqlite_connection_has_exp_as_python_computes_it(tmp_path: Path) -> None:
-    """Fair share sums exp() in SQL: a SQLite built without its math functions has it too,
-    and an exponent far below the smallest double gives 0, not an error."""
-    db = Database(f"sqlite:///{tmp_path / 'exp.db'}")
-    with db.read() as session:
-        got = session.execute(sa.text("SELECT exp(-0.5), exp(-1000.0)")).one()
-    assert (math.exp(-0.5), 0.0) == tuple(got)
-    db.dispose()
 
 
 def test_concurrent_read_then_write_transactions_all_succeed_on_a_sqlite_file(

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlmodel import Session, col, select
 
 from rules.domain import LeaseState
 from rules.fairshare import decay_rate, decayed_usage
-from storage import leases
+from storage import decay, leases
 from storage.db import Database
 from storage.tables import LeaseRow
 
@@ -199,3 +200,27 @@ def test_usage_after_a_rolled_back_end_is_the_rules_usage(database: Database) ->
         lease = session.get(LeaseRow, lease_id)
         assert lease is not None
         assert lease.state == LeaseState.ACTIVE
+
+
+def test_sqlite_keeps_no_lists_of_teams_that_left_the_window(tmp_path: Path) -> None:
+    """What SQLite keeps of a pool's teams is dropped once a team has no lease in the window:
+    the kept lists stay as many as the teams using the pool now."""
+    database = Database(f"sqlite:///{tmp_path / 'window.db'}")
+    database.create_all()
+    week = timedelta(days=7)
+    url = str(database.engine.url)
+    try:
+        with database.write() as session:
+            a_history(session, random.Random(5), 120)
+            leases.decayed_use(session, "a100", NOW - 6 * week, NOW, decay_rate(week))
+            kept = {key[2] for key in decay._SEEN if key[:2] == (url, "a100")}
+            assert kept == set(TEAMS)
+            for lease in session.exec(select(LeaseRow).where(LeaseRow.team != "nlp")).all():
+                lease.pool = "l40s"
+                session.add(lease)
+            session.flush()
+            leases.decayed_use(session, "a100", NOW - 6 * week, NOW, decay_rate(week))
+            kept = {key[2] for key in decay._SEEN if key[:2] == (url, "a100")}
+            assert kept == {"nlp"}
+    finally:
+        database.dispose()
