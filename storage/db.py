@@ -243,15 +243,20 @@ class Database:
             hook(session)
 
     @contextmanager
-    def read(self) -> Iterator[Session]:
+    def read(self, *, snapshot: bool = False) -> Iterator[Session]:
         """A session for reads; whatever it did is rolled back when the block ends.
 
+        `snapshot`: every statement of the block sees the database as the first one saw it
+        (PostgreSQL's REPEATABLE READ; a SQLite read transaction always does), for reads that
+        must agree with each other, as the sweep's GPUs and the leases holding them.
         Inside a `unit()`, the unit's own session, so reads see what the unit wrote."""
         joined = self._joined()
         if joined is not None:
             yield joined
             return
         with self._turn(), Session(self.engine, expire_on_commit=False) as session:
+            if snapshot and self.dialect == "postgresql":
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
 
     @contextmanager

@@ -67,7 +67,9 @@ def sweep(ctx: Context, readings: Readings) -> SweepReport:
 
 def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     now = ctx.now()
-    with ctx.db.read() as session:
+    # One snapshot: a lease granted or ended between the GPU lines and the leases' read would
+    # otherwise be seen without the GPUs it holds.
+    with ctx.db.read(snapshot=True) as session:
         gpus = gpu_lines(session)
         # The leases' GPUs are those the GPU lines name as held: read once, not twice.
         active, warned = leases.active_snapshots(session, gpus)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -184,3 +185,31 @@ def test_a_brief_write_gives_up_while_another_process_holds_sqlite(tmp_path: Pat
     finally:
         other.close()
         database.dispose()
+
+
+def test_a_snapshot_read_sees_the_database_as_its_first_statement_saw_it(
+    shared_db: Database,
+) -> None:
+    """Reads that must agree (the sweep's GPUs and the leases holding them) do not see a write
+    committed between them; a plain read on PostgreSQL sees each write once it is committed."""
+
+    def count(session: Any) -> int:
+        return int(session.exec(select(func.count()).select_from(PoolRow)).one())
+
+    def add(name: str) -> None:
+        with shared_db.write() as session:
+            session.add(PoolRow(name=name))
+
+    with shared_db.read(snapshot=True) as session:
+        before = count(session)
+        with ThreadPoolExecutor(1) as other:
+            other.submit(add, "snap-a").result()
+        assert before == count(session)
+    with shared_db.read() as session:
+        assert before + 1 == count(session)
+    if shared_db.dialect == "postgresql":
+        with shared_db.read() as session:
+            count(session)
+            with ThreadPoolExecutor(1) as other:
+                other.submit(add, "snap-b").result()
+            assert before + 2 == count(session)
