@@ -77,6 +77,17 @@ class PostgresServer:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return name
 
+    def create_database_from(self, template: str) -> str:
+        """Create a new database as a copy of `template` (nobody may be connected to it)."""
+        self._count += 1
+        name = f"{self._prefix}_{self._count}"
+        statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template)
+        )
+        with self._admin() as admin:
+            admin.execute(statement)
+        return name
+
     def drop_database(self, name: str) -> None:
         statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         with self._admin() as admin:
