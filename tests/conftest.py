@@ -68,6 +68,15 @@ def postgres_url(postgres_server: postgres.PostgresServer) -> Iterator[str]:
     postgres_server.drop_database(name)
 
 
+@pytest.fixture
+def migrated_postgres_url(postgres_server: postgres.PostgresServer) -> Iterator[str]:
+    """The URL of a fresh PostgreSQL database at the head of the migrations, dropped after the
+    test: what a bot finds after any restart."""
+    name = postgres_server.migrated_database()
+    yield postgres_server.url_for(name)
+    postgres_server.drop_database(name)
+
+
 @pytest.fixture(
     params=[
         pytest.param("sqlite", id="sqlite"),
