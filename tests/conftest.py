@@ -15,6 +15,7 @@ import pytest
 from storage.db import Database
 from tests.imports import imports_of, modules
 from tests.support import policies, postgres
+from tests.support.copies import Built
 
 # freezegun, on entering, reads every attribute of every loaded module to patch `datetime`;
 # the Kubernetes client's package builds its pydantic models lazily on such a read, which
@@ -67,6 +68,15 @@ def postgres_url(postgres_server: postgres.PostgresServer) -> Iterator[str]:
     postgres_server.drop_database(name)
 
 
+@pytest.fixture
+def migrated_postgres_url(postgres_server: postgres.PostgresServer) -> Iterator[str]:
+    """The URL of a fresh PostgreSQL database at the head of the migrations, dropped after the
+    test: what a bot finds after any restart."""
+    name = postgres_server.migrated_database()
+    yield postgres_server.url_for(name)
+    postgres_server.drop_database(name)
+
+
 @pytest.fixture(
     params=[
         pytest.param("sqlite", id="sqlite"),
@@ -85,6 +95,25 @@ def database(request: pytest.FixtureRequest) -> Iterator[Database]:
     db = server.database_with_schema()
     yield db
     db.dispose()
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ],
+)
+def database_to_build(request: pytest.FixtureRequest) -> Iterator[Built]:
+    """An empty database with every table, in-memory SQLite then PostgreSQL, for a module to
+    build what its tests share once and hand each test a copy (`Built.copy`)."""
+    if request.param == "sqlite":
+        with Built.sqlite() as built:
+            yield built
+        return
+    server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+    with Built.postgres(server) as built:
+        yield built
 
 
 @functools.cache

@@ -30,7 +30,7 @@ NODE = "a100-node-01"
     ]
 )
 def settings(request: pytest.FixtureRequest, local: LocalSlack, tmp_path: Path) -> Settings:
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    url = request.getfixturevalue("migrated_postgres_url") if request.param == "postgres" else None
     return settings_for(local, tmp_path, url)
 
 

@@ -35,7 +35,11 @@ SCHEDULES = f"""
 )
 def database_url(request: pytest.FixtureRequest) -> str | None:
     """The bot's database: its SQLite file, then a PostgreSQL database."""
-    return str(request.getfixturevalue("postgres_url")) if request.param == "postgres" else None
+    return (
+        str(request.getfixturevalue("migrated_postgres_url"))
+        if request.param == "postgres"
+        else None
+    )
 
 
 def digest_settings(local: LocalSlack, tmp_path: Path, database_url: str | None) -> Settings:

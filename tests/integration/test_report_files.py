@@ -44,7 +44,7 @@ def bot(request: pytest.FixtureRequest, local: LocalSlack, tmp_path: Path) -> It
     """The bot on SQLite, then on PostgreSQL, with the local Slack API and team vision's
     hourly use: on 24 Nov (New York) Alice held 2 a100 GPUs ($2.40 an hour) for 5 hours at
     50 %, on 25 Nov Bob 1 l40s GPU ($1.10) for 4 hours at 100 %."""
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    url = request.getfixturevalue("migrated_postgres_url") if request.param == "postgres" else None
     assembled = assemble(settings_for(local, tmp_path, url))
     http = Background(SlackAsgi(assembled.app, assembled.health))
     slack = SlackDriver(local, HttpTransport(http.url + "/slack/events"), SECRET)

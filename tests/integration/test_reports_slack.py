@@ -75,7 +75,7 @@ def history() -> list[GpuHourRow]:
 )
 def bot(request: pytest.FixtureRequest, local: LocalSlack, tmp_path: Path) -> Iterator[Bot]:
     """The bot on the shipped rules at NOW, with the hourly history above."""
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    url = request.getfixturevalue("migrated_postgres_url") if request.param == "postgres" else None
     with freeze_time(NOW):
         served = assemble(settings_for(local, tmp_path, url))
         with served.services.db.write() as session:

@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 from sqlmodel import SQLModel
 
+from storage import migrate
 from storage.db import Database, normalise_url
 
 URL_ENV = "GPUBOT_TEST_POSTGRES_URL"
@@ -49,6 +50,7 @@ class PostgresServer:
         self._count = 0
         self._scratch: str | None = None
         self._schema: str | None = None  # the catalog's print right after the schema was built
+        self._migrated: str | None = None  # a database at the head of the migrations, to copy
 
     def stop(self) -> None:
         """Stop the server now (pg_ctl -m fast): connections are cut, new ones refused."""
@@ -76,6 +78,27 @@ class PostgresServer:
         with self._admin() as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return name
+
+    def create_database_from(self, template: str) -> str:
+        """Create a new database as a copy of `template` (nobody may be connected to it)."""
+        self._count += 1
+        name = f"{self._prefix}_{self._count}"
+        statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template)
+        )
+        with self._admin() as admin:
+            admin.execute(statement)
+        return name
+
+    def migrated_database(self) -> str:
+        """Create a new database at the head of the migrations and return its name: a copy of
+        one migrated once per run, as tests/support/sqlite.py does for SQLite files (the
+        migrations keep their own tests, from empty databases)."""
+        if self._migrated is None:
+            name = self.create_database()
+            migrate.upgrade(self.url_for(name))  # leaves no connection open: it can be copied
+            self._migrated = name
+        return self.create_database_from(self._migrated)
 
     def drop_database(self, name: str) -> None:
         statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
@@ -135,10 +158,14 @@ class PostgresServer:
         return True
 
     def drop_all(self) -> None:
-        """Drop what this run created on a server it does not own (the scratch database)."""
+        """Drop what this run created on a server it does not own (the scratch database and
+        the migrated one)."""
         if self._scratch is not None:
             self.drop_database(self._scratch)
             self._scratch = None
+        if self._migrated is not None:
+            self.drop_database(self._migrated)
+            self._migrated = None
 
 
 def _quoted(name: str) -> str:

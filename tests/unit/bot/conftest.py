@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -40,9 +42,40 @@ def clock() -> Clock:
     return Clock()
 
 
+@functools.cache
+def _opened(at: datetime) -> sqlite3.Connection:
+    """An in-memory database as the shipped rules open it at `at` (the inventory in step with
+    them), built once per worker and moment."""
+    template = Database("sqlite://")
+    template.create_all()
+    Services.open(template, default_sources(), clock=lambda: at).close()
+    # The one connection of the template's StaticPool, kept open for the worker's life.
+    connection = template.engine.raw_connection().driver_connection
+    assert isinstance(connection, sqlite3.Connection)
+    return connection
+
+
+def _open_from_copy(database: Database, at: datetime) -> None:
+    """On an in-memory database nothing was written to yet, what opening the shipped rules at
+    `at` writes, as a page copy of a database they opened (opening them again then finds the
+    inventory in step and writes nothing)."""
+    url = database.url
+    if url.get_backend_name() != "sqlite" or url.database not in (None, "", ":memory:"):
+        return
+    raw = database.engine.raw_connection()
+    try:
+        connection = raw.driver_connection
+        assert isinstance(connection, sqlite3.Connection)
+        if connection.total_changes == 0:
+            _opened(at).backup(connection)
+    finally:
+        raw.close()
+
+
 @pytest.fixture
 def services(database: Database, clock: Clock) -> Iterator[Services]:
     """The use cases on the shipped rules, on SQLite and on PostgreSQL."""
+    _open_from_copy(database, clock.now)
     svc = Services.open(database, default_sources(), clock=clock)
     yield svc
     svc.close()

@@ -4,16 +4,17 @@ the shipped alert rules and dashboard name only metrics that exist."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import sqlalchemy as sa
@@ -27,6 +28,7 @@ from bot.metrics import (
     DECISION_SECONDS,
     SETTLE,
     DatabaseCollector,
+    History,
     allowed,
     build_registry,
     scrape,
@@ -53,6 +55,8 @@ from storage.tables import (
     RequestRow,
     SettingRow,
 )
+from tests.builders import default_sources
+from tests.support.copies import Built
 from tests.unit.bot.conftest import ADA, ALICE, BOB, CAROL, ERIN, NADIA, VICTOR, Clock
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
@@ -119,17 +123,16 @@ def approved(services: Services, manager: str, request_id: int) -> SettleResult:
     return settled
 
 
-@pytest.fixture
-def watching(services: Services) -> CollectorRegistry:
-    """A registry scraped all along the timeline, taking every id in at once (no settling):
-    its counters are kept up to date range by range."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(services, settle=timedelta(0)))
-    return registry
+class Morning(NamedTuple):
+    """The timeline, built once per module and engine: its database, the clock at its end,
+    and what the collector scraped all along it holds."""
+
+    built: Built
+    now: datetime
+    history: History
 
 
-@pytest.fixture
-def timeline(services: Services, clock: Clock, watching: CollectorRegistry) -> Services:
+def the_morning(services: Services, clock: Clock, watching: CollectorRegistry) -> None:
     """A morning: grants within nominal, three asks, an expired lease reclaimed after its
     warning, a borrow beyond nominal, a queued request, a release, a drained node, a GPU in
     use without a lease, l40s telemetry two minutes old, and automation paused; `watching`
@@ -172,7 +175,45 @@ def timeline(services: Services, clock: Clock, watching: CollectorRegistry) -> S
     clock.advance(timedelta(minutes=2))
     assert isinstance(services.pause(ADA), str)
     clock.advance(timedelta(minutes=3))
-    return services
+
+
+def watched(services: Services) -> tuple[CollectorRegistry, DatabaseCollector]:
+    """A registry taking every id in at once (no settling), and its collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    collector = DatabaseCollector(services, settle=timedelta(0))
+    registry.register(collector)
+    return registry, collector
+
+
+@pytest.fixture(scope="module")
+def morning(database_to_build: Built) -> Morning:
+    clock = Clock()
+    services = Services.open(database_to_build.db, default_sources(), clock=clock)
+    registry, collector = watched(services)
+    the_morning(services, clock, registry)
+    services.close()
+    database_to_build.freeze()
+    return Morning(database_to_build, clock.now, collector.history)
+
+
+@pytest.fixture
+def timeline(morning: Morning, clock: Clock) -> Iterator[Services]:
+    """The morning on this test's own copy of its database, the clock at its end."""
+    clock.now = morning.now
+    with morning.built.copy() as database:
+        services = Services.open(database, default_sources(), clock=clock)
+        yield services
+        services.close()
+
+
+@pytest.fixture
+def watching(morning: Morning, timeline: Services) -> CollectorRegistry:
+    """A registry scraped all along the timeline, taking every id in at once (no settling):
+    its counters are kept up to date range by range (what it held at the morning's end)."""
+    registry, collector = watched(timeline)
+    collector.history.base = copy.deepcopy(morning.history.base)
+    collector.history.gpu_s_shown = dict(morning.history.gpu_s_shown)
+    return registry
 
 
 def test_counting_as_it_goes_equals_counting_at_once(
@@ -687,7 +728,7 @@ def exposed(timeline: Services) -> set[str]:
 
 
 # What deploy/ ships is read once; the database it is checked against does not change it.
-ON_SQLITE = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+ON_SQLITE = pytest.mark.parametrize("database_to_build", ["sqlite"], indirect=True)
 
 
 @ON_SQLITE

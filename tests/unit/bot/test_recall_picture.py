@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlmodel import Session
@@ -17,25 +17,42 @@ from bot.services.rule_files import read_rules_dir
 from rules.domain import LeaseState
 from rules.queueing import Ending, Slot, Timeline
 from storage import leases
-from storage.db import Database
 from tests.bench import commands_scale as scenario
 from tests.bench.sweep import NOW, insert_leases, plan_nodes, rules_dir
+from tests.support.copies import Built
 
 
-@pytest.fixture
-def full_pool(database: Database, tmp_path: Path) -> Services:
+@pytest.fixture(scope="module")
+def built_pool(
+    database_to_build: Built, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Built, dict[str, str]]:
     """The `commands_scale --queue` fleet at 200 GPUs: l40s full (platform beyond its nominal,
-    vision and nlp just inside theirs), its queue long, and recalls started for it."""
+    vision and nlp just inside theirs), its queue long, and recalls started for it; built
+    once per module and engine, with the rule files it was built under."""
     rng = random.Random(7)
     nodes = plan_nodes(200)
-    rules = rules_dir(tmp_path, nodes)
+    rules = rules_dir(tmp_path_factory.mktemp("recall_picture"), nodes)
     scenario.with_bench_user(rules)
-    services = Services.open(database, read_rules_dir(rules), clock=lambda: NOW)
+    sources = read_rules_dir(rules)
+    database = database_to_build.db
+    services = Services.open(database, sources, clock=lambda: NOW)
     insert_leases(database, nodes, rng)
     quotas = services.ctx.policy.pools["l40s"].quotas
     scenario.add_queue(database, rng, {team: quota.nominal for team, quota in quotas.items()})
     services.serve_queue(["l40s"])
-    return services
+    services.close()
+    database_to_build.freeze()
+    return database_to_build, sources
+
+
+@pytest.fixture
+def full_pool(built_pool: tuple[Built, dict[str, str]]) -> Iterator[Services]:
+    """The built pool, on this test's own copy of its database."""
+    built, sources = built_pool
+    with built.copy() as database:
+        services = Services.open(database, sources, clock=lambda: NOW)
+        yield services
+        services.close()
 
 
 def test_the_plan_from_the_touched_leases_is_the_plan_from_all(full_pool: Services) -> None:

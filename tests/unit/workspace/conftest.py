@@ -12,6 +12,7 @@ from bot.telemetry.sources import DEFAULT_FLEET
 from bot.workspace.demo import Demo, start
 from bot.workspace.launch import PROXY_VARIABLES
 from bot.workspace.page import PageServer
+from tests.support.sqlite import migrated_copy
 
 SIMULATED = Settings(_env_file=None, telemetry="simulated", fleet=DEFAULT_FLEET)
 
@@ -20,6 +21,7 @@ SIMULATED = Settings(_env_file=None, telemetry="simulated", fleet=DEFAULT_FLEET)
 def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    migrated_copy(tmp_path / "gpubot-demo.db")  # the demo's file, already at head
     running = start(tmp_path, SIMULATED)
     yield running
     running.close()

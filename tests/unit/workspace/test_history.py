@@ -20,23 +20,30 @@ from storage import audit
 from storage.db import Database
 from storage.tables import AuditRow, GpuHourRow, LeaseGpuRow, LeaseRow, RequestRow
 from tests.builders import default_sources
+from tests.support.copies import Built
 
 START = datetime(2026, 3, 16, 9, 25, tzinfo=UTC)  # the demo starts; its hour is 09:00
 HOUR0 = datetime(2026, 3, 16, 9, 0, tzinfo=UTC)
 WEEK_AGO = HOUR0 - timedelta(days=7)
 
 
-@pytest.fixture
-def services(database: Database) -> Iterator[Services]:
-    svc = Services.open(database, default_sources(), clock=lambda: START)
-    yield svc
-    svc.close()
-
-
-@pytest.fixture
-def seeded(services: Services) -> Services:
+@pytest.fixture(scope="module")
+def built_seeded(database_to_build: Built) -> Built:
+    """The seeded past, written once per module and engine."""
+    services = Services.open(database_to_build.db, default_sources(), clock=lambda: START)
     assert len(PLAN) == history.seed(services.ctx.db, services.policy, START)
-    return services
+    services.close()
+    database_to_build.freeze()
+    return database_to_build
+
+
+@pytest.fixture
+def seeded(built_seeded: Built) -> Iterator[Services]:
+    """The seeded past, on this test's own copy of its database."""
+    with built_seeded.copy() as database:
+        services = Services.open(database, default_sources(), clock=lambda: START)
+        yield services
+        services.close()
 
 
 def test_every_seeded_lease_request_and_audit_row_says_it_is_demo_data(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import migrate
 from storage.db import Database
+from tests.support.sqlite import migrated_copy
 
 
 @pytest.fixture(autouse=True)
@@ -21,10 +21,8 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    """A migrated SQLite file."""
-    url = f"sqlite:///{tmp_path}/x.db"
-    migrate.upgrade(url)
-    return url
+    """A migrated SQLite file (a copy of one migrated once, tests/support/sqlite.py)."""
+    return f"sqlite:///{migrated_copy(tmp_path / 'x.db')}"
 
 
 @pytest.fixture(
@@ -37,11 +35,8 @@ def url_either(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated SQLite file, then a migrated PostgreSQL database (a module that runs its
     commands on both names it as its `url`)."""
     if request.param == "postgres":
-        url = str(request.getfixturevalue("postgres_url"))
-    else:
-        url = f"sqlite:///{tmp_path}/x.db"
-    migrate.upgrade(url)
-    return url
+        return str(request.getfixturevalue("migrated_postgres_url"))
+    return f"sqlite:///{migrated_copy(tmp_path / 'x.db')}"
 
 
 @pytest.fixture
