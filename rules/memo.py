@@ -27,6 +27,9 @@ from rules.engine import (
 from rules.policy import Policy
 
 Current = Callable[[], tuple[Policy, RuleEngine]]  # the revision in force, read atomically
+# The rules that matched a subject: the revision's policy, its engine's name, and the indices
+# of the rules matched in policy.rules_for(subject), ascending (never empty).
+Matched = tuple[Policy, str, Sequence[int]]
 
 
 def facts_read(policy: Policy, subject: Subject) -> tuple[str, ...]:
@@ -161,6 +164,13 @@ class PassDecisions:
     def acted_on(self, subject: Subject, facts: Mapping[str, Any]) -> Decision | None:
         """`decide` for a sweep subject, but None where no rule matched: nothing to do and
         nothing to record, so no Decision is made (most of the 100,000 GPUs of a sweep)."""
+        matched = self.matched(subject, facts)
+        return None if matched is None else self.decision(subject, facts, matched)
+
+    def matched(self, subject: Subject, facts: Mapping[str, Any]) -> Matched | None:
+        """The rules that match a sweep subject, as `acted_on` finds them, None where none
+        does: `decision` makes the Decision, so a caller that finds nothing to do in the
+        rules alone (their verdicts) makes none."""
         assert subject != Subject.REQUEST, "a request always has a decision"
         policy, engine = self._current()
         last = self._memos[-1] if self._memos else None
@@ -187,8 +197,14 @@ class PassDecisions:
                     policy, last, found = self._match(subject, facts)
         if not found:
             return None
+        return policy, last.name, found
+
+    @staticmethod
+    def decision(subject: Subject, facts: Mapping[str, Any], matched: Matched) -> Decision:
+        """The Decision on a subject the rules `matched` (as rules.engine.decide makes it)."""
+        policy, engine, found = matched
         rules = policy.rules_for(subject)
-        return _decision(policy, last.name, subject, facts, [rules[i] for i in found])
+        return _decision(policy, engine, subject, facts, [rules[i] for i in found])
 
     def _match(
         self, subject: Subject, facts: Mapping[str, Any]

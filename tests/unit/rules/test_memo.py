@@ -76,6 +76,21 @@ def test_a_sweep_subject_is_acted_on_exactly_where_a_rule_matched(
     assert len(subjects) == decisions.asked + decisions.answered
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(subject=st.sampled_from([Subject.LEASE, Subject.GPU]), data=st.data())
+def test_the_rules_matched_make_the_decision_acted_on(
+    subject: Subject, data: st.DataObject
+) -> None:
+    """`matched` finds rules where `acted_on` decides, and `decision` makes its Decision."""
+    decisions = PassDecisions(lambda: (POLICY, REFERENCE))
+    for facts in data.draw(a_pass(subject)):
+        matched = decisions.matched(subject, facts)
+        expected = decisions.acted_on(subject, facts)
+        assert (matched is None) == (expected is None)
+        if matched is not None:
+            assert expected == decisions.decision(subject, facts, matched)
+
+
 def test_a_gpu_no_rule_matches_is_not_acted_on_and_a_faulty_one_is() -> None:
     decisions = PassDecisions(lambda: (POLICY, REFERENCE))
     assert decisions.acted_on(Subject.GPU, a_gpu()) is None
