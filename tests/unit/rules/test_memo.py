@@ -172,3 +172,20 @@ def _engine(policy: Policy, *, retired: bool) -> RuleEngine:
             raise RevisionRetiredError(policy.revision)
 
     return Retired(policy) if retired else ReferenceEngine(policy)
+
+
+def test_facts_in_another_order_or_of_another_type_are_checked_and_decided_alike() -> None:
+    """The memo knows facts by their names in order and each value's type: the same facts in
+    another order are decided alike, and a value of a wrong type is refused in any order."""
+    decisions = PassDecisions(lambda: (POLICY, REFERENCE))
+    faulty = a_gpu(gpu__healthy=False, gpu__health="xid")
+    backwards = dict(reversed(list(faulty.items())))
+    first = decisions.acted_on(Subject.GPU, faulty)
+    assert first is not None
+    assert first == decisions.acted_on(Subject.GPU, backwards)
+    assert first == decisions.acted_on(Subject.GPU, faulty)
+    with pytest.raises(FactError):
+        decisions.acted_on(Subject.GPU, {**backwards, "gpu.healthy": 0})
+    with pytest.raises(FactError):
+        decisions.acted_on(Subject.GPU, {**faulty, "gpu.healthy": 0})
+    assert (1, 2) == (decisions.asked, decisions.answered)
