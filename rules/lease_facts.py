@@ -172,17 +172,10 @@ def _timing_of(policy: Policy) -> _Timing:
 _ZERO = timedelta(0)
 
 
-@dataclass(slots=True)
-class _Walk:
-    """What one walk over a lease's readings found (see `lease_facts`)."""
-
-    fresh: bool
-    unhealthy: bool = False
-    intruded: bool = False
-    least: timedelta | None = None  # the least idle time of any reading
-    idle_gpus: int = 0  # GPUs judged as gpu_idleness judges them
-    busy_gpus: int = 0
-    idle_gpus_for: timedelta | None = None
+# What one walk over a lease's readings found (see `_walk`): fresh, unhealthy, intruded, the
+# least idle time of any reading, the GPUs judged idle and busy as gpu_idleness judges them,
+# and how long the idle ones have all been idle.
+_Walk = tuple[bool, bool, bool, timedelta | None, int, int, timedelta | None]
 
 
 def _walk(
@@ -193,35 +186,38 @@ def _walk(
     threshold: timedelta,
 ) -> _Walk:
     """The lease's freshness, health, intruders and least idle time, and each GPU idle or busy
-    as gpu_idleness judges it, in one walk over the readings."""
-    seen = _Walk(fresh=bool(readings))
-    holder = lease.holder
+    as gpu_idleness judges it, in one walk over the readings (in locals: 50,000 leases a
+    pass)."""
+    fresh, unhealthy, intruded = bool(readings), False, False
+    least: timedelta | None = None
+    idle_gpus = busy_gpus = 0
+    idle_gpus_for: timedelta | None = None
     for r in readings:
         if r is None:
-            seen.fresh = False
+            fresh = False
             continue
         idle = r.idle_for
-        if seen.least is None or idle < seen.least:
-            seen.least = idle
+        if least is None or idle < least:
+            least = idle
         if not r.healthy:
-            seen.unhealthy = True
+            unhealthy = True
         if not r.fresh:
-            seen.fresh = False
+            fresh = False
             continue  # unknown: neither idle nor busy
-        if not seen.intruded and r.processes:
-            seen.intruded = _intrudes(policy, holder, r.processes)
+        if not intruded and r.processes:
+            intruded = _intrudes(policy, lease.holder, r.processes)
         span = idle if idle < age else age
         if span > _ZERO and span >= threshold:
-            seen.idle_gpus += 1
-            if seen.idle_gpus_for is None or span < seen.idle_gpus_for:
-                seen.idle_gpus_for = span
+            idle_gpus += 1
+            if idle_gpus_for is None or span < idle_gpus_for:
+                idle_gpus_for = span
         else:
-            seen.busy_gpus += 1
+            busy_gpus += 1
     if len(readings) > len(lease.slots):  # only the slots' own readings are judged per GPU
         per_gpu = gpu_idleness(policy, lease, readings, lease.granted_at + age)
-        seen.idle_gpus, seen.busy_gpus = len(per_gpu.idle), len(per_gpu.busy)
-        seen.idle_gpus_for = per_gpu.idle_for if per_gpu.idle else None
-    return seen
+        idle_gpus, busy_gpus = len(per_gpu.idle), len(per_gpu.busy)
+        idle_gpus_for = per_gpu.idle_for if per_gpu.idle else None
+    return fresh, unhealthy, intruded, least, idle_gpus, busy_gpus, idle_gpus_for
 
 
 def _intrudes(policy: Policy, holder: str, processes: Sequence[Any]) -> bool:
@@ -258,11 +254,11 @@ def lease_facts(
     marks = lease.warnings
     lead = marks.expiry_lead() if marks.raw else None  # no marks: no expiry warning owed
     age = max(now - lease.granted_at, _ZERO)
-    seen = _walk(policy, lease, readings, age, timing.idle_threshold)
-    fresh = seen.fresh
+    fresh, unhealthy, intruded, least, idle_gpus, busy_gpus, idle_gpus_for = _walk(
+        policy, lease, readings, age, timing.idle_threshold
+    )
     # Idle before the lease began is not the holder's: a lease is idle for its own age at most,
     # and unknown is never idle.
-    least = seen.least
     idle_for = (least if least < age else age) if fresh and least is not None else _ZERO
     delivered = warned.delivered
     if delivered:
@@ -271,7 +267,6 @@ def lease_facts(
     else:
         expiry_at = idle_at = preempt_at = partly_at = None
     pool = policy.pools.get(lease.pool)
-    idle_gpus, busy_gpus, idle_gpus_for = seen.idle_gpus, seen.busy_gpus, seen.idle_gpus_for
     # minutes(), written out: this runs 50,000 times a pass.
     return {
         # The per-GPU facts first, in the order they always had.
@@ -302,9 +297,9 @@ def lease_facts(
         "lease.idle": fresh and idle_for > _ZERO,
         "lease.idle_for": idle_for.total_seconds() / 60,
         "lease.snoozed": lease.snoozed_until is not None and lease.snoozed_until > now,
-        "lease.unhealthy": seen.unhealthy,
+        "lease.unhealthy": unhealthy,
         "lease.recalled": marks.recalled,
-        "lease.intruded": seen.intruded,
+        "lease.intruded": intruded,
         "lease.warned.preempt": preempt_at is not None,
         "lease.since_warned.preempt": (
             (now - preempt_at).total_seconds() / 60 if preempt_at else 0.0
@@ -359,7 +354,7 @@ def gpu_line_facts(line: GpuLine, reading: Reading | None) -> dict[str, Any]:
         "gpu.unreserved": fresh and processes > 0 and lease_id is None,
         "gpu.healthy": reading.healthy,
         "gpu.health": reading.health,
-        "gpu.idle_for": minutes(reading.idle_for) if fresh else 0.0,
+        "gpu.idle_for": reading.idle_for.total_seconds() / 60 if fresh else 0.0,  # minutes()
         "gpu.drained": drained,
         "telemetry.fresh": fresh,
     }

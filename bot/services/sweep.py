@@ -15,7 +15,7 @@ shows (a warning sent, a notice given) returns without opening a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from sqlmodel import Session
@@ -26,10 +26,11 @@ from bot.services.context import Context, record
 from bot.services.leases import end_lease
 from bot.services.shrinking import shrink_in
 from bot.services.sweep_gpus import act_on_gpu, settle_unreserved
-from bot.services.sweep_pass import Pass, SweepReport
+from bot.services.sweep_pass import UNREAD, Pass, SweepReport
 from rules.decision import Decision, Match
 from rules.domain import LeaseState, Reason, Subject
 from rules.lease_facts import (
+    GpuLine,
     GpuSnapshot,
     LeaseSnapshot,
     Readings,
@@ -40,7 +41,7 @@ from rules.lease_facts import (
     lease_facts,
 )
 from rules.marks import PARTLY_IDLE, notice_key, would_have_key
-from rules.memo import PassDecisions
+from rules.memo import Matched, PassDecisions
 from rules.reclaim import Do, forget_steps, lease_steps, to_shrink
 from rules.shrinking import Problem, to_give_back
 from storage import keyvalue, leases, outbox
@@ -80,7 +81,7 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     # Subjects whose conditions read the same values share one evaluation (rules.memo).
     decisions = PassDecisions(ctx.live.current)
     # A subject no rule matched has no decision to act on (most of them).
-    policy, acted_on, reading, of_slots = ctx.policy, decisions.acted_on, run.reading, run.of_slots
+    policy, acted_on, of_slots = ctx.policy, decisions.acted_on, run.of_slots
 
     def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
         for lease in _giving_way(on):
@@ -88,25 +89,17 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
             sent = warned[lease.id]
             facts = lease_facts(policy, lease, lease_readings, sent, now)
             decision = acted_on(Subject.LEASE, facts)
+            marked = lease.warnings.raw  # unmarked (most leases): nothing to forget or narrow
             if decision is not None:
                 _act_on_lease(run, lease, decision, sent)
-            else:  # all lease_steps gives a lease no rule matched
+            elif marked:  # all lease_steps gives a lease no rule matched
                 for step in forget_steps(lease, facts):
                     _forget(run, lease, step.why)
-            if lease.warnings.raw:  # unmarked (most leases): no partly-idle warning stands
+            if marked:  # no partly-idle warning stands on an unmarked lease
                 _narrow_idle(run, lease)
 
     act(active, warned)
-    # The GPUs told of as in unreserved use, by id: settled below once no longer in such use.
-    key = keyvalue.unreserved_key
-    told_ids = {line[0] for line in gpus if key(line[1], line[2]) in told} if told else set()
-    for line in _giving_way(gpus):  # plain tuples: a snapshot is made of a GPU acted on
-        facts = gpu_line_facts(line, reading(line[1], line[2]))
-        decision = acted_on(Subject.GPU, facts)
-        if decision is not None:
-            act_on_gpu(run, GpuSnapshot(*line), decision)
-        elif line[0] in told_ids:
-            settle_unreserved(run, line[1], line[2], facts)
+    _act_on_gpus(run, gpus, told, decisions)
     # Recalls last, once this pass's reclaims freed what they free, in every pool where
     # requests wait or a recall is under way; the leases recalled now are warned at once.
     recalled = recall.reconcile(ctx, waiting | {s.pool for s in active if s.warnings.recalled})
@@ -119,6 +112,41 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     run.report.decided, run.report.evaluated = decisions.answered + decisions.asked, decisions.asked
     decisions.close()
     return run.report
+
+
+def _act_on_gpus(
+    run: Pass,
+    gpus: list[GpuLine],
+    told: Mapping[str, frozenset[str]],
+    decisions: PassDecisions,
+) -> None:
+    """Decide every GPU, act on those a rule matched, and settle the unreserved use told of.
+
+    A GPU out of service when the pass began, that no rule finds in unreserved use, has
+    nothing left to act on whatever rules match it (`act_on_gpu`): no Decision is made of it
+    (every faulty GPU, every pass)."""
+    matched, decision = decisions.matched, decisions.decision
+    # The GPUs told of as in unreserved use, by id: settled below once no longer in such use.
+    key = keyvalue.unreserved_key
+    told_ids = {line[0] for line in gpus if key(line[1], line[2]) in told} if told else set()
+    reading, read = run.reading, run.every_reading().get
+    for line in _giving_way(gpus):  # plain tuples: a snapshot is made of a GPU acted on
+        found = read((line[1], line[2]), UNREAD)
+        if found is UNREAD:  # not in the telemetry's read of every GPU: read on its own
+            found = reading(line[1], line[2])
+        facts = gpu_line_facts(line, found)  # type: ignore[arg-type]  # UNREAD replaced
+        rules = matched(Subject.GPU, facts)
+        if rules is not None and (line[5] != "unhealthy" or _unreserved_use(rules)):
+            act_on_gpu(run, GpuSnapshot(*line), decision(Subject.GPU, facts, rules))
+        elif line[0] in told_ids:
+            settle_unreserved(run, line[1], line[2], facts)
+
+
+def _unreserved_use(matched: Matched) -> bool:
+    """Does a rule matched ask to act on a GPU's unreserved use?"""
+    policy, _, found = matched
+    rules = policy.rules_for(Subject.GPU)
+    return any(rules[i].verdict.reason == Reason.UNRESERVED for i in found)
 
 
 def _giving_way(subjects: Sequence[_T]) -> Iterator[_T]:

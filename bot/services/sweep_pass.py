@@ -10,7 +10,7 @@ from bot.services.context import Context
 from bot.telemetry.window import TelemetryWindow
 from rules.lease_facts import Reading, Readings
 
-_UNREAD: object = object()  # not read yet in this pass (a reading may itself be None)
+UNREAD: object = object()  # not read yet in this pass (a reading may itself be None)
 
 
 @dataclass
@@ -71,16 +71,24 @@ class Pass:
             found = self._seen[key] = self.readings.gpu(node, index, self.now)
             return found
 
+    def every_reading(self) -> Mapping[tuple[str, int], Reading | None]:
+        """The readings read so far, by (node, index), after reading every GPU in one read where
+        the telemetry offers that: a GPU not named there is read with `reading`."""
+        if not self._read_every:
+            self._read_every = True
+            self._read_all()
+        return self._seen
+
     def of_slots(self, slots: Sequence[tuple[str, int]]) -> list[Reading | None]:
         """`reading` of each GPU of `slots`, in order (a lease's GPUs, as (node, index))."""
         if not self._read_every:
             return [self.reading(node, index) for node, index in slots]
         seen = self._seen
-        found = [seen.get(slot, _UNREAD) for slot in slots]
+        found = [seen.get(slot, UNREAD) for slot in slots]
         for i, reading in enumerate(found):
-            if reading is _UNREAD:  # not in the window's read: read on its own, as before
+            if reading is UNREAD:  # not in the window's read: read on its own, as before
                 found[i] = self.reading(*slots[i])
-        return found  # type: ignore[return-value]  # _UNREAD replaced above
+        return found  # type: ignore[return-value]  # UNREAD replaced above
 
     def _read_all(self) -> None:
         """Every GPU's reading in one read, where the telemetry offers that (the window does):

@@ -23,6 +23,7 @@ COVERAGE = 0.8
 _EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9000, 1, 1, tzinfo=UTC)  # far enough from the end to add `keep` and minutes
 _MINUTE = timedelta(minutes=1)
+_ZERO = timedelta(0)
 _CHECK_AFTER = 5  # intervals: below this a single late sample would decide the coverage
 # GPUs read in one hold of the lock by the passes over the whole fleet (the sweep's readings,
 # the poll's rollups): a push arriving meanwhile waits for one chunk, never for 100,000 GPUs.
@@ -168,8 +169,9 @@ class TelemetryWindow:
         """Every GPU ever observed, by (node, index). Each reading is whole, and pushes may be
         taken between one chunk of GPUs and the next, as they may after the last."""
         at = _aware(now)
+        span = self._fresh_span(at)
         out: dict[tuple[str, int], GpuReading] = {}
-        gpus, reading = self._gpus, self._reading
+        gpus, reading = self._gpus, self._reading_within
         for keys in self._chunks():
             # Only the fields are copied under the lock; the readings are made after it, so
             # a push never waits for a reading to be built (nor for a pass the interpreter
@@ -177,7 +179,7 @@ class TelemetryWindow:
             with self._lock:
                 states = [_state(gpus[key]) for key in keys]
             for key, state in zip(keys, states, strict=True):
-                out[key] = reading(state, at)
+                out[key] = reading(state, at, span)
         return out
 
     def latest(self) -> dict[tuple[str, int], Sample]:
@@ -270,35 +272,105 @@ class TelemetryWindow:
     def _reading(self, state: _State | None, now: datetime) -> GpuReading:
         """A GPU's reading from its `_state` (made with or without the lock: its fields are
         replaced, never changed in place)."""
+        return self._reading_within(state, now, self._fresh_span(now))
+
+    def _fresh_span(self, now: datetime) -> tuple[datetime, datetime] | None:
+        """The times no further than stale_after from `now`, as (earliest, latest), worked out
+        once for a read of every GPU; None where they reach past either end of datetime."""
+        try:
+            return now - self.stale_after, now + self.stale_after
+        except OverflowError:
+            return None
+
+    def _reading_within(
+        self, state: _State | None, now: datetime, span: tuple[datetime, datetime] | None
+    ) -> GpuReading:
+        """`_reading`, given `_fresh_span(now)`: a time t is within stale_after of now, as
+        abs(now - t) <= stale_after, when earliest <= t <= latest."""
         if state is None:
             return GpuReading(False, True, True, "unknown", None, None, (), timedelta(0), None)
         last, stretch_start, numbers_elsewhere, agent_processes, agent_at = state
-        age = now - last.taken_at
-        # A sample from further ahead than stale_after is a broken clock, not news.
-        fresh = last.error is None and abs(age) <= self.stale_after
-        idle_for = timedelta(0)
-        if fresh and stretch_start is not None:
-            idle_for = last.taken_at - stretch_start
+        taken_at = last.taken_at
         ok = last.error is None
+        # A sample from further ahead than stale_after is a broken clock, not news.
+        if span is not None:
+            fresh = ok and span[0] <= taken_at <= span[1]
+        else:
+            fresh = ok and abs(now - taken_at) <= self.stale_after
+        idle_for = _ZERO
+        if fresh and stretch_start is not None:
+            idle_for = taken_at - stretch_start
         processes = last.processes
-        processes_at: datetime | None = last.taken_at
+        processes_at: datetime | None = taken_at
         if numbers_elsewhere:
             seen = agent_at
-            told = seen is not None and abs(now - seen) <= self.stale_after
+            if seen is None:
+                told = False
+            elif span is not None:
+                told = span[0] <= seen <= span[1]
+            else:
+                told = abs(now - seen) <= self.stale_after
             processes, processes_at = (agent_processes if told else ()), seen
-        return GpuReading(
-            fresh=fresh,
-            unknown=not fresh,
-            healthy=last.health == "ok",
-            health=last.health,
-            util_pct=last.util_pct if ok else None,
-            memory_used_mib=last.memory_used_mib if ok else None,
-            processes=processes if ok else (),
-            idle_for=idle_for,
-            last_seen=last.taken_at,
-            memory_total_mib=last.memory_total_mib or None,
-            processes_at=processes_at,
+        health = last.health
+        return _made(
+            fresh,
+            not fresh,
+            health == "ok",
+            health,
+            last.util_pct if ok else None,
+            last.memory_used_mib if ok else None,
+            processes if ok else (),
+            idle_for,
+            taken_at,
+            last.memory_total_mib or None,
+            processes_at,
         )
+
+
+# Each field's slot, stored to directly (a frozen dataclass's __init__ stores every field
+# through object.__setattr__, twice as slow; the sweep makes 100,000 readings a pass).
+(
+    _fresh,
+    _unknown,
+    _healthy,
+    _health,
+    _util_pct,
+    _memory_used_mib,
+    _processes,
+    _idle_for,
+    _last_seen,
+    _memory_total_mib,
+    _processes_at,
+) = (getattr(GpuReading, name).__set__ for name in GpuReading.__slots__)
+
+
+def _made(  # noqa: PLR0917 - the fields in order, as GpuReading(...) takes them
+    fresh: bool,
+    unknown: bool,
+    healthy: bool,
+    health: str,
+    util_pct: float | None,
+    memory_used_mib: int | None,
+    processes: tuple[ProcessInfo, ...],
+    idle_for: timedelta,
+    last_seen: datetime | None,
+    memory_total_mib: int | None,
+    processes_at: datetime | None,
+) -> GpuReading:
+    """`GpuReading(...)` of these fields, as its own __init__ makes it (no __post_init__)."""
+    reading = object.__new__(GpuReading)
+    _fresh(reading, fresh)
+    _unknown(reading, unknown)
+    _healthy(reading, healthy)
+    _health(reading, health)
+    _util_pct(reading, util_pct)
+    _memory_used_mib(reading, memory_used_mib)
+    _processes(reading, processes)
+    _idle_for(reading, idle_for)
+    _last_seen(reading, last_seen)
+    _memory_total_mib(reading, memory_total_mib)
+    _processes_at(reading, processes_at)
+    return reading
 
 
 # What a reading is made of: the newest sample, the idle stretch's start, whether the numbers

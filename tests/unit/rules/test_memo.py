@@ -76,6 +76,21 @@ def test_a_sweep_subject_is_acted_on_exactly_where_a_rule_matched(
     assert len(subjects) == decisions.asked + decisions.answered
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(subject=st.sampled_from([Subject.LEASE, Subject.GPU]), data=st.data())
+def test_the_rules_matched_make_the_decision_acted_on(
+    subject: Subject, data: st.DataObject
+) -> None:
+    """`matched` finds rules where `acted_on` decides, and `decision` makes its Decision."""
+    decisions = PassDecisions(lambda: (POLICY, REFERENCE))
+    for facts in data.draw(a_pass(subject)):
+        matched = decisions.matched(subject, facts)
+        expected = decisions.acted_on(subject, facts)
+        assert (matched is None) == (expected is None)
+        if matched is not None:
+            assert expected == decisions.decision(subject, facts, matched)
+
+
 def test_a_gpu_no_rule_matches_is_not_acted_on_and_a_faulty_one_is() -> None:
     decisions = PassDecisions(lambda: (POLICY, REFERENCE))
     assert decisions.acted_on(Subject.GPU, a_gpu()) is None
@@ -157,3 +172,20 @@ def _engine(policy: Policy, *, retired: bool) -> RuleEngine:
             raise RevisionRetiredError(policy.revision)
 
     return Retired(policy) if retired else ReferenceEngine(policy)
+
+
+def test_facts_in_another_order_or_of_another_type_are_checked_and_decided_alike() -> None:
+    """The memo knows facts by their names in order and each value's type: the same facts in
+    another order are decided alike, and a value of a wrong type is refused in any order."""
+    decisions = PassDecisions(lambda: (POLICY, REFERENCE))
+    faulty = a_gpu(gpu__healthy=False, gpu__health="xid")
+    backwards = dict(reversed(list(faulty.items())))
+    first = decisions.acted_on(Subject.GPU, faulty)
+    assert first is not None
+    assert first == decisions.acted_on(Subject.GPU, backwards)
+    assert first == decisions.acted_on(Subject.GPU, faulty)
+    with pytest.raises(FactError):
+        decisions.acted_on(Subject.GPU, {**backwards, "gpu.healthy": 0})
+    with pytest.raises(FactError):
+        decisions.acted_on(Subject.GPU, {**faulty, "gpu.healthy": 0})
+    assert (1, 2) == (decisions.asked, decisions.answered)

@@ -348,3 +348,35 @@ def test_a_push_is_taken_between_chunks_of_a_sweep_or_poll_a_big_fleet(sweep_or_
         got = len(window.minute_rollups(at(5)))
     assert [True] == window.pushed_between
     assert 2 * _CHUNK + 5 == got  # the fleet as it was when the pass began
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [
+        -STALE,
+        -STALE - timedelta(microseconds=1),
+        STALE,
+        STALE + timedelta(microseconds=1),
+        timedelta(0),
+    ],
+)
+def test_a_read_of_every_gpu_judges_freshness_as_one_gpu_read_does(offset: timedelta) -> None:
+    """Fresh within stale_after either side of now, both ends included, whichever read."""
+    telemetry = TelemetryWindow(stale_after=STALE)
+    telemetry.observe([a_sample(taken_at=at(0))])
+    now = at(0) - offset
+    one, every_gpu = telemetry.gpu("a100-node-01", 0, now), telemetry.readings(now)
+    assert every_gpu == {("a100-node-01", 0): one}
+    assert one.fresh == (abs(offset) <= STALE)
+    assert type(one) is GpuReading
+    assert one == GpuReading(*(getattr(one, f) for f in one.__slots__))
+
+
+def test_a_read_of_every_gpu_at_the_end_of_time_still_reads() -> None:
+    telemetry = TelemetryWindow(stale_after=STALE)
+    telemetry.observe([a_sample(taken_at=at(0))])
+    for now in (datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC)):
+        assert telemetry.readings(now) == {
+            ("a100-node-01", 0): telemetry.gpu("a100-node-01", 0, now)
+        }
+        assert not telemetry.readings(now)[("a100-node-01", 0)].fresh
