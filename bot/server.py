@@ -224,18 +224,19 @@ class SlackAsgi:
                     send, answer.status, {"content-type": answer.content_type}, answer.body
                 )
                 return
-        try:
-            loop = asyncio.get_running_loop()
-            # The passes over the fleet (the sweep) give way while the push is handled.
-            status, message = await loop.run_in_executor(
-                self._agents, _served, handle, headers, body
-            )
-        except Exception:  # the ingest answers every refusal itself; this is a bug, said once
-            log.exception("an agent request failed")
-            status, message = 400, "malformed request"
-        # A 200 is the ingest's JSON answer (the orders ride on it); refusals are one line.
-        kind = JSON_TYPE if status == 200 else TEXT
-        await _answer(send, status, kind, message.encode("utf-8"))
+        # The passes over the fleet (the sweep) give way from the moment the whole push is in
+        # until its answer is sent: its wait for a worker thread and the answer's send are
+        # the interpreter's work too.
+        with foreground.serving():
+            try:
+                loop = asyncio.get_running_loop()
+                status, message = await loop.run_in_executor(self._agents, handle, headers, body)
+            except Exception:  # the ingest answers every refusal itself; a bug, said once
+                log.exception("an agent request failed")
+                status, message = 400, "malformed request"
+            # A 200 is the ingest's JSON answer (the orders ride on it); refusals are one line.
+            kind = JSON_TYPE if status == 200 else TEXT
+            await _answer(send, status, kind, message.encode("utf-8"))
 
 
 def bolt_request(
@@ -260,12 +261,6 @@ def _headers(scope: Scope) -> dict[str, str | Sequence[str]]:
     for raw_name, raw_value in scope.get("headers", []):
         out.setdefault(raw_name.decode("latin-1").lower(), []).append(raw_value.decode("latin-1"))
     return dict(out)
-
-
-def _served(handle: AgentHandler, headers: dict[str, str], body: bytes) -> tuple[int, str]:
-    """`handle` an agent's request, marked as served while it runs (bot.foreground)."""
-    with foreground.serving():
-        return handle(headers, body)
 
 
 def _single_headers(scope: Scope) -> dict[str, str]:

@@ -22,6 +22,7 @@ from rules.marks import RECALL, Marks
 from storage import outbox
 from storage.db import lock_for_update
 from storage.decay import decayed_use_sqlite
+from storage.sweep_reads import Between, chunked, fetched
 from storage.tables import RECALLED_WHERE, GpuRow, LeaseGpuRow, LeaseRow, NodeRow, OutboxRow
 
 #: A lease GPU held now, written as ix_lease_gpu_active's own condition (`WHERE active`):
@@ -728,19 +729,23 @@ def slots_of_lines(gpus: Iterable[GpuLine]) -> dict[int, list[tuple[str, int]]]:
 
 
 def active_snapshots(
-    session: Session, gpus: Iterable[GpuLine] | None = None
+    session: Session, gpus: Iterable[GpuLine] | None = None, between: Between | None = None
 ) -> tuple[list[LeaseSnapshot], dict[int, Warned]]:
     """Every active lease as the sweep sees it, and when each of its warnings was delivered.
     `gpus`: every GPU as `storage.sweep_reads.gpu_lines` read it in this transaction (their
-    leases' GPUs are then not read again)."""
+    leases' GPUs are then not read again). `between`: called between chunks of the leases
+    (`storage.sweep_reads.fetched`)."""
     db = session.connection()
-    rows = db.execute(
-        sa.select(*_lease_columns(db.dialect.name))
-        .where(col(LeaseRow.state) == LeaseState.ACTIVE)
-        .order_by(col(LeaseRow.id))
-    ).all()
-    slots = _held_slots(db) if gpus is None else slots_of_lines(gpus)
-    marked = [_marks(row[9]) for row in rows]
+    rows = fetched(
+        db.execute(
+            sa.select(*_lease_columns(db.dialect.name))
+            .where(col(LeaseRow.state) == LeaseState.ACTIVE)
+            .order_by(col(LeaseRow.id))
+        ),
+        between,
+    )
+    slots = _held_slots(db) if gpus is None else slots_of_lines(chunked(gpus, between))
+    marked = [_marks(row[9]) for row in chunked(rows, between)]
     owed = [marks.outboxes() if marks.raw else {} for marks in marked]  # used twice below
     outbox_ids = sorted({i for marks in owed for i in marks.values()})
     delivered: dict[int, datetime | None] = {}
@@ -750,7 +755,7 @@ def active_snapshots(
     snapshots, warned = [], {}
     no_warnings = Warned({})
     utc_text = datetime.fromisoformat
-    for row, marks, outboxes in zip(rows, marked, owed, strict=True):
+    for row, marks, outboxes in chunked(zip(rows, marked, owed, strict=True), between):
         lease_id, holder, team, pool, count, priority, protected, granted, expires, _, snoozed = row
         assert lease_id is not None
         held = slots.get(lease_id)

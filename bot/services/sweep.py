@@ -53,16 +53,17 @@ from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"
 # Subjects decided between two give_way()s: a few milliseconds of a pass, so an agent's push
-# that arrives meanwhile waits about that long for the interpreter (bot.foreground).
+# that arrives meanwhile waits about that long for the interpreter (bot.foreground). A subject
+# acted on (a transaction or more) gives way before it too: 200 actions take seconds.
 _CHUNK = 200
 _T = TypeVar("_T")
 
 
 def sweep(ctx: Context, readings: Readings) -> SweepReport:
     # A pass allocates a few objects per GPU and lease and frees them as it goes: the garbage
-    # collector has nothing to find there, and at 100,000 GPUs it cost a third of the pass.
-    # Pushes that agents wait on go first: the pass gives way to them between chunks.
-    with memory.collector_paused(), foreground.in_background():
+    # collector's full walks find nothing there, and at 100,000 GPUs they cost a third of the
+    # pass. Pushes that agents wait on go first: the pass gives way to them between chunks.
+    with memory.full_walks_paused(), foreground.in_background():
         return _sweep(ctx, readings)
 
 
@@ -71,9 +72,10 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     # One snapshot: a lease granted or ended between the GPU lines and the leases' read would
     # otherwise be seen without the GPUs it holds.
     with ctx.db.read(snapshot=True) as session:
-        gpus = gpu_lines(session)
+        # Read in chunks of rows, between which the pushes being served go first.
+        gpus = gpu_lines(session, foreground.give_way)
         # The leases' GPUs are those the GPU lines name as held: read once, not twice.
-        active, warned = leases.active_snapshots(session, gpus)
+        active, warned = leases.active_snapshots(session, gpus, foreground.give_way)
         paused = admin.is_paused(session, ctx)
         told = keyvalue.told_unreserved(session)
         waiting = pools_with_queue(session)
@@ -82,6 +84,7 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     decisions = PassDecisions(ctx.live.current)
     # A subject no rule matched has no decision to act on (most of them).
     policy, acted_on, of_slots = ctx.policy, decisions.acted_on, run.of_slots
+    give_way = foreground.give_way
 
     def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
         for lease in _giving_way(on):
@@ -90,6 +93,8 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
             facts = lease_facts(policy, lease, lease_readings, sent, now)
             decision = acted_on(Subject.LEASE, facts)
             marked = lease.warnings.raw  # unmarked (most leases): nothing to forget or narrow
+            if decision is not None or marked:
+                give_way()  # what follows may write: the pushes being served go first
             if decision is not None:
                 _act_on_lease(run, lease, decision, sent)
             elif marked:  # all lease_steps gives a lease no rule matched
@@ -130,6 +135,7 @@ def _act_on_gpus(
     key = keyvalue.unreserved_key
     told_ids = {line[0] for line in gpus if key(line[1], line[2]) in told} if told else set()
     reading, read = run.reading, run.every_reading().get
+    give_way = foreground.give_way
     for line in _giving_way(gpus):  # plain tuples: a snapshot is made of a GPU acted on
         found = read((line[1], line[2]), UNREAD)
         if found is UNREAD:  # not in the telemetry's read of every GPU: read on its own
@@ -137,8 +143,10 @@ def _act_on_gpus(
         facts = gpu_line_facts(line, found)  # type: ignore[arg-type]  # UNREAD replaced
         rules = matched(Subject.GPU, facts)
         if rules is not None and (line[5] != "unhealthy" or _unreserved_use(rules)):
+            give_way()  # an action writes: the pushes being served go first
             act_on_gpu(run, GpuSnapshot(*line), decision(Subject.GPU, facts, rules))
         elif line[0] in told_ids:
+            give_way()
             settle_unreserved(run, line[1], line[2], facts)
 
 

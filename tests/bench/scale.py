@@ -307,7 +307,7 @@ def sweep_only(
         for kind in kinds:
             for gpus in fleets:
                 print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
-                with fleet(kind, gpus, server) as f:
+                with fleet(kind, gpus, server) as f, collected_as_serve_does():
                     print("    sweeping ...", file=sys.stderr, flush=True)
                     biggest = profile and gpus == fleets[-1]
                     got.append((kind, gpus, bench_sweep(f, profile=biggest, committed=committed)))
@@ -936,7 +936,7 @@ def measure_fleet(
     rss_burst: int = 0,
 ) -> Row:
     print(f"  {kind}, {gpus:,} GPUs: building ...", file=sys.stderr, flush=True)
-    with fleet(kind, gpus, server) as f:
+    with fleet(kind, gpus, server) as f, collected_as_serve_does():
         print(f"    built in {f.build_s:.1f} s; sweeping ...", file=sys.stderr, flush=True)
         sweep = bench_sweep(f, profile=profile)
         scrape = bench_scrape(f)
@@ -1114,24 +1114,30 @@ def print_ingest(kind: str, gpus: int, runs: list[Ingested]) -> None:
 INGEST_WAYS = ("handler", "http", "http + sweeps")
 
 
-def ingest_ways(f: Fleet, seconds: float, ways: tuple[str, ...]) -> list[Ingested]:
-    # As serve does once started: what start-up built is out of the collector's way (what
-    # the pushes bring is not), and full collections come on serve's schedule.
+@contextmanager
+def collected_as_serve_does() -> Iterator[None]:
+    """As serve does once started: what start-up built is out of the collector's way (what
+    comes after is not), and full collections come on serve's schedule."""
     gc.collect()
     gc.freeze()
     memory.schedule_collector()
     try:
-        runs = []
+        yield
+    finally:
+        memory.unschedule_collector()
+        gc.unfreeze()
+
+
+def ingest_ways(f: Fleet, seconds: float, ways: tuple[str, ...]) -> list[Ingested]:
+    runs = []
+    with collected_as_serve_does():
         for how in ways:
             print(f"    ingest, {how} ...", file=sys.stderr, flush=True)
             if how == "handler":
                 runs.append(bench_ingest(f, seconds))
             else:
                 runs.append(bench_ingest_http(f, seconds, sweeping=how != "http"))
-        return runs
-    finally:
-        memory.unschedule_collector()
-        gc.unfreeze()
+    return runs
 
 
 def ingest_only(

@@ -71,53 +71,89 @@ def collector_on() -> Iterator[None]:
         gc.disable()
 
 
+@pytest.fixture
+def thresholds() -> Iterator[tuple[int, int, int]]:
+    """The collector's thresholds, put back as the test found them."""
+    before = gc.get_threshold()
+    yield before
+    gc.set_threshold(*before)
+
+
 @pytest.mark.usefixtures("collector_on")
-def test_a_paused_pass_runs_without_the_collector_and_collects_after() -> None:
+def test_a_paused_pass_starts_no_full_walk_and_young_collections_go_on(
+    thresholds: tuple[int, int, int],
+) -> None:
     class Cycle:
         def __init__(self) -> None:
             self.me = self
 
-    with memory.collector_paused():
-        assert not gc.isenabled()
-        Cycle()  # cyclic garbage: refcounting cannot free it
-        left = sum(type(o) is Cycle for o in gc.get_objects(generation=0))
-        assert left == 1
-    assert gc.isenabled()
-    assert not any(type(o) is Cycle for o in gc.get_objects())
+    young, middle, _ = thresholds
+    with memory.full_walks_paused():
+        assert gc.isenabled()
+        assert gc.get_threshold() == (young, middle, memory.NEVER)
+        freed = threading.Event()
+        weakref.finalize(Cycle(), freed.set)  # cyclic garbage: refcounting cannot free it
+        # survivors: they start young collections
+        kept: list[list[int]] = [[] for _ in range(4 * young)]
+        assert freed.is_set(), "a young collection during the pass freed the cycle"
+        del kept
+    assert gc.get_threshold() == thresholds
 
 
 @pytest.mark.usefixtures("collector_on")
-def test_overlapping_passes_turn_the_collector_back_on_once_both_ended() -> None:
+def test_the_end_of_a_pass_walks_nothing() -> None:
+    """What the pass and the requests served meanwhile left is walked young collection by
+    young collection during the pass, never all at once as it ends (that stalled every
+    thread)."""
+    walks: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            walks.append(info["generation"])
+
+    pass_ = memory.full_walks_paused()
+    pass_.__enter__()
+    kept: list[list[int]] = [[] for _ in range(1000)]
+    gc.callbacks.append(note)
+    try:
+        pass_.__exit__(None, None, None)
+    finally:
+        gc.callbacks.remove(note)
+    assert walks == []
+    assert len(kept) == 1000
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_overlapping_passes_give_the_threshold_back_once_both_ended() -> None:
     """Two threads' passes overlap, the first ending before the second."""
+    full = gc.get_threshold()[2]
     inside, first_done = threading.Event(), threading.Event()
-    seen: list[bool] = []
+    seen: list[int] = []
 
     def second() -> None:
-        with memory.collector_paused():
+        with memory.full_walks_paused():
             inside.set()
             first_done.wait(10)
-            seen.append(gc.isenabled())  # the first ended: still off, this pass runs
+            seen.append(gc.get_threshold()[2])  # the first ended: still paused, this one runs
 
     thread = threading.Thread(target=second)
-    with memory.collector_paused():
+    with memory.full_walks_paused():
         thread.start()
         assert inside.wait(10)
     first_done.set()
     thread.join(10)
-    assert [False] == seen
-    assert gc.isenabled()
+    assert seen == [memory.NEVER]
+    assert gc.get_threshold()[2] == full
 
 
-def test_a_collector_turned_off_before_stays_off() -> None:
-    was = gc.isenabled()
-    gc.disable()
+@pytest.mark.usefixtures("thresholds")
+def test_a_schedule_begun_during_a_pass_keeps_full_walks_off_the_counts() -> None:
+    with memory.full_walks_paused():
+        assert memory.schedule_collector(every_s=60)
     try:
-        with memory.collector_paused():
-            pass
-        assert not gc.isenabled()
+        assert gc.get_threshold()[2] == memory.NEVER
     finally:
-        if was:
-            gc.enable()
+        memory.unschedule_collector()
 
 
 def test_the_schedule_takes_full_walks_off_the_allocation_counts() -> None:
@@ -128,8 +164,9 @@ def test_the_schedule_takes_full_walks_off_the_allocation_counts() -> None:
     assert memory.schedule_collector(every_s=0.05)
     try:
         assert not memory.schedule_collector()  # once per process
-        young, _, full = gc.get_threshold()
+        young, middle, full = gc.get_threshold()
         assert young >= memory.YOUNG_THRESHOLD
+        assert middle == memory.MIDDLE_THRESHOLD
         assert full >= 1 << 30
 
         class Node:

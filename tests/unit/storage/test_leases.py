@@ -297,3 +297,31 @@ def test_a_pools_leases_named_by_thousands_of_ids(database: Database) -> None:
         left = leases.ends_by_expiry(session, "a100", upto=upto, besides=[*many, ids[0]], limit=9)
     assert [ids[0], ids[2]] == [lease.id for lease in named]  # and the one being recalled
     assert [ids[1], ids[3], ids[4]] == sorted(i for _, _, i in left)
+
+
+def test_the_sweeps_reads_in_chunks_give_what_one_read_gives(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `between`, the GPU lines and the leases are read a few rows at a time, `between`
+    called after each chunk (a pass lets requests go first there); the result is the same."""
+    with database.write() as session:
+        gpus = a_fleet(session)
+        for k, gpu in enumerate(gpus[:3]):
+            a_lease(session, at=START, gpu_ids=[gpu], holder=f"U{k}")
+        a_lease(session, at=START, gpu_ids=gpus[3:], holder="U9", state="released")
+        a_lease(session, at=START, holder="U8")  # holds no GPU row
+    monkeypatch.setattr(sweep_reads, "ROWS", 2)
+    calls: list[int] = []
+    with database.read() as session:
+        whole = sweep_reads.gpu_lines(session)
+        whole_leases = leases.active_snapshots(session, whole)
+        lines = sweep_reads.gpu_lines(session, lambda: calls.append(1))
+        read_lines = len(calls)
+        chunked = leases.active_snapshots(session, lines, lambda: calls.append(1))
+    assert lines == whole
+    assert chunked == whole_leases
+    assert [s.holder for s in chunked[0]] == ["U0", "U1", "U2", "U8"]
+    # 3 held rows and 4 GPU rows, 2 at a time: 2 + 2 chunks, and 2 of the lines made
+    assert read_lines == 6
+    # 4 lines, 4 leases (their rows, their marks, their snapshots): 2 + 2 + 2 + 2 chunks
+    assert len(calls) - read_lines == 8
