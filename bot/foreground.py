@@ -6,8 +6,9 @@ its nonce, to answer), and each time it waits for the interpreter to take the lo
 sweep: up to a switch interval (5 ms) per hand-over, and the sweep takes it back as soon as the
 push waits on the database. At hundreds of pushes a second they fell seconds behind.
 
-The HTTP front marks each push `serving()` while its handler runs (not while its body is
-still arriving: a sender that stalls mid-body holds nothing up). A pass runs `in_background()`,
+The HTTP front marks each push `serving()` from the arrival of its whole body until its
+answer is sent (not while its body is still arriving: a sender that stalls mid-body holds
+nothing up). A pass runs `in_background()`,
 which shortens the switch interval meanwhile, so a request that arrives in the middle of a
 chunk gets the lock in a fraction of a millisecond; between chunks the pass calls `give_way()`:
 while a request is being served it waits, without the lock, until none is (at most `GIVE_WAY_S`

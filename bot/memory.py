@@ -112,7 +112,8 @@ def _keep_trimmed(every_s: float) -> None:
 
 class _Pauses:
     """The passes under way (threads may overlap), and the old generation's threshold when the
-    first of them began."""
+    first of them began (or as a schedule ending meanwhile left it). One lock for the
+    thresholds, which passes and the schedule both set."""
 
     lock = threading.Lock()
     under_way = 0
@@ -156,12 +157,12 @@ def full_walks_paused() -> Iterator[None]:
 # ---- full collections at chosen moments -------------------------------------------------
 
 YOUNG_THRESHOLD = 10_000  # allocations between young collections (Python's default is 700)
-MIDDLE_THRESHOLD = 1  # young collections between two of the middle generation (default 10)
+MIDDLE_THRESHOLD = 1  # the middle generation is walked once it passed this many (default 10)
 FULL_EVERY_S = 300.0  # the one full collection of every five minutes
 
 
 class _Schedule:
-    lock = threading.Lock()
+    lock = _Pauses.lock
     thread: threading.Thread | None = None
     stop = threading.Event()
     thresholds: tuple[int, int, int] | None = None
@@ -177,15 +178,17 @@ def schedule_collector(every_s: float = FULL_EVERY_S) -> bool:
     quarter of it: agents' pushes replace the readings all the time, so that came every few
     seconds, and each stalled the pushes and commands under way (the tail of agent ingest).
     Cycles that reach the old generation are still freed, within `every_s`. The middle
-    generation is walked after every young collection, not every tenth: it holds one young
-    collection's survivors, not ten (a sweep's readings and snapshots among them), and its
-    walk stalled every thread for up to 0.25 s at 100,000 GPUs, against 0.06-0.09 s now. Once
-    per process; False when a schedule already runs."""
+    generation is walked after every second young collection, not every eleventh: it holds
+    two young collections' survivors, not ten (a sweep's readings and snapshots among them),
+    and its walk stalled every thread for up to 0.25 s at 100,000 GPUs, against 0.06-0.09 s
+    now. Once per process; False when a schedule already runs."""
     with _Schedule.lock:
         if _Schedule.thread is not None:
             return False
-        _Schedule.thresholds = gc.get_threshold()
-        young, _, _ = _Schedule.thresholds
+        young, middle, full = gc.get_threshold()
+        if _Pauses.under_way:  # a pass paused full walks: give back the threshold before it
+            full = _Pauses.full
+        _Schedule.thresholds = (young, middle, full)
         # The old generation's count never reaches this: only the thread below walks it.
         gc.set_threshold(max(young, YOUNG_THRESHOLD), MIDDLE_THRESHOLD, NEVER)
         _Schedule.stop.clear()
@@ -202,7 +205,10 @@ def unschedule_collector() -> None:
         thread, _Schedule.thread = _Schedule.thread, None
         _Schedule.stop.set()
         if _Schedule.thresholds is not None:
-            gc.set_threshold(*_Schedule.thresholds)
+            young, middle, full = _Schedule.thresholds
+            if _Pauses.under_way:  # full walks stay paused until the last pass ends
+                _Pauses.full, full = full, NEVER
+            gc.set_threshold(young, middle, full)
             _Schedule.thresholds = None
     if thread is not None:
         thread.join()

@@ -189,6 +189,12 @@ class Database:
         """`sqlite` or `postgresql`."""
         return self.engine.dialect.name
 
+    def holds_others_off(self) -> bool:
+        """Does a block of this thread keep other threads off the database while it runs (one
+        in-memory connection taken in turns, or a unit of work's write transaction)? A long
+        read should then not wait for others between its chunks: they wait for it."""
+        return self._turns is not None or self._joined() is not None
+
     def _turn(self) -> AbstractContextManager[Any]:
         return self._turns if self._turns is not None else nullcontext()
 

@@ -704,15 +704,18 @@ def _outbox_states(db: Connection, ids: list[int]) -> Iterable[Any]:
         )
 
 
-def _held_slots(db: Connection) -> dict[int, list[tuple[str, int]]]:
-    """The (node, index) of every GPU held now, by lease."""
+def _held_slots(db: Connection, between: Between | None = None) -> dict[int, list[tuple[str, int]]]:
+    """The (node, index) of every GPU held now, by lease (`between`: see `active_snapshots`)."""
     slots: dict[int, list[tuple[str, int]]] = {}
-    for holding, node, index in db.execute(
-        sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
-        .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
-        .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
-        .where(HELD)
-    ).all():  # fetched at once: row by row costs a cursor call per GPU held
+    for holding, node, index in fetched(
+        db.execute(
+            sa.select(col(LeaseGpuRow.lease_id), col(NodeRow.name), col(GpuRow.index))
+            .join(GpuRow, col(GpuRow.id) == col(LeaseGpuRow.gpu_id))
+            .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
+            .where(HELD)
+        ),
+        between,
+    ):  # in chunks of rows: row by row costs a cursor call per GPU held
         slots.setdefault(holding, []).append((node, index))
     return slots
 
@@ -744,7 +747,7 @@ def active_snapshots(
         ),
         between,
     )
-    slots = _held_slots(db) if gpus is None else slots_of_lines(chunked(gpus, between))
+    slots = _held_slots(db, between) if gpus is None else slots_of_lines(chunked(gpus, between))
     marked = [_marks(row[9]) for row in chunked(rows, between)]
     owed = [marks.outboxes() if marks.raw else {} for marks in marked]  # used twice below
     outbox_ids = sorted({i for marks in owed for i in marks.values()})

@@ -71,11 +71,13 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     now = ctx.now()
     # One snapshot: a lease granted or ended between the GPU lines and the leases' read would
     # otherwise be seen without the GPUs it holds.
+    # Read in chunks of rows, between which the pushes being served go first (unless they
+    # could not reach the database meanwhile).
+    between = None if ctx.db.holds_others_off() else foreground.give_way
     with ctx.db.read(snapshot=True) as session:
-        # Read in chunks of rows, between which the pushes being served go first.
-        gpus = gpu_lines(session, foreground.give_way)
+        gpus = gpu_lines(session, between)
         # The leases' GPUs are those the GPU lines name as held: read once, not twice.
-        active, warned = leases.active_snapshots(session, gpus, foreground.give_way)
+        active, warned = leases.active_snapshots(session, gpus, between)
         paused = admin.is_paused(session, ctx)
         told = keyvalue.told_unreserved(session)
         waiting = pools_with_queue(session)
@@ -111,7 +113,7 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     run.report.recalled, run.report.recall_withdrawn = recalled.started, recalled.withdrawn
     if recalled.started:
         with ctx.db.read() as session:
-            fresh, warned = leases.active_snapshots(session)
+            fresh, warned = leases.active_snapshots(session, between=between)
         act([s for s in fresh if f"L{s.id}" in recalled.started], warned)
     run.report.chased = approval_lifecycle.chase(ctx).steps()
     run.report.decided, run.report.evaluated = decisions.answered + decisions.asked, decisions.asked

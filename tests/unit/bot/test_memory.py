@@ -146,14 +146,29 @@ def test_overlapping_passes_give_the_threshold_back_once_both_ended() -> None:
     assert gc.get_threshold()[2] == full
 
 
-@pytest.mark.usefixtures("thresholds")
-def test_a_schedule_begun_during_a_pass_keeps_full_walks_off_the_counts() -> None:
+def test_a_schedule_begun_during_a_pass_gives_back_the_thresholds_before_both(
+    thresholds: tuple[int, int, int],
+) -> None:
     with memory.full_walks_paused():
         assert memory.schedule_collector(every_s=60)
     try:
-        assert gc.get_threshold()[2] == memory.NEVER
+        assert gc.get_threshold()[2] == memory.NEVER  # the schedule's, after the pass
     finally:
         memory.unschedule_collector()
+    assert gc.get_threshold() == thresholds
+
+
+def test_a_schedule_ended_during_a_pass_leaves_full_walks_paused_until_it_ends(
+    thresholds: tuple[int, int, int],
+) -> None:
+    assert memory.schedule_collector(every_s=60)
+    try:
+        with memory.full_walks_paused():
+            memory.unschedule_collector()
+            assert gc.get_threshold() == (*thresholds[:2], memory.NEVER)
+    finally:
+        memory.unschedule_collector()
+    assert gc.get_threshold() == thresholds
 
 
 def test_the_schedule_takes_full_walks_off_the_allocation_counts() -> None:

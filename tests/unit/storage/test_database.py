@@ -213,3 +213,21 @@ def test_a_snapshot_read_sees_the_database_as_its_first_statement_saw_it(
             with ThreadPoolExecutor(1) as other:
                 other.submit(add, "snap-b").result()
             assert before + 2 == count(session)
+
+
+def test_a_block_holds_others_off_on_one_in_memory_connection_or_in_a_unit(
+    tmp_path: Path,
+) -> None:
+    """The sweep's long reads let others go first between chunks only where others can reach
+    the database meanwhile."""
+    memory, file = Database("sqlite://"), Database(f"sqlite:///{tmp_path / 'g.db'}")
+    try:
+        file.create_all()
+        assert memory.holds_others_off()
+        assert not file.holds_others_off()
+        with file.unit():
+            assert file.holds_others_off()
+        assert not file.holds_others_off()
+    finally:
+        memory.dispose()
+        file.dispose()
