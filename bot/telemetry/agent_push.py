@@ -40,6 +40,8 @@ MAX_BODY = 1 << 20
 _STAMP = re.compile(r"[0-9]{1,12}")  # ASCII digits: str.isdigit() takes "²" too
 _NONCE = re.compile(r"[!-~]{1,128}")  # visible ASCII, as long as the nonce table's column
 _SIGNATURE = re.compile(r"v1=[0-9a-f]{64}")
+_AGREED = timedelta(seconds=2)  # a node's clock this close to the bot's is not corrected
+_NO_OFFSET = timedelta(0)
 
 
 def load_tokens(path: Path) -> dict[str, str]:
@@ -191,8 +193,14 @@ class Ingest:
                 )
                 return self._refuse(400, node, "sample-time", reason)
         # Move the samples onto the bot's clock: a node whose clock lags by a minute would
-        # otherwise look a minute stale. The offset includes the (small) transit time.
+        # otherwise look a minute stale. The offset includes the (small) transit time. The
+        # timestamp is in whole seconds, so the offset is known only to a second or two: within
+        # that, the clocks agree, and the samples keep their own times (shifted by it, a push
+        # sent just after a second began could land before one sent just before, and be
+        # dropped as not newer).
         offset = signed.now - sent
+        if abs(offset) <= _AGREED:
+            offset = _NO_OFFSET
         taken = self.telemetry.observe([s.shifted(offset) for s in samples], signed.now)
         return 200, json.dumps({"ok": True, "taken": taken, "orders": self._orders(signed)})
 

@@ -116,6 +116,19 @@ def test_samples_move_onto_the_bot_clock(bot: IngestRig) -> None:
     assert at(2) == bot.telemetry.gpu(NODE, 0, at(2)).last_seen
 
 
+def test_pushes_a_moment_apart_across_a_second_keep_their_order(bot: IngestRig) -> None:
+    """The timestamp is in whole seconds: a clock that agrees with the bot's is not corrected
+    by the fraction of a second since the stamp's, or the later push would be shifted before
+    the earlier one and dropped as not newer."""
+    first, then = at(seconds=10.9), at(seconds=11.1)
+    bot.now = first
+    assert 200 == bot.push(to_json([a_sample(taken_at=first)]), sent=first, nonce="n-1")[0]
+    bot.now = then
+    status, answer = bot.push(to_json([a_sample(taken_at=then)]), sent=then, nonce="n-2")
+    assert (200, 1) == (status, json.loads(answer)["taken"])
+    assert then == bot.telemetry.gpu(NODE, 0, then).last_seen
+
+
 def test_a_failing_on_refused_does_not_change_the_answer(bot: IngestRig) -> None:
     def broken(node: str, reason: str) -> None:
         raise RuntimeError("audit is down")
