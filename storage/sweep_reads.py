@@ -42,13 +42,15 @@ def fetched(result: Result[Any], between: Between | None = None) -> list[Any]:
     return out
 
 
-def chunked(items: Iterable[_T], between: Between | None = None) -> Iterator[_T]:
-    """`items` in order, with a call of `between` after each ROWS of them."""
+def chunked(
+    items: Iterable[_T], between: Between | None = None, size: int | None = None
+) -> Iterator[_T]:
+    """`items` in order, with a call of `between` after each `size` of them (ROWS)."""
     if between is None:
         yield from items
         return
-    rest = iter(items)
-    while chunk := list(islice(rest, ROWS)):
+    rest, size = iter(items), size or ROWS
+    while chunk := list(islice(rest, size)):
         yield from chunk
         between()
 

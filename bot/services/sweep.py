@@ -15,8 +15,7 @@ shows (a warning sent, a notice given) returns without opening a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Mapping
 
 from sqlmodel import Session
 
@@ -48,7 +47,7 @@ from storage import keyvalue, leases, outbox
 from storage.audit import AuditTag
 from storage.outbox import OutboxKind, Owed
 from storage.requests import pools_with_queue
-from storage.sweep_reads import gpu_lines
+from storage.sweep_reads import chunked, gpu_lines
 from storage.tables import LeaseRow
 
 SWEEPER = "gpubot"
@@ -56,7 +55,6 @@ SWEEPER = "gpubot"
 # that arrives meanwhile waits about that long for the interpreter (bot.foreground). A subject
 # acted on (a transaction or more) gives way before it too: 200 actions take seconds.
 _CHUNK = 200
-_T = TypeVar("_T")
 
 
 def sweep(ctx: Context, readings: Readings) -> SweepReport:
@@ -89,7 +87,7 @@ def _sweep(ctx: Context, readings: Readings) -> SweepReport:
     give_way = foreground.give_way
 
     def act(on: list[LeaseSnapshot], warned: dict[int, Warned]) -> None:
-        for lease in _giving_way(on):
+        for lease in chunked(on, give_way, _CHUNK):
             lease_readings = of_slots(lease.slots)
             sent = warned[lease.id]
             facts = lease_facts(policy, lease, lease_readings, sent, now)
@@ -138,7 +136,8 @@ def _act_on_gpus(
     told_ids = {line[0] for line in gpus if key(line[1], line[2]) in told} if told else set()
     reading, read = run.reading, run.every_reading().get
     give_way = foreground.give_way
-    for line in _giving_way(gpus):  # plain tuples: a snapshot is made of a GPU acted on
+    # Plain tuples: a snapshot is made of a GPU acted on.
+    for line in chunked(gpus, give_way, _CHUNK):
         found = read((line[1], line[2]), UNREAD)
         if found is UNREAD:  # not in the telemetry's read of every GPU: read on its own
             found = reading(line[1], line[2])
@@ -157,13 +156,6 @@ def _unreserved_use(matched: Matched) -> bool:
     policy, _, found = matched
     rules = policy.rules_for(Subject.GPU)
     return any(rules[i].verdict.reason == Reason.UNRESERVED for i in found)
-
-
-def _giving_way(subjects: Sequence[_T]) -> Iterator[_T]:
-    """`subjects` in order; before each _CHUNK of them, the pushes being served go first."""
-    for start in range(0, len(subjects), _CHUNK):
-        foreground.give_way()
-        yield from subjects[start : start + _CHUNK]
 
 
 # ---- acting on a lease ------------------------------------------------------------------

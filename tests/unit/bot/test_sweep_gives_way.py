@@ -55,3 +55,17 @@ def _callers() -> set[str]:
         names.add(frame.f_code.co_name)
         frame = frame.f_back  # type: ignore[assignment]
     return names
+
+
+@pytest.mark.parametrize(("count", "size", "calls"), [(0, 3, 0), (5, 3, 2), (6, 3, 2), (7, 3, 3)])
+def test_chunked_gives_way_after_each_chunk(count: int, size: int, calls: int) -> None:
+    seen: list[object] = []
+    got = [
+        (item, len(seen))
+        for item in sweep_reads.chunked(range(count), lambda: seen.append(1), size)
+    ]
+    assert [item for item, _ in got] == list(range(count))
+    assert len(seen) == calls
+    # each item comes before the give-way that ends its chunk
+    assert [before for _, before in got] == [k // size for k in range(count)]
+    assert list(sweep_reads.chunked(range(count), None, size)) == list(range(count))
