@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,14 @@ class Rss:
     after_mb: float
     answered: int
     sent: int
+    acks: dict[int, int]  # HTTP status -> commands (0: no answer within the sender's timeout)
+
+    def acked(self) -> str:
+        """How the acks went, e.g. "HTTP 200: 1000"."""
+        return ", ".join(
+            f"{f'HTTP {status}' if status else 'no answer'}: {n}"
+            for status, n in sorted(self.acks.items())
+        )
 
 
 def rss_mb(pid: int) -> float:
@@ -124,7 +133,8 @@ def _burst(
             time.sleep(0.2)
     answered = len(tokens & local.arrivals.keys())
     time.sleep(QUIET_S)
-    return Rss(started, watch.peak, rss_mb(child.pid), answered, len(shots))
+    acks = dict(Counter(s.status for s in shots))
+    return Rss(started, watch.peak, rss_mb(child.pid), answered, len(shots), acks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"gpubot serve ({args.repo}), {args.gpus or 'the shipped rules'} GPUs, "
         f"{got.sent} commands from {CLIENTS} "
-        f"senders at {RATE:g}/s ({got.answered} answered): RSS {got.started_mb:.0f} MB started, "
+        f"senders at {RATE:g}/s (acks: {got.acked()}; {got.answered} answered): "
+        f"RSS {got.started_mb:.0f} MB started, "
         f"{got.peak_mb:.0f} MB at the peak, {got.after_mb:.0f} MB {QUIET_S:g} s after"
     )
     return 0
